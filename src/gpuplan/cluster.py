@@ -1,0 +1,100 @@
+"""Cluster descriptions: presets shipped inside the package and user TOML files (docs/formats.md)."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import ClusterError, UnknownNameError
+from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+
+__all__ = ["load_cluster", "preset_names"]
+
+_NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb"}
+_TOP_KEYS = {"name", "sharing", "max_jobs_per_gpu", "nodes"}
+
+
+def preset_names() -> list[str]:
+    """Names of the cluster presets shipped with gpuplan."""
+    files = resources.files("gpuplan") / "clusters"
+    return sorted(p.name.removesuffix(".toml") for p in files.iterdir() if p.name.endswith(".toml"))
+
+
+def load_cluster(name_or_path: str, sharing: bool | None = None) -> ClusterSpec:
+    """Load a preset by name or a cluster TOML file by path.
+
+    Args:
+        name_or_path: a preset name (see `preset_names()`) or a path to a `.toml` file.
+        sharing: override the file's `sharing` switch when not None.
+
+    Raises:
+        UnknownNameError: neither a preset nor an existing file.
+        ClusterError: the file is not valid TOML or misses/garbles a key.
+    """
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ClusterError(f"{name_or_path}: no such cluster file (give a preset name or a .toml path)")
+        text = path.read_text(encoding="utf-8")
+        source = str(path)
+    else:
+        if name_or_path not in preset_names():
+            raise UnknownNameError("cluster preset", name_or_path, preset_names())
+        text = (resources.files("gpuplan") / "clusters" / f"{name_or_path}.toml").read_text(encoding="utf-8")
+        source = f"preset {name_or_path}"
+    spec = cluster_from_toml(text, source)
+    if sharing is not None and sharing != spec.sharing:
+        spec = ClusterSpec(spec.name, spec.nodes, sharing=sharing, max_jobs_per_gpu=spec.max_jobs_per_gpu)
+    return spec
+
+
+def cluster_from_toml(text: str, source: str) -> ClusterSpec:
+    """Parse the text of a cluster TOML file; `source` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ClusterError(f"{source}: not valid TOML: {e}") from e
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ClusterError(f"{source}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(_TOP_KEYS)}")
+    groups = data.get("nodes")
+    if not isinstance(groups, list) or not groups:
+        raise ClusterError(f"{source}: needs at least one [[nodes]] table (see docs/formats.md)")
+    nodes: list[NodeSpec] = []
+    for i, group in enumerate(groups, start=1):
+        nodes.extend(_node_group(group, f"{source}: [[nodes]] #{i}", len(nodes)))
+    sharing = data.get("sharing", False)
+    if not isinstance(sharing, bool):
+        raise ClusterError(f"{source}: sharing = {sharing!r} must be true or false")
+    max_share = _positive_int(data.get("max_jobs_per_gpu", 4), f"{source}: max_jobs_per_gpu")
+    name = str(data.get("name", Path(source).stem))
+    return ClusterSpec(name, tuple(nodes), sharing=sharing, max_jobs_per_gpu=max_share)
+
+
+def _node_group(group: Any, where: str, already: int) -> list[NodeSpec]:
+    if not isinstance(group, dict):
+        raise ClusterError(f"{where}: must be a table")
+    unknown = set(group) - _NODE_KEYS
+    if unknown:
+        raise ClusterError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(_NODE_KEYS)}")
+    for key in ("gpus", "gpu_mem_gb"):
+        if key not in group:
+            raise ClusterError(f"{where}: missing key {key!r}")
+    count = _positive_int(group.get("count", 1), f"{where}: count")
+    gpus = _positive_int(group["gpus"], f"{where}: gpus")
+    mem = group["gpu_mem_gb"]
+    if isinstance(mem, bool) or not isinstance(mem, int | float) or mem <= 0:
+        raise ClusterError(f"{where}: gpu_mem_gb = {mem!r} must be a positive number of GiB")
+    gpu = GpuSpec(str(group.get("gpu_model", f"GPU-{mem}GB")), float(mem))
+    prefix = str(group.get("name", "node"))
+    if count == 1 and "name" in group:
+        return [NodeSpec(prefix, gpus, gpu)]
+    return [NodeSpec(f"{prefix}{already + k + 1}", gpus, gpu) for k in range(count)]
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ClusterError(f"{where} = {value!r} must be a positive integer")
+    return value

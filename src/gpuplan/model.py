@@ -1,0 +1,114 @@
+"""Plain records shared by every part of gpuplan. Units: seconds (`_s`), GiB (`_gb`), percent (`_pct`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ClusterSpec", "GpuSpec", "Job", "NodeSpec"]
+
+
+@dataclass(slots=True)
+class Job:
+    """One job of a trace or a queue.
+
+    Attributes:
+        id: unique id within its trace.
+        submit_s: submit time in seconds (any origin; the simulator measures from the first submit).
+        gpus: number of GPUs the job needs.
+        mem_gb: GPU memory the job uses on each of its GPUs (None when unknown).
+        duration_s: true run time when run alone (None when unknown, e.g. a job still queued).
+        est_duration_s: an estimate of duration_s (a prediction); what policies use.
+        est_mem_gb: an estimate of mem_gb.
+        requested_s: the user's time limit (None when unlimited or unknown).
+        user, name: who and what, as the source trace says.
+        gpu_util_pct: mean GPU busy percent when run alone (None when unknown).
+        command: shell command, for the local agent.
+        may_span_nodes: the job may take GPUs from several nodes (an MPI/NCCL multi-node job).
+        meta: anything else a reader keeps (state, queue, class label ...).
+    """
+
+    id: str
+    submit_s: float
+    gpus: int
+    mem_gb: float | None = None
+    duration_s: float | None = None
+    est_duration_s: float | None = None
+    est_mem_gb: float | None = None
+    requested_s: float | None = None
+    user: str = ""
+    name: str = ""
+    gpu_util_pct: float | None = None
+    command: str = ""
+    may_span_nodes: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def planning_duration_s(self, oracle: bool = False) -> float | None:
+        """The duration a policy may use: the truth for oracle runs, else the estimate or the limit."""
+        if oracle:
+            return self.duration_s
+        if self.est_duration_s is not None:
+            return self.est_duration_s
+        return self.requested_s
+
+    def planning_mem_gb(self, oracle: bool = False) -> float | None:
+        """The per-GPU memory a policy may use: the truth for oracle runs, else the estimate."""
+        if oracle:
+            return self.mem_gb
+        return self.est_mem_gb if self.est_mem_gb is not None else self.mem_gb
+
+
+@dataclass(slots=True, frozen=True)
+class GpuSpec:
+    """A GPU model: its name and memory."""
+
+    model: str
+    mem_gb: float
+
+
+@dataclass(slots=True, frozen=True)
+class NodeSpec:
+    """One node: a name, how many GPUs of one model it has."""
+
+    name: str
+    gpus: int
+    gpu: GpuSpec
+
+
+@dataclass(slots=True, frozen=True)
+class ClusterSpec:
+    """A cluster: its nodes and whether several jobs may share one GPU while their memory fits.
+
+    Attributes:
+        name: preset name or file name.
+        nodes: the nodes, in placement order.
+        sharing: allow several jobs on one GPU while their memory fits (slowed by interference).
+        max_jobs_per_gpu: upper bound on jobs sharing one GPU when sharing is on.
+    """
+
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    sharing: bool = False
+    max_jobs_per_gpu: int = 4
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    @property
+    def max_node_gpus(self) -> int:
+        return max(n.gpus for n in self.nodes)
+
+    @property
+    def total_mem_gb(self) -> float:
+        return sum(n.gpus * n.gpu.mem_gb for n in self.nodes)
+
+    def describe(self) -> str:
+        """One line such as '8 GPUs on 1 node (8x A100-80GB), exclusive'."""
+        groups: dict[tuple[int, str], int] = {}
+        for n in self.nodes:
+            key = (n.gpus, n.gpu.model)
+            groups[key] = groups.get(key, 0) + 1
+        parts = [f"{cnt}x{g}x {model}" if cnt > 1 else f"{g}x {model}" for (g, model), cnt in groups.items()]
+        mode = f"sharing (up to {self.max_jobs_per_gpu} jobs/GPU)" if self.sharing else "exclusive"
+        return f"{self.total_gpus} GPUs on {len(self.nodes)} node(s) ({', '.join(parts)}), {mode}"
