@@ -1,0 +1,346 @@
+"""The `gpuplan` command. Every command that reports has `--json`; errors are one line on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpuplan.errors import GpuplanError
+
+if TYPE_CHECKING:
+    from gpuplan.model import ClusterSpec, Job
+    from gpuplan.sim.result import SimResult
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="gpuplan",
+    help="Order and place GPU jobs: simulate traces under many policies and compare them to a lower bound.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+synth_app = typer.Typer(help="Generate synthetic workloads.", no_args_is_help=True)
+app.add_typer(synth_app, name="synth")
+
+ClusterOpt = Annotated[
+    str, typer.Option("--cluster", "-c", help="Preset name (see `gpuplan clusters`) or a cluster .toml file.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn gpuplan's own errors into one line on stderr and exit status 2."""
+    try:
+        yield
+    except GpuplanError as e:
+        typer.echo(f"gpuplan: error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _names(text: str, valid: list[str], kind: str) -> list[str]:
+    from gpuplan.errors import UnknownNameError
+
+    if text.strip() == "all":
+        return list(valid)
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    for n in names:
+        if n not in valid:
+            raise UnknownNameError(kind, n, [*valid, "all"])
+    if not names:
+        raise UnknownNameError(kind, text, [*valid, "all"])
+    return names
+
+
+def run_matrix(
+    jobs: Sequence[Job],
+    cluster: ClusterSpec,
+    policies: Sequence[str],
+    backfills: Sequence[str],
+    placer: str = "first-fit",
+    oracle: bool = False,
+    show_progress: bool = True,
+) -> list[SimResult]:
+    """Simulate every policy x backfill pair; results sorted by makespan (then label)."""
+    from gpuplan._progress import LazyProgress
+    from gpuplan.sim.engine import simulate
+
+    results = []
+    pairs = [(p, b) for p in policies for b in backfills]
+    with LazyProgress(len(pairs), "simulating", enabled=show_progress) as bar:
+        for p, b in pairs:
+            results.append(simulate(jobs, cluster, p, b, placer, oracle=oracle))
+            bar.advance(1, f"simulating {p}+{b}")
+    results.sort(key=lambda r: (r.metrics.makespan_s, r.label))
+    return results
+
+
+def _print_table(results: Sequence[SimResult], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in ("policy+backfill", "makespan h", "util %", "mean JCT h", "p95 JCT h", "mean wait h",
+                "bsld", "idle GPU-h waiting", "vs bound"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "policy+backfill" else "right")
+    best = results[0]
+    for r in results:
+        m = r.metrics
+        mark = " ← best" if r is best else (" ← FIFO" if r.policy == "fifo" else "")
+        style = "bold green" if r is best else ("yellow" if r.policy == "fifo" else None)
+        table.add_row(
+            r.label + mark, f"{m.makespan_s / 3600:.2f}", f"{100 * m.utilization:.1f}",
+            f"{m.mean_jct_s / 3600:.2f}", f"{m.p95_jct_s / 3600:.2f}", f"{m.mean_wait_s / 3600:.2f}",
+            f"{m.mean_bounded_slowdown:.1f}", f"{m.idle_gpu_hours_while_waiting:.1f}", f"{m.bound_ratio:.3f}×",
+            style=style,
+        )  # fmt: skip
+    lb = best.metrics.lower_bound_s
+    table.add_row("lower bound (proven)", f"{lb / 3600:.2f}", "", "", "", "", "", "", "1.000×", style="cyan")
+    Console().print(table)
+
+
+def _report(results: Sequence[SimResult], out: Path, title: str, subtitle: str, notes: list[str]) -> Path:
+    from gpuplan.report.html import write_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    return write_report(results, out / "report.html", title=title, subtitle=subtitle, notes=notes)
+
+
+def _load_jobs(trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool) -> list[Job]:
+    from gpuplan.traces import ReadOptions, parse_column_map, read_trace
+
+    opts = ReadOptions(column_map=parse_column_map(column_map) if column_map else {}, skip_bad=skip_bad)
+    result = read_trace(trace, fmt, opts)
+    for w in result.warnings:
+        typer.echo(f"gpuplan: warning: {w}", err=True)
+    if result.skipped:
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(result.skipped.items()))
+        typer.echo(f"gpuplan: skipped {sum(result.skipped.values())} bad row(s): {reasons}", err=True)
+    return result.jobs
+
+
+@app.command()
+def simulate(
+    trace: Annotated[Path, typer.Argument(help="Job trace: gpuplan JSONL/CSV or a CSV with common columns.")],
+    cluster: ClusterOpt = "8xA100-80GB",
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name(s), comma-separated, or 'all'.")] = "fifo",
+    backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy, conservative (comma list) or 'all'.")] = "easy",
+    placer: Annotated[str, typer.Option(help="first-fit, best-fit (pack) or spread.")] = "first-fit",
+    sharing: Annotated[bool | None, typer.Option("--sharing/--exclusive", help="Override the cluster's GPU sharing switch.")] = None,
+    oracle: Annotated[bool, typer.Option("--oracle", help="Policies see the true durations (an oracle run; every output says so).")] = False,
+    fmt: Annotated[str | None, typer.Option("--format", help="Trace format; detected when omitted.")] = None,
+    column_map: Annotated[str | None, typer.Option("--map", help="Column map for foreign CSVs: submit=COL,duration=COL,gpus=COL,...")] = None,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many, instead of stopping.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write DIR/report.html with Gantt and utilization plots.")] = None,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Simulate a trace under one or more policies and backfill modes."""
+    with _errors():
+        from gpuplan.cluster import load_cluster
+        from gpuplan.core.backfill import backfill_names
+        from gpuplan.core.policies import policy_names
+
+        spec = load_cluster(cluster, sharing=sharing)
+        policies = _names(policy, policy_names(), "policy")
+        backfills = _names(backfill, backfill_names(), "backfill mode")
+        jobs = _load_jobs(trace, fmt, column_map, skip_bad)
+        results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
+        _emit(results, as_json, f"{trace.name} on {spec.describe()}", out)
+
+
+def _emit(results: Sequence[SimResult], as_json: bool, subtitle: str, out: Path | None) -> None:
+    notes = _notes(results)
+    for w in sorted({w for r in results for w in r.warnings}):
+        typer.echo(f"gpuplan: warning: {w}", err=True)
+    if as_json:
+        typer.echo(json.dumps([r.summary() for r in results], indent=2))
+    else:
+        _print_table(results, subtitle)
+        for n in notes:
+            typer.echo(n)
+    if out is not None:
+        path = _report(results, out, "gpuplan: policies compared", subtitle, notes)
+        if not as_json:
+            typer.echo(f"report: {path}")
+
+
+def _notes(results: Sequence[SimResult]) -> list[str]:
+    notes = []
+    if any(r.oracle for r in results):
+        notes.append("ORACLE run: policies saw the true durations, which no real scheduler knows.")
+    fifo = [r for r in results if r.policy == "fifo"]
+    best = results[0]
+    if fifo and best.policy != "fifo":
+        f = min(fifo, key=lambda r: r.metrics.makespan_s)
+        gain = f.metrics.makespan_s - best.metrics.makespan_s
+        notes.append(
+            f"best {best.label}: {best.metrics.makespan_s / 3600:.2f} h at {100 * best.metrics.utilization:.1f} % "
+            f"vs {f.label}: {f.metrics.makespan_s / 3600:.2f} h at {100 * f.metrics.utilization:.1f} % "
+            f"({gain / 3600:.2f} h sooner, {100 * gain / f.metrics.makespan_s:.0f} % shorter); "
+            f"{best.metrics.bound_ratio:.3f}× the lower bound."
+        )
+    return notes
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.html.")] = Path("out/demo"),
+    seed: Annotated[int, typer.Option(help="Seed of the article scenario.")] = 0,
+    oracle: Annotated[bool, typer.Option("--oracle", help="Let policies see true durations.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The article's scenario (8xA100-80GB, 50 fine-tunes + 30 batch inference) under every policy x backfill."""
+    with _errors():
+        from gpuplan.cluster import load_cluster
+        from gpuplan.core.backfill import backfill_names
+        from gpuplan.core.policies import policy_names
+        from gpuplan.synth import synth_article
+
+        spec = load_cluster("8xA100-80GB")
+        jobs = synth_article(seed)
+        results = run_matrix(jobs, spec, policy_names(), backfill_names(), oracle=oracle, show_progress=not as_json)
+        subtitle = f"article scenario (seed {seed}, {len(jobs)} jobs at t=0) on {spec.describe()}"
+        if not as_json:
+            typer.echo("The article: FIFO 55 % utilization / 12 h; profile order 88 % / 8.5 h (8xA100).")
+        _emit(results, as_json, subtitle, out)
+
+
+@app.command()
+def policies(as_json: JsonOpt = False) -> None:
+    """List ordering policies, backfill modes and placers, one line each."""
+    from gpuplan.core.backfill import _BACKFILLS
+    from gpuplan.core.placement import get_placer, placer_names
+    from gpuplan.core.policies import get_policy, policy_names
+
+    rows: dict[str, list[dict[str, Any]]] = {
+        "policies": [
+            {"name": n, "needs_duration": get_policy(n).needs_duration, "description": get_policy(n).description}
+            for n in policy_names()
+        ],
+        "backfill": [{"name": n, "description": c.description} for n, c in _BACKFILLS.items()],
+        "placers": [{"name": n, "description": get_placer(n).description} for n in placer_names()],
+    }
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for section, items in rows.items():
+        typer.echo(f"{section}:")
+        for it in items:
+            typer.echo(f"  {it['name']:<18} {it['description']}")
+
+
+@app.command()
+def clusters(as_json: JsonOpt = False) -> None:
+    """List the cluster presets (use a .toml file for your own: docs/formats.md)."""
+    from gpuplan.cluster import load_cluster, preset_names
+
+    specs = {n: load_cluster(n) for n in preset_names()}
+    if as_json:
+        typer.echo(json.dumps({n: {"gpus": s.total_gpus, "nodes": len(s.nodes), "sharing": s.sharing,
+                                   "describe": s.describe()} for n, s in specs.items()}, indent=2))  # fmt: skip
+        return
+    for n, s in specs.items():
+        typer.echo(f"  {n:<16} {s.describe()}")
+
+
+@synth_app.command("article")
+def synth_article_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output trace (.jsonl or .csv).")],
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """The article's scenario: 50 fine-tunes + 30 batch-inference jobs at t=0 (docs/scenario.md)."""
+    with _errors():
+        from gpuplan.synth import synth_article
+        from gpuplan.traces import write_trace
+
+        jobs = synth_article(seed)
+        write_trace(jobs, out)
+        typer.echo(f"wrote {len(jobs)} jobs to {out}")
+
+
+@synth_app.command("poisson")
+def synth_poisson_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output trace (.jsonl or .csv).")],
+    jobs: Annotated[int, typer.Option("--jobs", "-n", help="Number of jobs.")] = 1000,
+    rate: Annotated[float | None, typer.Option("--rate", help="Arrivals per hour.")] = None,
+    load: Annotated[float | None, typer.Option("--load", help="Offered load vs the cluster (e.g. 0.9).")] = None,
+    cluster: ClusterOpt = "4x8xA100-80GB",
+    gpu_mix: Annotated[str | None, typer.Option("--gpu-mix", help="GPU-count mix, e.g. 1=0.6,2=0.2,8=0.2.")] = None,
+    class_mix: Annotated[str | None, typer.Option("--class-mix", help="Weights of short,long,short-infer,long-infer, e.g. 26,24,24,6.")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:  # fmt: skip
+    """A general workload: Poisson arrivals with a class mix and a GPU-count mix."""
+    with _errors():
+        from gpuplan.cluster import load_cluster
+        from gpuplan.synth import synth_poisson
+        from gpuplan.traces import write_trace
+
+        spec = load_cluster(cluster)
+        made = synth_poisson(
+            jobs, seed=seed, rate_per_h=rate, load=load if load is not None or rate is not None else 0.9,
+            total_gpus=spec.total_gpus, mix=_class_mix(class_mix), gpu_mix=_gpu_mix(gpu_mix),
+        )  # fmt: skip
+        write_trace(made, out)
+        typer.echo(f"wrote {len(made)} jobs to {out}")
+
+
+def _gpu_mix(text: str | None) -> dict[int, float] | None:
+    if text is None:
+        return None
+    mix: dict[int, float] = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        try:
+            g, w = int(k), float(v)
+        except ValueError:
+            raise GpuplanError(f"--gpu-mix: {part!r} is not GPUS=WEIGHT (e.g. 1=0.6,8=0.4)") from None
+        if g < 1 or w < 0:
+            raise GpuplanError(f"--gpu-mix: {part!r} needs GPUS >= 1 and WEIGHT >= 0")
+        mix[g] = w
+    if sum(mix.values()) <= 0:
+        raise GpuplanError("--gpu-mix: the weights sum to 0")
+    return mix
+
+
+def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
+    if text is None:
+        return None
+    from gpuplan.synth import ARTICLE_MIX
+
+    parts = text.split(",")
+    try:
+        weights = [float(p) for p in parts]
+    except ValueError:
+        raise GpuplanError(f"--class-mix: {text!r} must be {len(ARTICLE_MIX)} numbers, e.g. 26,24,24,6") from None
+    if len(weights) != len(ARTICLE_MIX) or min(weights) < 0 or sum(weights) <= 0:
+        raise GpuplanError(f"--class-mix: {text!r} must be {len(ARTICLE_MIX)} weights >= 0, not all 0")
+    return [(cls, w) for (cls, _), w in zip(ARTICLE_MIX, weights)]
+
+
+def main() -> int:
+    """Console entry point."""
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as e:
+        return e.exit_code
+    except Exception as e:  # click's usage errors and aborts
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""Backfill modes: whether and how jobs behind the first one that does not fit may start ahead of it.
+
+- none: strict order; the first job that does not fit blocks every job behind it.
+- easy: the first blocked job (the head) gets a reservation at the earliest time it fits, assuming
+  running jobs end at their expected ends; a later job may start now if it ends by then or leaves the
+  head's reservation intact.
+- conservative: every waiting job, in order, gets a reservation; a job starts now only where it
+  delays no earlier job's reservation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from gpuplan.core.state import ClusterState
+from gpuplan.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    from gpuplan.core.scheduler import Scheduler, Started
+
+__all__ = ["Backfill", "Conservative", "Easy", "NoBackfill", "backfill_names", "get_backfill"]
+
+_INF = math.inf
+
+
+class Backfill(ABC):
+    """Walks the queue in policy order and starts jobs on the scheduler."""
+
+    name: str = ""
+    description: str = ""
+
+    @abstractmethod
+    def select(self, s: Scheduler, now: float) -> list[Started]:
+        """Start what may start now (via `s.start`) and return the decisions."""
+
+
+class NoBackfill(Backfill):
+    name = "none"
+    description = "strict order: the first job that does not fit blocks all behind it"
+
+    def select(self, s: Scheduler, now: float) -> list[Started]:
+        started: list[Started] = []
+        for key in s.queue:
+            jid = key[-1]
+            gpus = s.placer.find(s.state, s.gpus[jid], s.mem[jid], s.span[jid])
+            if gpus is None:
+                break
+            s.start(jid, gpus, now, started)
+        s.drop_started(started)
+        return started
+
+
+class Easy(Backfill):
+    name = "easy"
+    description = "EASY: later jobs may start if they do not delay the first blocked job's reservation"
+
+    def select(self, s: Scheduler, now: float) -> list[Started]:
+        started: list[Started] = []
+        state, placer = s.state, s.placer
+        exclusive = not state.sharing
+        keys = iter(s.queue)
+        head = -1
+        for key in keys:
+            jid = key[-1]
+            gpus = placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+            if gpus is None:
+                head = jid
+                break
+            s.start(jid, gpus, now, started)
+        if head >= 0:
+            shadow, proj = _reservation(s, head, now)
+            if proj is not None:
+                self._backfill(s, now, head, shadow, proj, keys, started, exclusive)
+        s.drop_started(started)
+        return started
+
+    @staticmethod
+    def _backfill(s, now, head, shadow, proj, keys, started, exclusive) -> None:  # type: ignore[no-untyped-def]
+        state, placer = s.state, s.placer
+        hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+        no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
+        hurts_head: set[tuple[object, ...]] = set()
+        for key in keys:
+            if exclusive and state.idle_total == 0:
+                break
+            jid = key[-1]
+            fk = s.fits_key(jid)
+            if fk in no_fit:
+                continue
+            gpus = placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+            if gpus is None:
+                no_fit.add(fk)
+                continue
+            if now + s.plan[jid] <= shadow:
+                s.start(jid, gpus, now, started)
+                continue
+            if fk in hurts_head:
+                continue
+            proj.place(gpus, s.mem[jid])
+            if placer.find(proj, hg, hmem, hspan) is None:
+                proj.release(gpus, s.mem[jid])
+                hurts_head.add(fk)
+                continue
+            s.start(jid, gpus, now, started)
+
+
+def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, ClusterState | None]:
+    """Earliest time the head fits if running jobs end at their expected ends, and the state then.
+
+    Returns (inf, None) when that time is unknown (a running job has no estimate).
+    """
+    proj = s.state.copy()
+    hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+    placer, node_of = s.placer, proj.gpu_node
+    shadow = _INF
+    for end, jid in s.running:
+        if end > shadow:
+            break
+        if end == _INF:
+            return _INF, None
+        gpus = s.alloc[jid]
+        proj.release(gpus, s.mem[jid])
+        if shadow < _INF:
+            continue  # jobs ending at the same instant as the shadow are free by then too
+        if hspan:
+            ok = placer.find(proj, hg, hmem, True) is not None
+        else:
+            ok = any(placer.node_can_host(proj, n, hg, hmem) for n in {node_of[g] for g in gpus})
+        if ok:
+            shadow = max(end, now)
+    if shadow == _INF:
+        return _INF, None
+    return shadow, proj
+
+
+class Conservative(Backfill):
+    """Every waiting job gets a reservation in policy order (up to `depth` jobs, like Slurm's
+    bf_max_job_test); a job starts now only where no earlier reservation needs its GPUs during its run.
+
+    Exclusive clusters plan with a free-GPU count per node over time (GPUs of a node are interchangeable
+    until a job starts); sharing clusters plan per GPU with its memory.
+    """
+
+    name = "conservative"
+    description = "conservative: every waiting job gets a reservation; no start may delay an earlier one"
+
+    def __init__(self, depth: int = 500) -> None:
+        self.depth = depth
+
+    def select(self, s: Scheduler, now: float) -> list[Started]:
+        started: list[Started] = []
+        plan: _CountPlan | _GpuPlan = _GpuPlan(s, now) if s.state.sharing else _CountPlan(s, now)
+        for i, key in enumerate(s.queue):
+            jid = key[-1]
+            if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
+                break
+            t, where = plan.earliest(jid, only_now=i >= self.depth)
+            if where is None:
+                continue
+            if t <= now:
+                gpus = plan.gpus_now(jid, where)
+                s.start(jid, gpus, now, started)
+                plan.book_started(jid, gpus)
+            else:
+                plan.book(jid, t, where)
+        s.drop_started(started)
+        return started
+
+
+class _CountPlan:
+    """Exclusive clusters: free GPUs per node at each breakpoint time (a step function)."""
+
+    def __init__(self, s: Scheduler, now: float) -> None:
+        self.s = s
+        self.now = now
+        self.times: list[float] = [now]
+        self.free: list[list[int]] = [list(s.state.node_idle)]
+        node_of = s.state.gpu_node
+        for end, jid in s.running:
+            end = max(end, math.nextafter(now, _INF))  # past its estimate: ends at the next instant
+            if end == _INF:
+                continue
+            per_node: dict[int, int] = {}
+            for g in s.alloc[jid]:
+                per_node[node_of[g]] = per_node.get(node_of[g], 0) + 1
+            i = self._breakpoint(end)
+            for row in self.free[i:]:
+                for n, k in per_node.items():
+                    row[n] += k
+
+    def _breakpoint(self, t: float) -> int:
+        """Index of the breakpoint at time t, inserting one (a copy of the step before) if needed."""
+        i = bisect.bisect_left(self.times, t)
+        if i < len(self.times) and self.times[i] == t:
+            return i
+        self.times.insert(i, t)
+        self.free.insert(i, list(self.free[i - 1]))
+        return i
+
+    def _earliest_on(self, nodes_fit, g: int, d: float) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+        """Earliest start (and breakpoint index) where `nodes_fit(row) >= g` holds for d seconds."""
+        times, free = self.times, self.free
+        cand = -1
+        for i, row in enumerate(free):
+            if nodes_fit(row) < g:
+                cand = -1
+                continue
+            if cand < 0:
+                cand = i
+            if i + 1 == len(times) or times[i + 1] >= times[cand] + d:
+                return times[cand], cand
+        return _INF, -1
+
+    def earliest(self, jid: int, only_now: bool) -> tuple[float, list[int] | None]:
+        s = self.s
+        g, d, mem = s.gpus[jid], s.plan[jid], s.mem[jid]
+        caps = s.state.node_cap_gb
+        nodes = [n for n in range(len(caps)) if mem is None or mem <= caps[n]]
+        best_t, best_nodes = _INF, None
+        for n in nodes:
+            t, i = self._earliest_on(lambda row, n=n: row[n], g, d)
+            if t < best_t:
+                best_t, best_nodes = t, [n]
+            elif t == best_t and best_nodes is not None:
+                best_nodes.append(n)
+        if best_nodes is None and s.span[jid]:
+            best_t, _ = self._earliest_on(lambda row: sum(row[n] for n in nodes), g, d)
+            best_nodes = nodes if best_t < _INF else None
+        if only_now and best_t > self.now:
+            return best_t, None
+        return best_t, best_nodes
+
+    def gpus_now(self, jid: int, nodes: list[int]) -> list[int]:
+        """GPUs for a start now, on the nodes whose plan allows it, chosen by the placer."""
+        s = self.s
+        masked = s.state.copy()
+        allowed = set(nodes)
+        window_min = self._window_min(0, s.plan[jid])
+        for n in range(len(masked.node_idle)):
+            masked.node_idle[n] = min(masked.node_idle[n], window_min[n]) if n in allowed else 0
+        masked.idle_total = sum(masked.node_idle)
+        gpus = s.placer.find(masked, s.gpus[jid], s.mem[jid], s.span[jid])
+        assert gpus is not None, "the count plan said the job fits now"
+        return gpus
+
+    def _window_min(self, i: int, d: float) -> list[int]:
+        t_end = self.times[i] + d
+        rows = [self.free[i]] + [r for t, r in zip(self.times[i + 1 :], self.free[i + 1 :]) if t < t_end]
+        return [min(col) for col in zip(*rows)]
+
+    def book_started(self, jid: int, gpus: list[int]) -> None:
+        per_node: dict[int, int] = {}
+        for g in gpus:
+            n = self.s.state.gpu_node[g]
+            per_node[n] = per_node.get(n, 0) + 1
+        self._take(self.now, self.now + self.s.plan[jid], per_node)
+
+    def book(self, jid: int, t: float, nodes: list[int]) -> None:
+        s = self.s
+        g = s.gpus[jid]
+        i = bisect.bisect_left(self.times, t)
+        window_min = self._window_min(i, s.plan[jid])
+        per_node: dict[int, int] = {}
+        for n in sorted(nodes, key=lambda n: -window_min[n]) if len(nodes) > 1 else nodes:
+            take = min(window_min[n], g - sum(per_node.values()))
+            if take > 0:
+                per_node[n] = take
+            if sum(per_node.values()) == g:
+                break
+        if len(nodes) > 1 and not s.span[jid]:
+            per_node = {nodes[0]: g}  # a single-node job: the first node that fits earliest
+        self._take(t, t + s.plan[jid], per_node)
+
+    def _take(self, t0: float, t1: float, per_node: dict[int, int]) -> None:
+        i0 = self._breakpoint(t0)
+        i1 = self._breakpoint(t1) if t1 < _INF else len(self.times)
+        for row in self.free[i0:i1]:
+            for n, k in per_node.items():
+                row[n] -= k
+
+
+class _GpuPlan:
+    """Sharing clusters: booked intervals per GPU (running jobs and reservations) with their memory."""
+
+    def __init__(self, s: Scheduler, now: float) -> None:
+        self.s = s
+        self.now = now
+        self.booked: list[list[tuple[float, float, float | None]]] = [[] for _ in s.state.gpu_node]
+        self.times: set[float] = {now}
+        for end, jid in s.running:
+            self._book(now, max(end, math.nextafter(now, _INF)), s.alloc[jid], s.mem[jid])
+
+    def _book(self, t0: float, t1: float, gpus: tuple[int, ...] | list[int], mem: float | None) -> None:
+        for g in gpus:
+            self.booked[g].append((t0, t1, mem))
+        if t1 < _INF:
+            self.times.add(t1)
+
+    def earliest(self, jid: int, only_now: bool) -> tuple[float, list[int] | None]:
+        s = self.s
+        d = s.plan[jid]
+        for t in sorted(x for x in self.times if x >= self.now):
+            gpus = s.placer.find(self._window(t, t + d), s.gpus[jid], s.mem[jid], s.span[jid])
+            if gpus is not None or only_now:
+                return t, gpus
+        return _INF, None
+
+    def gpus_now(self, jid: int, gpus: list[int]) -> list[int]:
+        return gpus
+
+    def book_started(self, jid: int, gpus: list[int]) -> None:
+        self._book(self.now, self.now + self.s.plan[jid], gpus, self.s.mem[jid])
+
+    def book(self, jid: int, t: float, gpus: list[int]) -> None:
+        self._book(t, t + self.s.plan[jid], gpus, self.s.mem[jid])
+
+    def _window(self, t0: float, t1: float) -> ClusterState:
+        """The cluster as a job running over [t0, t1) sees it: everything booked then counts."""
+        st = self.s._empty.copy()
+        for g, booked in enumerate(self.booked):
+            for a, b, mem in booked:
+                if a < t1 and b > t0:
+                    st.place((g,), mem)
+        return st
+
+
+_BACKFILLS: dict[str, type[Backfill]] = {b.name: b for b in (NoBackfill, Easy, Conservative)}
+
+
+def backfill_names() -> list[str]:
+    return list(_BACKFILLS)
+
+
+def get_backfill(name: str) -> Backfill:
+    """A backfill mode by name. Raises UnknownNameError listing the valid names."""
+    try:
+        return _BACKFILLS[name]()
+    except KeyError:
+        raise UnknownNameError("backfill mode", name, backfill_names()) from None

@@ -1,0 +1,143 @@
+"""Placers pick the GPUs a job gets: first-fit, best-fit (pack) and spread, one registry by name.
+
+A multi-GPU job gets all its GPUs on one node unless it may span nodes and no single node can host it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from gpuplan.core.state import ClusterState
+from gpuplan.errors import UnknownNameError
+
+__all__ = ["BestFit", "FirstFit", "Placer", "Spread", "get_placer", "placer_names", "register_placer"]
+
+
+class Placer(ABC):
+    """Chooses GPUs for a job on a ClusterState. Subclasses only rank nodes and GPUs."""
+
+    name: str = ""
+    description: str = ""
+
+    @abstractmethod
+    def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
+        """Rank of a node that can host the job (smaller first); `fitting` = its GPUs the job fits on."""
+
+    @abstractmethod
+    def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
+        """Rank of a GPU within the chosen node (smaller first)."""
+
+    def fitting_gpus(self, state: ClusterState, node: int, mem_gb: float | None) -> int:
+        """How many GPUs of `node` one more job with `mem_gb` per GPU fits on."""
+        if not state.sharing:
+            cap_ok = mem_gb is None or mem_gb <= state.node_cap_gb[node]
+            return state.node_idle[node] if cap_ok else 0
+        return sum(1 for g in state.node_gpus[node] if state.gpu_fits(g, mem_gb))
+
+    def node_can_host(self, state: ClusterState, node: int, gpus: int, mem_gb: float | None) -> bool:
+        return self.fitting_gpus(state, node, mem_gb) >= gpus
+
+    def find(
+        self, state: ClusterState, gpus: int, mem_gb: float | None, may_span: bool = False
+    ) -> list[int] | None:
+        """GPUs for a job of `gpus` GPUs and `mem_gb` per GPU, or None when it does not fit now."""
+        if gpus > state.idle_total and not state.sharing:
+            return None
+        best: tuple[float, ...] | None = None
+        best_node = -1
+        for node in range(len(state.node_gpus)):
+            fitting = self.fitting_gpus(state, node, mem_gb)
+            if fitting >= gpus:
+                key = self.node_key(state, node, fitting)
+                if best is None or key < best:
+                    best, best_node = key, node
+                    if self.first_wins:
+                        break
+        if best_node >= 0:
+            return self._pick(state, state.node_gpus[best_node], gpus, mem_gb)
+        if may_span:
+            return self._span(state, gpus, mem_gb)
+        return None
+
+    first_wins: bool = False  # the first fitting node is the best one (first-fit): stop scanning
+
+    def _pick(self, state: ClusterState, candidates: list[int], gpus: int, mem_gb: float | None) -> list[int]:
+        fit = [g for g in candidates if state.gpu_fits(g, mem_gb)]
+        if len(fit) > gpus:
+            fit.sort(key=lambda g: self.gpu_key(state, g))
+        return sorted(fit[:gpus])
+
+    def _span(self, state: ClusterState, gpus: int, mem_gb: float | None) -> list[int] | None:
+        nodes = [(n, self.fitting_gpus(state, n, mem_gb)) for n in range(len(state.node_gpus))]
+        nodes = [(n, f) for n, f in nodes if f > 0]
+        if sum(f for _, f in nodes) < gpus:
+            return None
+        # fewest nodes first: take the roomiest nodes, then let the placer's own rank break ties
+        nodes.sort(key=lambda nf: (-nf[1], self.node_key(state, nf[0], nf[1])))
+        chosen: list[int] = []
+        for n, f in nodes:
+            take = min(f, gpus - len(chosen))
+            chosen.extend(self._pick(state, state.node_gpus[n], take, mem_gb))
+            if len(chosen) == gpus:
+                break
+        return sorted(chosen)
+
+
+class FirstFit(Placer):
+    name = "first-fit"
+    description = "lowest-numbered node and GPUs that fit"
+    first_wins = True
+
+    def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
+        return (node,)
+
+    def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
+        return (gpu,)
+
+
+class BestFit(Placer):
+    name = "best-fit"
+    description = "pack: the node with the fewest free GPUs that fit, the fullest GPUs first"
+
+    def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
+        return (fitting, node)
+
+    def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
+        return (state.gpu_free_gb[gpu], gpu)
+
+
+class Spread(Placer):
+    name = "spread"
+    description = "the node with the most free GPUs, the emptiest GPUs first"
+
+    def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
+        return (-fitting, -state.node_idle[node], node)
+
+    def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
+        return (state.gpu_njobs[gpu], -state.gpu_free_gb[gpu], gpu)
+
+
+_PLACERS: dict[str, type[Placer]] = {}
+
+
+def register_placer(cls: type[Placer]) -> type[Placer]:
+    """Add a placer class to the registry under its `name` (usable as a decorator)."""
+    _PLACERS[cls.name] = cls
+    return cls
+
+
+for _cls in (FirstFit, BestFit, Spread):
+    register_placer(_cls)
+_PLACERS["pack"] = BestFit
+
+
+def placer_names() -> list[str]:
+    return list(_PLACERS)
+
+
+def get_placer(name: str) -> Placer:
+    """A new placer by name. Raises UnknownNameError listing the valid names."""
+    try:
+        return _PLACERS[name]()
+    except KeyError:
+        raise UnknownNameError("placer", name, placer_names()) from None

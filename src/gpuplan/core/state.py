@@ -1,0 +1,119 @@
+"""ClusterState: which GPUs hold jobs and how much memory each has left. The one mutable picture of a cluster
+that the simulator, the local agent and the Slurm loop all schedule against."""
+
+from __future__ import annotations
+
+from gpuplan.model import ClusterSpec
+
+__all__ = ["ClusterState"]
+
+
+class ClusterState:
+    """Free GPUs and free memory per GPU.
+
+    GPUs have global indices 0..G-1 in node order. A job holds a set of GPUs and, on each, `mem_gb` of
+    memory; a job whose memory is unknown (None) holds whole GPUs. Without sharing a GPU holds one job.
+    """
+
+    __slots__ = (
+        "gpu_cap_gb",
+        "gpu_free_gb",
+        "gpu_njobs",
+        "gpu_node",
+        "idle_total",
+        "max_share",
+        "node_cap_gb",
+        "node_gpus",
+        "node_idle",
+        "sharing",
+        "spec",
+    )
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.sharing = spec.sharing
+        self.max_share = spec.max_jobs_per_gpu if spec.sharing else 1
+        self.gpu_node: list[int] = []
+        self.gpu_cap_gb: list[float] = []
+        self.node_gpus: list[list[int]] = []
+        self.node_cap_gb: list[float] = []
+        for n, node in enumerate(spec.nodes):
+            first = len(self.gpu_node)
+            self.node_gpus.append(list(range(first, first + node.gpus)))
+            self.node_cap_gb.append(node.gpu.mem_gb)
+            self.gpu_node.extend([n] * node.gpus)
+            self.gpu_cap_gb.extend([node.gpu.mem_gb] * node.gpus)
+        self.gpu_free_gb = list(self.gpu_cap_gb)
+        self.gpu_njobs = [0] * len(self.gpu_node)
+        self.node_idle = [len(g) for g in self.node_gpus]
+        self.idle_total = len(self.gpu_node)
+
+    @property
+    def total_gpus(self) -> int:
+        return len(self.gpu_node)
+
+    @property
+    def busy_gpus(self) -> int:
+        """GPUs that hold at least one job."""
+        return len(self.gpu_node) - self.idle_total
+
+    def gpu_label(self, gpu: int) -> str:
+        node = self.gpu_node[gpu]
+        return f"{self.spec.nodes[node].name}/gpu{gpu - self.node_gpus[node][0]}"
+
+    def take_gb(self, gpu: int, mem_gb: float | None) -> float:
+        """Memory a job of `mem_gb` per GPU takes on `gpu` (all of it when unknown or exclusive)."""
+        if mem_gb is None or not self.sharing:
+            return self.gpu_cap_gb[gpu]
+        return mem_gb
+
+    def place(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
+        """Book a job on `gpus`; the caller (a placer) has checked that it fits."""
+        for g in gpus:
+            if self.gpu_njobs[g] == 0:
+                self.node_idle[self.gpu_node[g]] -= 1
+                self.idle_total -= 1
+            self.gpu_njobs[g] += 1
+            self.gpu_free_gb[g] -= self.take_gb(g, mem_gb)
+
+    def release(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
+        """Undo `place` for a job that ended."""
+        for g in gpus:
+            self.gpu_njobs[g] -= 1
+            self.gpu_free_gb[g] += self.take_gb(g, mem_gb)
+            if self.gpu_njobs[g] == 0:
+                self.node_idle[self.gpu_node[g]] += 1
+                self.idle_total += 1
+                self.gpu_free_gb[g] = self.gpu_cap_gb[g]  # no drift from float sums
+
+    def gpu_fits(self, gpu: int, mem_gb: float | None) -> bool:
+        """Whether one more job with `mem_gb` per GPU fits on `gpu` now."""
+        n = self.gpu_njobs[gpu]
+        if n == 0:
+            return mem_gb is None or mem_gb <= self.gpu_cap_gb[gpu]
+        if not self.sharing or mem_gb is None or n >= self.max_share:
+            return False
+        return mem_gb <= self.gpu_free_gb[gpu]
+
+    def copy(self) -> ClusterState:
+        """A copy whose bookings are independent (the static layout is shared)."""
+        new = object.__new__(ClusterState)
+        new.spec = self.spec
+        new.sharing = self.sharing
+        new.max_share = self.max_share
+        new.gpu_node = self.gpu_node
+        new.gpu_cap_gb = self.gpu_cap_gb
+        new.node_gpus = self.node_gpus
+        new.node_cap_gb = self.node_cap_gb
+        new.gpu_free_gb = self.gpu_free_gb.copy()
+        new.gpu_njobs = self.gpu_njobs.copy()
+        new.node_idle = self.node_idle.copy()
+        new.idle_total = self.idle_total
+        return new
+
+    def fragmentation(self) -> float:
+        """Share of idle GPUs that sit on nodes which are partly busy (0 = every idle GPU on an empty node)."""
+        if self.idle_total == 0:
+            return 0.0
+        stranded = sum(idle for idle, gpus in zip(self.node_idle, self.node_gpus) if idle < len(gpus))
+        return stranded / self.idle_total

@@ -1,0 +1,74 @@
+"""Lower bounds on the makespan (seconds from the first submit) that no schedule can beat.
+
+Each bound holds for every policy, placer and backfill mode, given the jobs' true durations; the
+simulator reports the largest. The argument for each is in docs/bounds.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpuplan.model import ClusterSpec, Job
+
+__all__ = ["Bound", "lower_bound"]
+
+
+@dataclass(slots=True)
+class Bound:
+    """The best lower bound and every bound that was computed, by name."""
+
+    value_s: float
+    name: str
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
+    """The strongest of the bounds below that applies to this cluster (sharing or exclusive)."""
+    t0 = min(j.submit_s for j in jobs)
+    rel = [(j.submit_s - t0, j) for j in jobs]
+    parts = {"longest-job": max(r + (j.duration_s or 0.0) for r, j in rel)}
+    if cluster.sharing:
+        parts["memory-area"] = _area_bound(rel, lambda j: j.gpus * _mem_taken(j, cluster), cluster.total_mem_gb)
+        parts["exclusive-area"] = _area_bound(
+            [(r, j) for r, j in rel if _cannot_share(j, cluster)], lambda j: float(j.gpus), cluster.total_gpus
+        )
+    else:
+        parts["gpu-area"] = _area_bound(rel, lambda j: float(j.gpus), cluster.total_gpus)
+        parts["big-jobs"] = _big_jobs_bound(rel, cluster)
+    name = max(parts, key=lambda k: parts[k])
+    return Bound(parts[name], name, parts)
+
+
+def _area_bound(rel: list[tuple[float, Job]], width, capacity: float) -> float:  # type: ignore[no-untyped-def]
+    """max over release times r of r + (work released at or after r) / capacity."""
+    best, work = 0.0, 0.0
+    for r, j in sorted(rel, key=lambda rj: -rj[0]):
+        work += width(j) * (j.duration_s or 0.0)
+        best = max(best, r + work / capacity)
+    return best
+
+
+def _big_jobs_bound(rel: list[tuple[float, Job]], cluster: ClusterSpec) -> float:
+    """Jobs wider than 1/(k+1) of the cluster (or of a node, for single-node jobs) cannot run k+1 at once."""
+    total, node_max, nodes = cluster.total_gpus, cluster.max_node_gpus, len(cluster.nodes)
+    best = 0.0
+    for k in range(1, 9):
+        whole = [(r, j) for r, j in rel if j.gpus * (k + 1) > total]
+        per_node = [(r, j) for r, j in rel if not j.may_span_nodes and j.gpus * (k + 1) > node_max]
+        for group, concurrent in ((whole, k), (per_node, k * nodes)):
+            if group:
+                best = max(best, _area_bound(group, lambda j: 1.0, concurrent))
+    return best
+
+
+def _mem_taken(job: Job, cluster: ClusterSpec) -> float:
+    """GPU memory a job holds on each GPU: its own when known, else the smallest whole GPU."""
+    smallest = min(n.gpu.mem_gb for n in cluster.nodes)
+    return smallest if job.mem_gb is None else min(job.mem_gb, smallest)
+
+
+def _cannot_share(job: Job, cluster: ClusterSpec) -> bool:
+    """A job using more than half of the largest GPU shares it with no other such job."""
+    largest = max(n.gpu.mem_gb for n in cluster.nodes)
+    return job.mem_gb is None or job.mem_gb * 2 > largest

@@ -1,0 +1,331 @@
+"""Reading trace files line by line and gathering jobs, skipped rows and warnings; shared by the readers.
+
+Line numbers are 1-based physical lines of the file. Files are decoded as UTF-8 line by line, so a
+decoding error is reported on its exact line; a leading byte-order mark is dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from gpuplan.errors import InputError
+from gpuplan.model import Job
+from gpuplan.traces._fields import JOB_FIELDS, REPORTED_FIELDS, FieldError, job_from_json, job_record
+from gpuplan.traces.base import ReadOptions, TraceError, TraceResult, TruncatedTraceError
+
+__all__ = [
+    "CsvRecord",
+    "RowSink",
+    "atomic_writer",
+    "checked_records",
+    "clip",
+    "csv_records",
+    "header_names",
+    "header_record",
+    "ignored_option_warnings",
+    "read_head",
+    "read_lines",
+    "row_cells",
+]
+
+HEAD_BYTES = 4096
+_MAX_SAMPLES = 5
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """`text` without its line ending, cut to `limit` characters for an error message."""
+    text = text.rstrip("\r\n")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _open(path: Path) -> IO[bytes]:
+    try:
+        return path.open("rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open the trace file: {e.strerror or e}") from e
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> str:
+    """The first `size` bytes of the file as text (undecodable bytes replaced), for format detection.
+
+    Raises:
+        TraceError: the file cannot be opened.
+    """
+    with _open(path) as f:
+        return f.read(size).decode("utf-8", errors="replace").removeprefix("\ufeff")
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (line number, text with its line ending) for each physical line.
+
+    Raises:
+        TraceError: the file cannot be opened.
+        InputError: a line is not UTF-8 (fatal even with skip_bad: the rest of the file is suspect).
+    """
+    with _open(path) as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                value = clip(raw.decode("utf-8", errors="replace"))
+                raise InputError(str(path), number, None, value, "UTF-8 text", reason="not UTF-8") from e
+            yield number, (text.removeprefix("\ufeff") if number == 1 else text)
+
+
+@dataclass(slots=True)
+class CsvRecord:
+    """One CSV record: the line it starts on, its cells (None when the quoting is broken) and why."""
+
+    line: int
+    cells: list[str] | None
+    error: str = ""
+    unterminated: bool = False  # it ends the file without a newline, or inside an open quote
+
+    @property
+    def is_blank(self) -> bool:
+        return self.cells is not None and all(not c.strip() for c in self.cells) and len(self.cells) <= 1
+
+
+class _LineSource:
+    """Feeds decoded lines to csv.reader, remembering the last line number and whether it ended."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.line = 0
+        self.ended = True
+        self.exhausted = False
+
+    def __iter__(self) -> Iterator[str]:
+        for number, text in read_lines(self.path):
+            self.line = number
+            self.ended = text.endswith(("\n", "\r"))
+            yield text
+        self.exhausted = True
+
+
+def csv_records(path: Path, delimiter: str = ",") -> Iterator[CsvRecord]:
+    """Yield the CSV records of a file with the line each starts on; broken quoting yields cells=None.
+
+    Raises:
+        TraceError, InputError: as `read_lines`.
+    """
+    source = _LineSource(path)
+    reader = csv.reader(iter(source), delimiter=delimiter, strict=True)
+    start = 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            # csv.reader drops the rest of the bad line and starts afresh on the next one.
+            yield CsvRecord(start, None, str(e), unterminated=source.exhausted)
+        else:
+            yield CsvRecord(start, cells, unterminated=not source.ended)
+        start = source.line + 1
+
+
+def header_names(head: str, delimiter: str = ",") -> list[str] | None:
+    """The stripped column names of the first line of `head`, or None when it is not CSV."""
+    lines = head.splitlines()
+    if not lines:
+        return None
+    try:
+        return [c.strip() for c in next(csv.reader([lines[0]], delimiter=delimiter, strict=True))]
+    except (csv.Error, StopIteration):
+        return None
+
+
+def header_record(path: Path, records: Iterator[CsvRecord]) -> CsvRecord:
+    """The first non-blank record of a CSV file: its header.
+
+    Raises:
+        TraceError: the file has no line at all, or broken quoting in the header.
+    """
+    for rec in records:
+        if rec.cells is None:
+            raise TraceError(f"{path}:{rec.line}: the header line is not valid CSV ({rec.error})")
+        if not rec.is_blank:
+            return rec
+    raise TraceError(f"{path}: the file is empty (no header, no job rows)")
+
+
+def _truncated(path: Path, rec: CsvRecord, column: str | None, value: str) -> TruncatedTraceError:
+    return TruncatedTraceError(
+        str(path),
+        rec.line,
+        column,
+        value,
+        "a complete row; the file ends in the middle of it, so it looks cut off",
+        reason="truncated last line",
+    )
+
+
+def row_cells(path: Path, header: list[str], rec: CsvRecord) -> list[str]:
+    """The cells of a data record, checked against the header width.
+
+    Raises:
+        TruncatedTraceError: the last record is cut off.
+        InputError: broken quoting or the wrong number of fields.
+    """
+    if rec.cells is None:
+        if rec.unterminated:
+            raise _truncated(path, rec, None, "")
+        raise InputError(str(path), rec.line, None, rec.error, "valid CSV quoting", reason="bad CSV quoting")
+    cells = rec.cells
+    if len(cells) < len(header):
+        missing = header[len(cells)]
+        if rec.unterminated:
+            raise _truncated(path, rec, missing, ",".join(cells))
+        expected = f"{len(header)} fields as in the header, got {len(cells)} (no {missing!r})"
+        raise InputError(
+            str(path), rec.line, missing, clip(",".join(cells)), expected, "wrong number of fields"
+        )
+    if len(cells) > len(header):
+        column = f"#{len(header) + 1} (beyond the header)"
+        expected = f"{len(header)} fields as in the header, got {len(cells)}"
+        raise InputError(
+            str(path), rec.line, column, clip(cells[len(header)]), expected, "wrong number of fields"
+        )
+    return cells
+
+
+class RowSink:
+    """Collects the jobs of one file: rejects duplicate ids, counts skipped rows, builds the result."""
+
+    def __init__(self, path: Path, skip_bad: bool) -> None:
+        self.path = path
+        self.skip_bad = skip_bad
+        self.jobs: list[Job] = []
+        self.skipped: Counter[str] = Counter()
+        self._samples: list[str] = []
+        self._id_lines: dict[str, int] = {}
+
+    def add(self, line: int, build: Callable[[], Job], column: Callable[[str], str] = str) -> None:
+        """Build the job of `line` and keep it, or reject the row.
+
+        Args:
+            line: the row's first line.
+            build: makes the Job; may raise FieldError or InputError.
+            column: the file's column name for a Job field, used in messages.
+
+        Raises:
+            InputError: the row is invalid and skip_bad is off.
+        """
+        try:
+            try:
+                job = build()
+            except FieldError as e:
+                raise e.located(str(self.path), line, column(e.field)) from None
+            self._keep(job, line, column("id"))
+        except InputError as e:
+            self.reject(e)
+
+    def _keep(self, job: Job, line: int, id_column: str) -> None:
+        first = self._id_lines.get(job.id)
+        if first is not None:
+            expected = f"a unique id; line {first} already has it"
+            raise InputError(str(self.path), line, id_column, job.id, expected, reason="id: duplicate")
+        self._id_lines[job.id] = line
+        self.jobs.append(job)
+
+    def reject(self, error: InputError) -> None:
+        """Count a bad row under its reason, or raise it when skip_bad is off."""
+        if not self.skip_bad:
+            raise error
+        self.skipped[error.reason] += 1
+        if len(self._samples) < _MAX_SAMPLES:
+            self._samples.append(f"skipped {error}")
+
+    def result(self, fmt: str, warnings: list[str], not_provided: tuple[str, ...] = ()) -> TraceResult:
+        """The TraceResult of the file.
+
+        Args:
+            fmt: the reader's name.
+            warnings: the reader's own warnings; the first skipped rows are added after them.
+            not_provided: fields the reader substituted (e.g. ids from row numbers).
+
+        Raises:
+            TraceError: no valid job at all.
+        """
+        total = sum(self.skipped.values())
+        if not self.jobs:
+            why = f"all {total} rows were skipped: {dict(self.skipped)}" if total else "no job rows"
+            raise TraceError(f"{self.path}: the trace holds no valid job ({why})")
+        notes = list(warnings) + self._samples
+        if total > len(self._samples):
+            notes.append(
+                f"... {total - len(self._samples)} more skipped rows; counts per reason in `skipped`"
+            )
+        missing = [f for f in JOB_FIELDS if f in not_provided or self._none_given(f)]
+        return TraceResult(self.jobs, dict(self.skipped), notes, str(self.path), fmt, missing)
+
+    def _none_given(self, field: str) -> bool:
+        return field in REPORTED_FIELDS and all(getattr(j, field) in (None, "") for j in self.jobs)
+
+
+def ignored_option_warnings(options: ReadOptions, fmt: str) -> list[str]:
+    """Warnings for options a fixed-schema format does not use."""
+    notes = []
+    if options.column_map:
+        notes.append(f"column map ignored: the {fmt} format has fixed field names")
+    if options.time_unit != "s":
+        notes.append(f"time unit ignored: the {fmt} format stores seconds")
+    return notes
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[IO[str]]:
+    """A text file that replaces `path` only when the block succeeds (no half-written traces).
+
+    Raises:
+        TraceError: the file cannot be written.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as f:
+            yield f
+        os.replace(tmp, path)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot write the trace file: {e.strerror or e}") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _checked_record(job: Job, path: Path) -> dict[str, Any]:
+    record = job_record(job)
+    try:
+        job_from_json(record)
+        json.dumps(record.get("meta", {}), allow_nan=False)
+    except FieldError as e:
+        raise TraceError(f"{path}: cannot write job {job.id!r}: {e}") from e
+    except (TypeError, ValueError) as e:
+        raise TraceError(f"{path}: cannot write job {job.id!r}: meta is not plain JSON: {e}") from e
+    return record
+
+
+def checked_records(jobs: Iterable[Job], path: Path) -> list[dict[str, Any]]:
+    """The records (`job_record`) of jobs about to be written, each one a job the readers accept.
+
+    Raises:
+        TraceError: no jobs, a duplicate id, or a job the readers would reject (gpus < 1, NaN, ...).
+    """
+    records: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for job in jobs:
+        record = _checked_record(job, path)
+        if str(record["id"]) in seen:
+            raise TraceError(f"{path}: cannot write: job id {job.id!r} appears twice")
+        seen.add(str(record["id"]))
+        records.append(record)
+    if not records:
+        raise TraceError(f"{path}: no jobs to write (readers reject a trace without jobs)")
+    return records
