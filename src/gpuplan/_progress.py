@@ -27,7 +27,9 @@ class LazyProgress:
     def __enter__(self) -> LazyProgress:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._bar is not None:
             self._bar.stop()
 

@@ -205,7 +205,9 @@ def demo(
 
         spec = load_cluster("8xA100-80GB")
         jobs = synth_article(seed)
-        results = run_matrix(jobs, spec, policy_names(), backfill_names(), oracle=oracle, show_progress=not as_json)
+        results = run_matrix(
+            jobs, spec, policy_names(), backfill_names(), oracle=oracle, show_progress=not as_json
+        )
         subtitle = f"article scenario (seed {seed}, {len(jobs)} jobs at t=0) on {spec.describe()}"
         if not as_json:
             typer.echo("The article: FIFO 55 % utilization / 12 h; profile order 88 % / 8.5 h (8xA100).")
@@ -221,7 +223,11 @@ def policies(as_json: JsonOpt = False) -> None:
 
     rows: dict[str, list[dict[str, Any]]] = {
         "policies": [
-            {"name": n, "needs_duration": get_policy(n).needs_duration, "description": get_policy(n).description}
+            {
+                "name": n,
+                "needs_duration": get_policy(n).needs_duration,
+                "description": get_policy(n).description,
+            }
             for n in policy_names()
         ],
         "backfill": [{"name": n, "description": c.description} for n, c in _BACKFILLS.items()],
@@ -318,7 +324,9 @@ def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
     try:
         weights = [float(p) for p in parts]
     except ValueError:
-        raise GpuplanError(f"--class-mix: {text!r} must be {len(ARTICLE_MIX)} numbers, e.g. 26,24,24,6") from None
+        raise GpuplanError(
+            f"--class-mix: {text!r} must be {len(ARTICLE_MIX)} numbers, e.g. 26,24,24,6"
+        ) from None
     if len(weights) != len(ARTICLE_MIX) or min(weights) < 0 or sum(weights) <= 0:
         raise GpuplanError(f"--class-mix: {text!r} must be {len(ARTICLE_MIX)} weights >= 0, not all 0")
     return [(cls, w) for (cls, _), w in zip(ARTICLE_MIX, weights)]

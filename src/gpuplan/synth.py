@@ -43,7 +43,12 @@ class JobClass:
         mem = rng.uniform(*self.mem_gb, n)
         util = rng.uniform(*self.util_pct, n)
         return [
-            {"gpus": int(g), "duration_s": float(round(d)), "mem_gb": round(float(m), 1), "util": round(float(u))}
+            {
+                "gpus": int(g),
+                "duration_s": float(round(d)),
+                "mem_gb": round(float(m), 1),
+                "util": round(float(u)),
+            }
             for g, d, m, u in zip(counts, dur, mem, util)
         ]
 
@@ -64,7 +69,12 @@ LONG_INFER = JobClass("very-long-low-mem", "inference", {1: 1.0},
                       2.0 * _HOUR, 0.2, 1.6 * _HOUR, 2.8 * _HOUR, (6.0, 16.0), (18.0, 40.0))  # fmt: skip
 
 # (class, jobs): 50 fine-tunes and 30 batch-inference jobs.
-ARTICLE_MIX: tuple[tuple[JobClass, int], ...] = ((SHORT_FT, 26), (LONG_FT, 24), (SHORT_INFER, 24), (LONG_INFER, 6))
+ARTICLE_MIX: tuple[tuple[JobClass, int], ...] = (
+    (SHORT_FT, 26),
+    (LONG_FT, 24),
+    (SHORT_INFER, 24),
+    (LONG_INFER, 6),
+)
 
 
 def synth_article(seed: int = 0) -> list[Job]:
@@ -75,7 +85,7 @@ def synth_article(seed: int = 0) -> list[Job]:
     for cls, n in ARTICLE_MIX:
         rows.extend((cls, r) for r in cls.draw(rng, n))
     order = rng.permutation(len(rows))
-    return [_job(f"j{i + 1:03d}", 0.0, *rows[k], rng) for i, k in enumerate(order)]
+    return _jobs(1, [0.0] * len(rows), [rows[k] for k in order], rng)
 
 
 def synth_poisson(
@@ -112,7 +122,7 @@ def synth_poisson(
     rate = _arrival_rate(rows, rate_per_h, load, total_gpus)
     submit = np.cumsum(rng.exponential(_HOUR / rate, n_jobs))
     submit -= submit[0]
-    return [_job(f"j{i + 1}", float(round(t, 3)), cls, r, rng) for i, (t, (cls, r)) in enumerate(zip(submit, rows))]
+    return _jobs(1, np.round(submit, 3).tolist(), rows, rng)
 
 
 def _arrival_rate(rows, rate_per_h, load, total_gpus) -> float:  # type: ignore[no-untyped-def]
@@ -133,22 +143,30 @@ def _with_gpus(cls: JobClass, gpu_mix: Mapping[int, float]) -> JobClass:
                     cls.mem_gb, cls.util_pct)  # fmt: skip
 
 
-def _job(jid: str, submit_s: float, cls: JobClass, r: dict[str, float], rng: np.random.Generator) -> Job:
-    dur = r["duration_s"]
-    est = float(round(dur * np.exp(rng.normal(0.0, 0.2))))  # a decent predictor: ~20 % error
-    limit = float(np.ceil(dur * rng.uniform(1.5, 4.0) / 1800.0) * 1800.0)  # users' loose limits
-    return Job(
-        id=jid,
-        submit_s=submit_s,
-        gpus=int(r["gpus"]),
-        mem_gb=r["mem_gb"],
-        duration_s=dur,
-        est_duration_s=est,
-        est_mem_gb=round(min(r["mem_gb"] * rng.uniform(1.0, 1.1), 80.0), 1),
-        requested_s=limit,
-        user=f"u{int(rng.integers(1, 9))}",
-        name=f"{cls.kind}-{cls.name}",
-        gpu_util_pct=r["util"],
-        command="",
-        meta={"class": cls.name, "kind": cls.kind},
-    )
+def _jobs(first: int, submit_s: Sequence[float], rows, rng: np.random.Generator) -> list[Job]:  # type: ignore[no-untyped-def]
+    """Jobs from drawn rows, with an estimate (~20 % error), a loose user limit and a user each."""
+    n = len(rows)
+    noise = np.exp(rng.normal(0.0, 0.2, n))  # a decent predictor: ~20 % error
+    slack = rng.uniform(1.5, 4.0, n)  # users' limits are loose
+    mem_pad = rng.uniform(1.0, 1.1, n)
+    users = rng.integers(1, 9, n)
+    jobs = []
+    for i, ((cls, r), t) in enumerate(zip(rows, submit_s)):
+        dur = r["duration_s"]
+        jobs.append(
+            Job(
+                id=f"j{first + i:03d}",
+                submit_s=float(t),
+                gpus=int(r["gpus"]),
+                mem_gb=r["mem_gb"],
+                duration_s=dur,
+                est_duration_s=float(round(dur * noise[i])),
+                est_mem_gb=round(float(min(r["mem_gb"] * mem_pad[i], 80.0)), 1),
+                requested_s=float(np.ceil(dur * slack[i] / 1800.0) * 1800.0),
+                user=f"u{int(users[i])}",
+                name=f"{cls.kind}-{cls.name}",
+                gpu_util_pct=r["util"],
+                meta={"class": cls.name, "kind": cls.kind},
+            )
+        )
+    return jobs

@@ -60,7 +60,6 @@ class Easy(Backfill):
     def select(self, s: Scheduler, now: float) -> list[Started]:
         started: list[Started] = []
         state, placer = s.state, s.placer
-        exclusive = not state.sharing
         keys = iter(s.queue)
         head = -1
         for key in keys:
@@ -70,17 +69,19 @@ class Easy(Backfill):
                 head = jid
                 break
             s.start(jid, gpus, now, started)
-        if head >= 0:
-            shadow, proj = _reservation(s, head, now)
-            if proj is not None:
-                self._backfill(s, now, head, shadow, proj, keys, started, exclusive)
+        if head >= 0 and not (not state.sharing and state.idle_total == 0):
+            shadow, freed = _reservation(s, head, now)
+            if shadow < _INF:
+                self._backfill(s, now, head, shadow, freed, keys, started)
         s.drop_started(started)
         return started
 
     @staticmethod
-    def _backfill(s, now, head, shadow, proj, keys, started, exclusive) -> None:  # type: ignore[no-untyped-def]
+    def _backfill(s, now, head, shadow, freed, keys, started) -> None:  # type: ignore[no-untyped-def]
         state, placer = s.state, s.placer
+        exclusive = not state.sharing
         hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+        proj: ClusterState | None = None  # the state at the shadow time, built when first needed
         no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
         hurts_head: set[tuple[object, ...]] = set()
         for key in keys:
@@ -99,6 +100,10 @@ class Easy(Backfill):
                 continue
             if fk in hurts_head:
                 continue
+            if proj is None:
+                proj = state.copy()
+                for r in freed:
+                    proj.release(s.alloc[r], s.mem[r])
             proj.place(gpus, s.mem[jid])
             if placer.find(proj, hg, hmem, hspan) is None:
                 proj.release(gpus, s.mem[jid])
@@ -107,33 +112,58 @@ class Easy(Backfill):
             s.start(jid, gpus, now, started)
 
 
-def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, ClusterState | None]:
-    """Earliest time the head fits if running jobs end at their expected ends, and the state then.
+def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]:
+    """Earliest time the head fits if running jobs end at their expected ends, and the jobs ended by then.
 
-    Returns (inf, None) when that time is unknown (a running job has no estimate).
+    Returns (inf, []) when that time is unknown (a running job has no estimate).
     """
-    proj = s.state.copy()
-    hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
-    placer, node_of = s.placer, proj.gpu_node
+    if s.state.sharing or s.span[head]:
+        return _reservation_general(s, head, now)
+    # exclusive, single node: free-GPU counts per node are all it takes
+    idle = s.state.node_idle.copy()
+    caps, node_of = s.state.node_cap_gb, s.state.gpu_node
+    hg, hmem = s.gpus[head], s.mem[head]
+    freed: list[int] = []
     shadow = _INF
     for end, jid in s.running:
         if end > shadow:
             break
         if end == _INF:
-            return _INF, None
-        gpus = s.alloc[jid]
-        proj.release(gpus, s.mem[jid])
+            return _INF, []
+        freed.append(jid)
         if shadow < _INF:
             continue  # jobs ending at the same instant as the shadow are free by then too
+        for g in s.alloc[jid]:
+            n = node_of[g]
+            idle[n] += 1
+            if idle[n] >= hg and (hmem is None or hmem <= caps[n]):
+                shadow = max(end, now)
+    return (shadow, freed) if shadow < _INF else (_INF, [])
+
+
+def _reservation_general(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]:
+    proj = s.state.copy()
+    hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+    placer, node_of = s.placer, proj.gpu_node
+    freed: list[int] = []
+    shadow = _INF
+    for end, jid in s.running:
+        if end > shadow:
+            break
+        if end == _INF:
+            return _INF, []
+        gpus = s.alloc[jid]
+        proj.release(gpus, s.mem[jid])
+        freed.append(jid)
+        if shadow < _INF:
+            continue
         if hspan:
             ok = placer.find(proj, hg, hmem, True) is not None
         else:
             ok = any(placer.node_can_host(proj, n, hg, hmem) for n in {node_of[g] for g in gpus})
         if ok:
             shadow = max(end, now)
-    if shadow == _INF:
-        return _INF, None
-    return shadow, proj
+    return (shadow, freed) if shadow < _INF else (_INF, [])
 
 
 class Conservative(Backfill):
@@ -221,7 +251,7 @@ class _CountPlan:
         nodes = [n for n in range(len(caps)) if mem is None or mem <= caps[n]]
         best_t, best_nodes = _INF, None
         for n in nodes:
-            t, i = self._earliest_on(lambda row, n=n: row[n], g, d)
+            t, _i = self._earliest_on(lambda row, n=n: row[n], g, d)
             if t < best_t:
                 best_t, best_nodes = t, [n]
             elif t == best_t and best_nodes is not None:

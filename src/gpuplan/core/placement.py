@@ -41,8 +41,40 @@ class Placer(ABC):
         self, state: ClusterState, gpus: int, mem_gb: float | None, may_span: bool = False
     ) -> list[int] | None:
         """GPUs for a job of `gpus` GPUs and `mem_gb` per GPU, or None when it does not fit now."""
-        if gpus > state.idle_total and not state.sharing:
+        if state.sharing:
+            best_node = self._best_node_shared(state, gpus, mem_gb)
+        elif gpus > state.idle_total:
             return None
+        else:
+            counts = state.node_idle
+            if mem_gb is not None and mem_gb > state.min_cap_gb:
+                caps = state.node_cap_gb
+                counts = [k if mem_gb <= caps[n] else 0 for n, k in enumerate(counts)]
+            best_node = self.choose_node(state, counts, gpus) if max(counts) >= gpus else -1
+        if best_node >= 0:
+            if not state.sharing:
+                njobs = state.gpu_njobs
+                return [g for g in state.node_gpus[best_node] if njobs[g] == 0][:gpus]
+            return self._pick(state, state.node_gpus[best_node], gpus, mem_gb)
+        if may_span:
+            return self._span(state, gpus, mem_gb)
+        return None
+
+    def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
+        """Exclusive clusters: the node to use given each node's fitting GPU count, or -1.
+
+        Subclasses may override this with a faster equivalent of ranking by `node_key`.
+        """
+        best: tuple[float, ...] | None = None
+        best_node = -1
+        for node, fitting in enumerate(counts):
+            if fitting >= gpus:
+                key = self.node_key(state, node, fitting)
+                if best is None or key < best:
+                    best, best_node = key, node
+        return best_node
+
+    def _best_node_shared(self, state: ClusterState, gpus: int, mem_gb: float | None) -> int:
         best: tuple[float, ...] | None = None
         best_node = -1
         for node in range(len(state.node_gpus)):
@@ -51,15 +83,7 @@ class Placer(ABC):
                 key = self.node_key(state, node, fitting)
                 if best is None or key < best:
                     best, best_node = key, node
-                    if self.first_wins:
-                        break
-        if best_node >= 0:
-            return self._pick(state, state.node_gpus[best_node], gpus, mem_gb)
-        if may_span:
-            return self._span(state, gpus, mem_gb)
-        return None
-
-    first_wins: bool = False  # the first fitting node is the best one (first-fit): stop scanning
+        return best_node
 
     def _pick(self, state: ClusterState, candidates: list[int], gpus: int, mem_gb: float | None) -> list[int]:
         fit = [g for g in candidates if state.gpu_fits(g, mem_gb)]
@@ -86,7 +110,12 @@ class Placer(ABC):
 class FirstFit(Placer):
     name = "first-fit"
     description = "lowest-numbered node and GPUs that fit"
-    first_wins = True
+
+    def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
+        for n, k in enumerate(counts):
+            if k >= gpus:
+                return n
+        return -1
 
     def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
         return (node,)
@@ -99,6 +128,10 @@ class BestFit(Placer):
     name = "best-fit"
     description = "pack: the node with the fewest free GPUs that fit, the fullest GPUs first"
 
+    def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
+        best = min(((k, n) for n, k in enumerate(counts) if k >= gpus), default=None)
+        return -1 if best is None else best[1]
+
     def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
         return (fitting, node)
 
@@ -109,6 +142,10 @@ class BestFit(Placer):
 class Spread(Placer):
     name = "spread"
     description = "the node with the most free GPUs, the emptiest GPUs first"
+
+    def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
+        most = max(counts)
+        return counts.index(most) if most >= gpus else -1
 
     def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
         return (-fitting, -state.node_idle[node], node)

@@ -131,7 +131,7 @@ class Scheduler:
     def fits_key(self, jid: int) -> tuple[object, ...]:
         """Jobs with equal fits_key fit or fail alike on the same state."""
         mem = self.mem[jid]
-        if not self.state.sharing and mem is not None and mem <= min(self.state.node_cap_gb):
+        if not self.state.sharing and mem is not None and mem <= self.state.min_cap_gb:
             mem = None
         return (self.gpus[jid], mem, self.span[jid])
 

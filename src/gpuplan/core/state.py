@@ -22,6 +22,7 @@ class ClusterState:
         "gpu_node",
         "idle_total",
         "max_share",
+        "min_cap_gb",
         "node_cap_gb",
         "node_gpus",
         "node_idle",
@@ -43,6 +44,7 @@ class ClusterState:
             self.node_cap_gb.append(node.gpu.mem_gb)
             self.gpu_node.extend([n] * node.gpus)
             self.gpu_cap_gb.extend([node.gpu.mem_gb] * node.gpus)
+        self.min_cap_gb = min(self.node_cap_gb)
         self.gpu_free_gb = list(self.gpu_cap_gb)
         self.gpu_njobs = [0] * len(self.gpu_node)
         self.node_idle = [len(g) for g in self.node_gpus]
@@ -69,6 +71,14 @@ class ClusterState:
 
     def place(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
         """Book a job on `gpus`; the caller (a placer) has checked that it fits."""
+        if not self.sharing:  # exclusive: a GPU is taken whole; its free memory is not consulted
+            node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
+            for g in gpus:
+                if njobs[g] == 0:
+                    node_idle[node_of[g]] -= 1
+                    self.idle_total -= 1
+                njobs[g] += 1
+            return
         for g in gpus:
             if self.gpu_njobs[g] == 0:
                 self.node_idle[self.gpu_node[g]] -= 1
@@ -78,6 +88,14 @@ class ClusterState:
 
     def release(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
         """Undo `place` for a job that ended."""
+        if not self.sharing:
+            node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
+            for g in gpus:
+                njobs[g] -= 1
+                if njobs[g] == 0:
+                    node_idle[node_of[g]] += 1
+                    self.idle_total += 1
+            return
         for g in gpus:
             self.gpu_njobs[g] -= 1
             self.gpu_free_gb[g] += self.take_gb(g, mem_gb)
@@ -105,6 +123,7 @@ class ClusterState:
         new.gpu_cap_gb = self.gpu_cap_gb
         new.node_gpus = self.node_gpus
         new.node_cap_gb = self.node_cap_gb
+        new.min_cap_gb = self.min_cap_gb
         new.gpu_free_gb = self.gpu_free_gb.copy()
         new.gpu_njobs = self.gpu_njobs.copy()
         new.node_idle = self.node_idle.copy()

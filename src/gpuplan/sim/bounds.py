@@ -29,7 +29,9 @@ def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
     rel = [(j.submit_s - t0, j) for j in jobs]
     parts = {"longest-job": max(r + (j.duration_s or 0.0) for r, j in rel)}
     if cluster.sharing:
-        parts["memory-area"] = _area_bound(rel, lambda j: j.gpus * _mem_taken(j, cluster), cluster.total_mem_gb)
+        parts["memory-area"] = _area_bound(
+            rel, lambda j: j.gpus * _mem_taken(j, cluster), cluster.total_mem_gb
+        )
         parts["exclusive-area"] = _area_bound(
             [(r, j) for r, j in rel if _cannot_share(j, cluster)], lambda j: float(j.gpus), cluster.total_gpus
         )

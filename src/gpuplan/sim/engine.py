@@ -103,7 +103,11 @@ class _Run:
     """State of one simulation run (kept out of `simulate` so each step is a small method)."""
 
     def __init__(
-        self, jobs: Sequence[Job], sched: Scheduler, model: InterferenceModel | None, progress: ProgressFn | None
+        self,
+        jobs: Sequence[Job],
+        sched: Scheduler,
+        model: InterferenceModel | None,
+        progress: ProgressFn | None,
     ) -> None:
         self.jobs = jobs
         self.sched = sched

@@ -179,7 +179,8 @@ def row_cells(path: Path, header: list[str], rec: CsvRecord) -> list[str]:
     if rec.cells is None:
         if rec.unterminated:
             raise _truncated(path, rec, None, "")
-        raise InputError(str(path), rec.line, None, rec.error, "valid CSV quoting", reason="bad CSV quoting")
+        expected = "valid CSV: a quoted cell must be closed and then followed by a delimiter"
+        raise InputError(str(path), rec.line, None, rec.error, expected, reason="bad CSV")
     cells = rec.cells
     if len(cells) < len(header):
         missing = header[len(cells)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from gpuplan.model import Job
@@ -96,14 +97,14 @@ class _Plan:
         return self.header[self.columns[field]] if field in self.columns else field
 
 
-def _mapped_column(path: Path, header: list[str], field: str, column: str) -> int:
+def _mapped_column(where: str, header: list[str], field: str, column: str) -> int:
     stripped = [h.strip() for h in header]
     if column.strip() in stripped:
         return stripped.index(column.strip())
     normalized = [normalize_column(h) for h in header]
     if normalize_column(column) in normalized:
         return normalized.index(normalize_column(column))
-    raise TraceError(f"{path}:1: --map {field}={column}: no such column; the header has: {', '.join(header)}")
+    raise TraceError(f"{where}: --map {field}={column}: no such column; the header has: {', '.join(header)}")
 
 
 def _recognized(header: list[str], taken: dict[str, int]) -> tuple[dict[str, int], list[str]]:
@@ -148,14 +149,14 @@ def _substitutes(columns: dict[str, int]) -> tuple[list[str], tuple[str, ...]]:
     return notes, tuple(f for f in ("id", "submit_s") if f not in columns)
 
 
-def _plan(path: Path, header: list[str], options: ReadOptions) -> _Plan:
-    taken = {f: _mapped_column(path, header, f, c) for f, c in options.column_map.items()}
+def _plan(where: str, header: list[str], options: ReadOptions) -> _Plan:
+    taken = {f: _mapped_column(where, header, f, c) for f, c in options.column_map.items()}
     found, notes = _recognized(header, taken)
     columns = dict(sorted({**taken, **found}.items(), key=lambda item: item[1]))
     if "gpus" not in columns:
         names = ", ".join(RECOGNIZED_COLUMNS["gpus"])
         raise TraceError(
-            f"{path}:1: no GPU-count column (looked for {names}); the header has: "
+            f"{where}: no GPU-count column (looked for {names}); the header has: "
             f"{', '.join(header)}; name it with --map gpus=COLUMN"
         )
     extras = _extras(header, set(columns.values()))
@@ -197,11 +198,11 @@ class GenericCsvReader(TraceReader):
         first = _first_line(path)
         records = csv_records(path, _delimiter(path, first))
         rec = header_record(path, records)
-        plan = _plan(path, [c.strip() for c in rec.cells or []], options)
+        plan = _plan(f"{path}:{rec.line}", [c.strip() for c in rec.cells or []], options)
         units = {f: options.unit_for(f) for f in TIME_FIELDS}
         sink = RowSink(path, options.skip_bad)
         for row_number, rec in enumerate((r for r in records if not r.is_blank), start=1):
-            sink.add(rec.line, lambda rec=rec, n=row_number: _row_job(path, plan, units, rec, n), plan.label)
+            sink.add(rec.line, partial(_row_job, path, plan, units, rec, row_number), plan.label)
         return sink.result(self.name, plan.warnings, plan.not_provided)
 
 

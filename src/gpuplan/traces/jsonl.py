@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from gpuplan.errors import InputError
@@ -67,7 +68,7 @@ class JsonlReader(TraceReader):
         sink = RowSink(path, options.skip_bad)
         for line, text in read_lines(path):
             if text.strip():
-                sink.add(line, lambda line=line, text=text: _job_from_line(path, line, text))
+                sink.add(line, partial(_job_from_line, path, line, text))
         return sink.result(self.name, ignored_option_warnings(options, self.name))
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from gpuplan.model import Job
@@ -71,7 +71,7 @@ class OwnCsvReader(TraceReader):
         sink = RowSink(path, options.skip_bad)
         for rec in records:
             if not rec.is_blank:
-                sink.add(rec.line, lambda rec=rec: _row_job(path, header, rec))
+                sink.add(rec.line, partial(_row_job, path, header, rec))
         return sink.result(self.name, ignored_option_warnings(options, self.name))
 
 
