@@ -103,7 +103,10 @@ def _print_table(results: Sequence[SimResult], title: str) -> None:
         )  # fmt: skip
     lb = best.metrics.lower_bound_s
     table.add_row("lower bound (proven)", f"{lb / 3600:.2f}", "", "", "", "", "", "", "1.000×", style="cyan")
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=150)
+    console.print(table)
 
 
 def _report(results: Sequence[SimResult], out: Path, title: str, subtitle: str, notes: list[str]) -> Path:
@@ -113,10 +116,16 @@ def _report(results: Sequence[SimResult], out: Path, title: str, subtitle: str, 
     return write_report(results, out / "report.html", title=title, subtitle=subtitle, notes=notes)
 
 
-def _load_jobs(trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool) -> list[Job]:
-    from gpuplan.traces import ReadOptions, parse_column_map, read_trace
+def _load_jobs(
+    trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool, time_unit: str = "s"
+) -> list[Job]:
+    from gpuplan.traces import ReadOptions, parse_column_map, parse_time_unit, read_trace
 
-    opts = ReadOptions(column_map=parse_column_map(column_map) if column_map else {}, skip_bad=skip_bad)
+    opts = ReadOptions(
+        column_map=parse_column_map(column_map) if column_map else {},
+        time_unit=parse_time_unit(time_unit),
+        skip_bad=skip_bad,
+    )
     result = read_trace(trace, fmt, opts)
     for w in result.warnings:
         typer.echo(f"gpuplan: warning: {w}", err=True)
@@ -137,6 +146,7 @@ def simulate(
     oracle: Annotated[bool, typer.Option("--oracle", help="Policies see the true durations (an oracle run; every output says so).")] = False,
     fmt: Annotated[str | None, typer.Option("--format", help="Trace format; detected when omitted.")] = None,
     column_map: Annotated[str | None, typer.Option("--map", help="Column map for foreign CSVs: submit=COL,duration=COL,gpus=COL,...")] = None,
+    time_unit: Annotated[str, typer.Option("--time-unit", help="Unit of a foreign CSV's times: s, ms, min, h, or per field: submit=s,duration=min.")] = "s",
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many, instead of stopping.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write DIR/report.html with Gantt and utilization plots.")] = None,
     as_json: JsonOpt = False,
@@ -150,7 +160,7 @@ def simulate(
         spec = load_cluster(cluster, sharing=sharing)
         policies = _names(policy, policy_names(), "policy")
         backfills = _names(backfill, backfill_names(), "backfill mode")
-        jobs = _load_jobs(trace, fmt, column_map, skip_bad)
+        jobs = _load_jobs(trace, fmt, column_map, skip_bad, time_unit)
         results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
         _emit(results, as_json, f"{trace.name} on {spec.describe()}", out)
 
@@ -178,7 +188,8 @@ def _notes(results: Sequence[SimResult]) -> list[str]:
     fifo = [r for r in results if r.policy == "fifo"]
     best = results[0]
     if fifo and best.policy != "fifo":
-        f = min(fifo, key=lambda r: r.metrics.makespan_s)
+        plain = [r for r in fifo if r.backfill == "none"]
+        f = plain[0] if plain else min(fifo, key=lambda r: r.metrics.makespan_s)
         gain = f.metrics.makespan_s - best.metrics.makespan_s
         notes.append(
             f"best {best.label}: {best.metrics.makespan_s / 3600:.2f} h at {100 * best.metrics.utilization:.1f} % "

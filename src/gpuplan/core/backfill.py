@@ -80,8 +80,7 @@ class Easy(Backfill):
     def _backfill(s, now, head, shadow, freed, keys, started) -> None:  # type: ignore[no-untyped-def]
         state, placer = s.state, s.placer
         exclusive = not state.sharing
-        hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
-        proj: ClusterState | None = None  # the state at the shadow time, built when first needed
+        proj: _Projection | None = None  # the state at the shadow time, built when first needed
         no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
         hurts_head: set[tuple[object, ...]] = set()
         for key in keys:
@@ -101,15 +100,51 @@ class Easy(Backfill):
             if fk in hurts_head:
                 continue
             if proj is None:
-                proj = state.copy()
-                for r in freed:
-                    proj.release(s.alloc[r], s.mem[r])
-            proj.place(gpus, s.mem[jid])
-            if placer.find(proj, hg, hmem, hspan) is None:
-                proj.release(gpus, s.mem[jid])
+                proj = _Projection(s, freed, head)
+            if not proj.keeps_head_placeable(gpus, s.mem[jid]):
                 hurts_head.add(fk)
                 continue
             s.start(jid, gpus, now, started)
+
+
+class _Projection:
+    """The cluster at the head's shadow time: running jobs that end by then are gone, and backfilled
+    jobs that outlive it are still there. Exclusive single-node heads need only free-GPU counts."""
+
+    def __init__(self, s: Scheduler, freed: list[int], head: int) -> None:
+        self.s = s
+        self.hg, self.hmem, self.hspan = s.gpus[head], s.mem[head], s.span[head]
+        self.counts: list[int] | None = None
+        self.state: ClusterState | None = None
+        if not s.state.sharing and not self.hspan:
+            self.counts = s.state.node_idle.copy()
+            node_of = s.state.gpu_node
+            for r in freed:
+                for g in s.alloc[r]:
+                    self.counts[node_of[g]] += 1
+        else:
+            self.state = s.state.copy()
+            for r in freed:
+                self.state.release(s.alloc[r], s.mem[r])
+
+    def keeps_head_placeable(self, gpus: list[int], mem: float | None) -> bool:
+        """Book a candidate that outlives the shadow; undo it and say False if the head no longer fits."""
+        if self.counts is not None:
+            counts, node_of, caps = self.counts, self.s.state.gpu_node, self.s.state.node_cap_gb
+            for g in gpus:
+                counts[node_of[g]] -= 1
+            hg, hmem = self.hg, self.hmem
+            if any(k >= hg and (hmem is None or hmem <= caps[n]) for n, k in enumerate(counts)):
+                return True
+            for g in gpus:
+                counts[node_of[g]] += 1
+            return False
+        assert self.state is not None
+        self.state.place(gpus, mem)
+        if self.s.placer.find(self.state, self.hg, self.hmem, self.hspan) is None:
+            self.state.release(gpus, mem)
+            return False
+        return True
 
 
 def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]:
