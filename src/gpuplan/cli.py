@@ -155,11 +155,13 @@ def simulate(
     with _errors():
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import backfill_names
+        from gpuplan.core.placement import get_placer
         from gpuplan.core.policies import policy_names
 
         spec = load_cluster(cluster, sharing=sharing)
         policies = _names(policy, policy_names(), "policy")
         backfills = _names(backfill, backfill_names(), "backfill mode")
+        get_placer(placer)
         jobs = _load_jobs(trace, fmt, column_map, skip_bad, time_unit)
         results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
         _emit(results, as_json, f"{trace.name} on {spec.describe()}", out)
@@ -344,20 +346,13 @@ def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
 
 
 def main() -> int:
-    """Console entry point."""
+    """Console entry point: runs the app and returns its exit status (0 ok, 2 bad input)."""
     try:
-        app(standalone_mode=False)
-    except typer.Exit as e:
-        return e.exit_code
-    except Exception as e:  # click's usage errors and aborts
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
-            return 130
-        raise
+        app()
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        return e.code if isinstance(e.code, int) else 1
     return 0
 
 

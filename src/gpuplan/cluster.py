@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -85,7 +86,7 @@ def _node_group(group: Any, where: str, already: int) -> list[NodeSpec]:
     count = _positive_int(group.get("count", 1), f"{where}: count")
     gpus = _positive_int(group["gpus"], f"{where}: gpus")
     mem = group["gpu_mem_gb"]
-    if isinstance(mem, bool) or not isinstance(mem, int | float) or mem <= 0:
+    if isinstance(mem, bool) or not isinstance(mem, int | float) or not math.isfinite(mem) or mem <= 0:
         raise ClusterError(f"{where}: gpu_mem_gb = {mem!r} must be a positive number of GiB")
     gpu = GpuSpec(str(group.get("gpu_model", f"GPU-{mem}GB")), float(mem))
     prefix = str(group.get("name", "node"))

@@ -94,7 +94,7 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
         if unknown:
             out.append(
                 f"{unknown} of {len(jobs)} jobs have neither est_duration_s nor requested_s: "
-                "they plan as endless (never backfilled); use --oracle or --predict"
+                "they plan as endless (never backfilled); fill est_duration_s or use --oracle"
             )
     return out
 
