@@ -29,6 +29,8 @@ from gpuplan.traces.csvgeneric import RECOGNIZED_COLUMNS, GenericCsvReader, pars
 from gpuplan.traces.jsonl import JsonlReader, write_jsonl
 from gpuplan.traces.owncsv import OwnCsvReader, write_csv
 
+# Foreign formats register themselves on import (one module each). Add new ones below this line.
+
 __all__ = [
     "FIELD_ALIASES",
     "RECOGNIZED_COLUMNS",

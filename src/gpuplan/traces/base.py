@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from gpuplan.errors import GpuplanError, InputError, UnknownNameError
-from gpuplan.model import Job
+from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces._fields import JOB_FIELDS, TIME_FIELDS, TIME_UNITS
 
 __all__ = [
@@ -65,6 +65,8 @@ class TraceResult:
         source: the file read.
         format: the reader's name.
         missing_fields: Job fields that no job of the file provides, e.g. ["mem_gb", "gpu_util_pct"].
+        cluster: the cluster the trace itself describes (SWF header, Alibaba node list), if any.
+        censored: notes on what the trace cuts off (e.g. "412 running pods: durations are lower bounds").
     """
 
     jobs: list[Job]
@@ -73,6 +75,8 @@ class TraceResult:
     source: str = ""
     format: str = ""
     missing_fields: list[str] = field(default_factory=list)
+    cluster: ClusterSpec | None = None
+    censored: list[str] = field(default_factory=list)
 
     @property
     def skipped_total(self) -> int:
