@@ -50,7 +50,11 @@ def test_longest_job_counts_its_release_time() -> None:
     # big-jobs (1 node, so the whole-cluster and per-node groups coincide):
     #   k=1: jobs wider than 4 (c): 100 + 10 = 110;  k=2,3: c over 2, 3 slots: 105, 103.3;
     #   k=4..7: a and c: at most 102.5;  k=8: every job over 8 slots: 100 + (120 + 10) / 8 = 116.25.
-    jobs = [_job("a", 2, 50, submit=1000.0), _job("b", 1, 120, submit=1100.0), _job("c", 8, 10, submit=1100.0)]
+    jobs = [
+        _job("a", 2, 50, submit=1000.0),
+        _job("b", 1, 120, submit=1100.0),
+        _job("c", 8, 10, submit=1100.0),
+    ]
     bound = lower_bound(jobs, load_cluster("8xA100-80GB"))
     assert bound.parts == pytest.approx({"longest-job": 220.0, "gpu-area": 125.0, "big-jobs": 116.25})
     assert (bound.name, bound.value_s) == ("longest-job", 220.0)
@@ -114,7 +118,9 @@ def test_jobs_over_half_a_gpu_cannot_share() -> None:
     h200 = load_cluster("1xH200-141GB")
     jobs = [_job(f"x{i}", 1, 100, mem_gb=100.0) for i in range(3)]
     bound = lower_bound(jobs, h200)
-    assert bound.parts == pytest.approx({"longest-job": 100.0, "memory-area": 30000 / 141, "exclusive-area": 300.0})
+    assert bound.parts == pytest.approx(
+        {"longest-job": 100.0, "memory-area": 30000 / 141, "exclusive-area": 300.0}
+    )
     assert bound.name == "exclusive-area"
     assert simulate(jobs, h200, interference=_Model(0)).metrics.makespan_s == 300.0
 
@@ -141,7 +147,9 @@ def test_unknown_and_large_memory_count_as_the_smallest_gpu() -> None:
     )
     jobs = [_job("u", 1, 100), _job("v", 1, 100, mem_gb=60.0)]
     bound = lower_bound(jobs, cluster)
-    assert bound.parts == pytest.approx({"longest-job": 100.0, "memory-area": 8000 / 120, "exclusive-area": 100.0})
+    assert bound.parts == pytest.approx(
+        {"longest-job": 100.0, "memory-area": 8000 / 120, "exclusive-area": 100.0}
+    )
 
 
 def test_underestimated_memory_never_beats_the_bound() -> None:
@@ -173,7 +181,11 @@ def _instances(draw: st.DrawFn) -> tuple[ClusterSpec, list[Job]]:
         gpus = draw(st.integers(1, total if span else max(sizes)))
         mem = draw(st.one_of(st.none(), st.integers(1, int(min_cap)).map(float)))
         # estimates of memory never below the truth here (see test_underestimated_memory_never_beats_the_bound)
-        est_mem = None if mem is None else draw(st.one_of(st.none(), st.integers(int(mem), int(min_cap)).map(float)))
+        est_mem = (
+            None
+            if mem is None
+            else draw(st.one_of(st.none(), st.integers(int(mem), int(min_cap)).map(float)))
+        )
         dur = float(draw(st.integers(0, 100)))
         jobs.append(
             Job(

@@ -7,6 +7,7 @@ Unless a test says otherwise, estimates equal true durations, so plans and reali
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import defaultdict
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from gpuplan.cluster import load_cluster
 from gpuplan.core.backfill import backfill_names
+from gpuplan.core.interference import InterferenceModel
 from gpuplan.core.placement import placer_names
 from gpuplan.core.policies import ARTICLE_CLASSES, article_class, get_policy, policy_names
 from gpuplan.core.scheduler import Scheduler, Started
@@ -290,6 +292,28 @@ def test_conservative_with_a_spanning_job_books_gpus_it_can_hold_for_its_whole_r
     assert s.schedule(10.0) == [Started(5, (0, 1, 2, 3)), Started(6, (5, 6, 7, 8, 9))]
 
 
+@pytest.mark.parametrize("sharing", [False, True])
+def test_conservative_zero_length_jobs_still_hold_their_gpu_until_they_end(sharing: bool) -> None:
+    # One 100 GB GPU. a and b (60 GB each) both estimate 0 s (an oracle run of jobs that failed at once
+    # plans with 0 too). a starts at 0 and holds the GPU until the caller reports its end; b does not fit
+    # next to it (exclusive: one job per GPU; sharing: 120 GB > 100 GB) and must wait, not start on top.
+    cluster = _cluster(1, gpu=GpuSpec("G100", 100.0), sharing=sharing)
+    s = Scheduler(cluster, "fifo", "conservative", "first-fit")
+    s.submit(0, Job("a", 0.0, 1, mem_gb=60.0, est_duration_s=0.0))
+    s.submit(1, Job("b", 0.0, 1, mem_gb=60.0, est_duration_s=0.0))
+    assert s.schedule(0.0) == [Started(0, (0,))]
+    s.finish(0)
+    assert s.schedule(0.0) == [Started(1, (0,))]
+
+
+@pytest.mark.parametrize("backfill", BACKFILLS)
+def test_zero_length_jobs_in_an_oracle_run(backfill: str) -> None:
+    # One GPU; three jobs that end the instant they start: a, b, c all [0,0) on GPU 0, one after another.
+    jobs = [_job(n, 1, 0, est=5) for n in "abc"]
+    got = _run(jobs, _cluster(1), backfill, oracle=True)
+    assert got == {n: (0.0, 0.0, (0,)) for n in "abc"}
+
+
 # ---- 3. no backfill: strict order ---------------------------------------------------------------------
 
 
@@ -436,6 +460,34 @@ def test_interference_with_an_idle_neighbour() -> None:
     assert got["X"][1] == pytest.approx(150.0)
 
 
+def test_default_interference_model_drives_a_shared_run() -> None:
+    # No model given on a sharing cluster: the simulator uses InterferenceModel.default().
+    # X (100 % busy, 100 s) and Y (50 % busy, 30 s) share the H200 from 0 at rates r_x, r_y from the model;
+    # Y ends first at t_y = 30 / r_y; X has done t_y * r_x by then and finishes the rest alone at rate 1.
+    # Y, with unknown busy %, counts as the model's DEFAULT_UTIL_PCT in the second run.
+    model = InterferenceModel.default()
+    r_x, r_y = model.rate(100.0, [50.0]), model.rate(50.0, [100.0])
+    assert 0.0 < r_y < r_x < 1.0
+    t_y = 30.0 / r_y
+    assert t_y < 100.0 / r_x  # Y is done first
+    jobs = [
+        _job("X", 1, 100, mem_gb=60.0, gpu_util_pct=100.0),
+        _job("Y", 1, 30, mem_gb=60.0, gpu_util_pct=50.0),
+    ]
+    got = _run(jobs, load_cluster("1xH200-141GB"))
+    assert got["Y"][1] == pytest.approx(t_y)
+    assert got["X"][1] == pytest.approx(t_y + (100.0 - t_y * r_x))
+
+    jobs[1] = _job("Y", 1, 30, mem_gb=60.0)
+    u = InterferenceModel.DEFAULT_UTIL_PCT
+    r_x, r_y = model.rate(100.0, [u]), model.rate(u, [100.0])
+    t_y = 30.0 / r_y
+    assert t_y < 100.0 / r_x
+    got = _run(jobs, load_cluster("1xH200-141GB"))
+    assert got["Y"][1] == pytest.approx(t_y)
+    assert got["X"][1] == pytest.approx(t_y + (100.0 - t_y * r_x))
+
+
 def test_multi_gpu_job_is_slowed_by_a_neighbour_on_one_of_its_gpus() -> None:
     # 1 node x 2 H200, sharing. J (2 GPUs, 100 %, 100 s) on GPUs 0,1; K (1 GPU, 50 %, 30 s) goes to GPU 0
     # (first-fit). J's rate is its slowest GPU's: 100/150 on GPU 0; K runs at 1/2, ends at 60; J has done
@@ -507,6 +559,23 @@ def test_random_workloads_sharing_never_overcommit_memory(seed: int) -> None:
     jobs = synth_poisson(50, seed=seed, load=0.9, total_gpus=32, gpu_mix=_MIX)
     for policy, backfill, placer in itertools.product(POLICIES, BACKFILLS, PLACERS):
         res = simulate(jobs, cluster, policy, backfill, placer, interference=_Model(k=0.5))
+        _check_schedule(jobs, res)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_random_workloads_with_spanning_jobs(seed: int) -> None:
+    # every third job may span nodes, and the wide ones among them (4 and 8 GPUs) double to 8 and 16
+    cluster = load_cluster("4x8xA100-80GB")
+    jobs = synth_poisson(60, seed=seed, load=0.9, total_gpus=32, gpu_mix=_MIX)
+    jobs = [
+        dataclasses.replace(j, gpus=j.gpus * 2 if j.gpus >= 4 else j.gpus, may_span_nodes=True)
+        if i % 3 == 0
+        else j
+        for i, j in enumerate(jobs)
+    ]
+    assert any(j.gpus > 8 for j in jobs)
+    for policy, backfill, placer in itertools.product(POLICIES, BACKFILLS, PLACERS):
+        res = simulate(jobs, cluster, policy, backfill, placer)
         _check_schedule(jobs, res)
 
 

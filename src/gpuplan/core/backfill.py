@@ -80,7 +80,8 @@ class Easy(Backfill):
     def _backfill(s, now, head, shadow, freed, keys, started) -> None:  # type: ignore[no-untyped-def]
         state, placer = s.state, s.placer
         exclusive = not state.sharing
-        proj: _Projection | None = None  # the state at the shadow time, built when first needed
+        # built before any backfill: jobs started below that end by the shadow are gone by then too
+        proj = _Projection(s, freed, head)
         no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
         hurts_head: set[tuple[object, ...]] = set()
         for key in keys:
@@ -99,11 +100,11 @@ class Easy(Backfill):
                 continue
             if fk in hurts_head:
                 continue
-            if proj is None:
-                proj = _Projection(s, freed, head)
             if not proj.keeps_head_placeable(gpus, s.mem[jid]):
-                hurts_head.add(fk)
-                continue
+                gpus = proj.place_elsewhere(jid)  # the placer's first choice took the head's GPUs
+                if gpus is None:
+                    hurts_head.add(fk)
+                    continue
             s.start(jid, gpus, now, started)
 
 
@@ -127,14 +128,19 @@ class _Projection:
             for r in freed:
                 self.state.release(s.alloc[r], s.mem[r])
 
+    def _head_fits_counts(self, counts: list[int]) -> bool:
+        hg, hmem, caps = self.hg, self.hmem, self.s.state.node_cap_gb
+        if hmem is None or hmem <= self.s.state.min_cap_gb:
+            return max(counts) >= hg
+        return any(k >= hg and hmem <= caps[n] for n, k in enumerate(counts))
+
     def keeps_head_placeable(self, gpus: list[int], mem: float | None) -> bool:
         """Book a candidate that outlives the shadow; undo it and say False if the head no longer fits."""
         if self.counts is not None:
-            counts, node_of, caps = self.counts, self.s.state.gpu_node, self.s.state.node_cap_gb
+            counts, node_of = self.counts, self.s.state.gpu_node
             for g in gpus:
                 counts[node_of[g]] -= 1
-            hg, hmem = self.hg, self.hmem
-            if any(k >= hg and (hmem is None or hmem <= caps[n]) for n, k in enumerate(counts)):
+            if self._head_fits_counts(counts):
                 return True
             for g in gpus:
                 counts[node_of[g]] += 1
@@ -145,6 +151,30 @@ class _Projection:
             self.state.release(gpus, mem)
             return False
         return True
+
+    def _head_nodes(self) -> set[int]:
+        """Nodes the head could use at the shadow time."""
+        st = self.s.state
+        if self.counts is not None:
+            caps, hg, hmem = st.node_cap_gb, self.hg, self.hmem
+            return {n for n, k in enumerate(self.counts) if k >= hg and (hmem is None or hmem <= caps[n])}
+        assert self.state is not None
+        gpus = self.s.placer.find(self.state, self.hg, self.hmem, self.hspan) or []
+        return {st.gpu_node[g] for g in gpus}
+
+    def place_elsewhere(self, jid: int) -> list[int] | None:
+        """GPUs for `jid` now on nodes the head does not need at the shadow time (booked), or None."""
+        s = self.s
+        masked = s.state.copy()
+        for n in self._head_nodes():
+            for g in masked.node_gpus[n]:
+                masked.gpu_njobs[g] = max(masked.gpu_njobs[g], masked.max_share)
+            masked.idle_total -= masked.node_idle[n]
+            masked.node_idle[n] = 0
+        gpus = s.placer.find(masked, s.gpus[jid], s.mem[jid], s.span[jid])
+        if gpus is None or not self.keeps_head_placeable(gpus, s.mem[jid]):
+            return None
+        return gpus
 
 
 def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]:
@@ -235,6 +265,11 @@ class Conservative(Backfill):
         return started
 
 
+def _booked_end(t: float, plan_s: float) -> float:
+    """End of a booking from t: a job planned to take no time still holds its GPUs for an instant."""
+    return max(t + plan_s, math.nextafter(t, _INF))
+
+
 class _CountPlan:
     """Exclusive clusters: free GPUs per node at each breakpoint time (a step function)."""
 
@@ -279,6 +314,15 @@ class _CountPlan:
                 return times[cand], cand
         return _INF, -1
 
+    def _earliest_spanning(self, nodes: list[int], g: int, d: float) -> float:
+        """Earliest start where the GPUs free on each node throughout [t, t+d) add up to g: a spanning
+        job holds the same GPUs for its whole run."""
+        for i, t in enumerate(self.times):
+            window_min = self._window_min(i, d)
+            if sum(window_min[n] for n in nodes) >= g:
+                return t
+        return _INF
+
     def earliest(self, jid: int, only_now: bool) -> tuple[float, list[int] | None]:
         s = self.s
         g, d, mem = s.gpus[jid], s.plan[jid], s.mem[jid]
@@ -292,7 +336,7 @@ class _CountPlan:
             elif t == best_t and best_nodes is not None:
                 best_nodes.append(n)
         if best_nodes is None and s.span[jid]:
-            best_t, _ = self._earliest_on(lambda row: sum(row[n] for n in nodes), g, d)
+            best_t = self._earliest_spanning(nodes, g, d)
             best_nodes = nodes if best_t < _INF else None
         if only_now and best_t > self.now:
             return best_t, None
@@ -321,7 +365,7 @@ class _CountPlan:
         for g in gpus:
             n = self.s.state.gpu_node[g]
             per_node[n] = per_node.get(n, 0) + 1
-        self._take(self.now, self.now + self.s.plan[jid], per_node)
+        self._take(self.now, _booked_end(self.now, self.s.plan[jid]), per_node)
 
     def book(self, jid: int, t: float, nodes: list[int]) -> None:
         s = self.s
@@ -337,7 +381,7 @@ class _CountPlan:
                 break
         if len(nodes) > 1 and not s.span[jid]:
             per_node = {nodes[0]: g}  # a single-node job: the first node that fits earliest
-        self._take(t, t + s.plan[jid], per_node)
+        self._take(t, _booked_end(t, s.plan[jid]), per_node)
 
     def _take(self, t0: float, t1: float, per_node: dict[int, int]) -> None:
         i0 = self._breakpoint(t0)
@@ -368,7 +412,7 @@ class _GpuPlan:
         s = self.s
         d = s.plan[jid]
         for t in sorted(x for x in self.times if x >= self.now):
-            gpus = s.placer.find(self._window(t, t + d), s.gpus[jid], s.mem[jid], s.span[jid])
+            gpus = s.placer.find(self._window(t, _booked_end(t, d)), s.gpus[jid], s.mem[jid], s.span[jid])
             if gpus is not None or only_now:
                 return t, gpus
         return _INF, None
@@ -377,10 +421,10 @@ class _GpuPlan:
         return gpus
 
     def book_started(self, jid: int, gpus: list[int]) -> None:
-        self._book(self.now, self.now + self.s.plan[jid], gpus, self.s.mem[jid])
+        self._book(self.now, _booked_end(self.now, self.s.plan[jid]), gpus, self.s.mem[jid])
 
     def book(self, jid: int, t: float, gpus: list[int]) -> None:
-        self._book(t, t + self.s.plan[jid], gpus, self.s.mem[jid])
+        self._book(t, _booked_end(t, self.s.plan[jid]), gpus, self.s.mem[jid])
 
     def _window(self, t0: float, t1: float) -> ClusterState:
         """The cluster as a job running over [t0, t1) sees it: everything booked then counts."""

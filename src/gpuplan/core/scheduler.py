@@ -67,9 +67,12 @@ class Scheduler:
         self.jobs: dict[int, Job] = {}
 
     # -- the clock-independent API -------------------------------------------------------------
-    def submit(self, jid: int, job: Job) -> None:
-        """Queue a job. Raises JobNeverFitsError when no placement on the empty cluster hosts it."""
-        mem = job.planning_mem_gb(self.oracle)
+    def submit(self, jid: int, job: Job, book_mem_gb: float | None = None) -> None:
+        """Queue a job. Raises JobNeverFitsError when no placement on the empty cluster hosts it.
+
+        `book_mem_gb` overrides the per-GPU memory to book (default: the job's estimate, or its true
+        memory in oracle runs)."""
+        mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
         if self.placer.find(self._empty, job.gpus, mem, job.may_span_nodes) is None:
             raise JobNeverFitsError(self._never_fits_message(job, mem))
         plan = job.planning_duration_s(self.oracle)
@@ -84,8 +87,8 @@ class Scheduler:
 
     def schedule(self, now: float) -> list[Started]:
         """Start every job the policy and the backfill mode allow now; returns the decisions."""
-        if not self.queue:
-            return []
+        if not self.queue or (not self.state.sharing and self.state.idle_total == 0):
+            return []  # nothing can start on a full exclusive cluster, whatever the mode
         return self.backfill.select(self, now)
 
     def finish(self, jid: int) -> None:

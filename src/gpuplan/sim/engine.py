@@ -99,6 +99,18 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
     return out
 
 
+def _booked_mem(job: Job, oracle: bool) -> float | None:
+    """Memory the simulator books for a job: its estimate, or its true use when that is larger.
+
+    A job whose estimate is too low still takes its real memory (in life it would run out of memory
+    on a full GPU and be restarted; the simulator does not model that restart, it books what the job
+    really takes, so no schedule it makes is physically impossible)."""
+    est, true = job.planning_mem_gb(oracle), job.mem_gb
+    if est is None or true is None:
+        return est
+    return max(est, true)
+
+
 class _Run:
     """State of one simulation run (kept out of `simulate` so each step is a small method)."""
 
@@ -144,7 +156,8 @@ class _Run:
                 if self.version.get(jid, 0) == ver:
                     self._finish(jid, now)
             while ai < n and jobs[order[ai]].submit_s - self.t0 <= now:
-                sched.submit(order[ai], jobs[order[ai]])
+                job = jobs[order[ai]]
+                sched.submit(order[ai], job, book_mem_gb=_booked_mem(job, sched.oracle))
                 ai += 1
             for st in sched.schedule(now):
                 self._start(st, now)
@@ -217,7 +230,9 @@ class _Run:
 
     def _util(self, jid: int) -> float:
         u = self.jobs[jid].gpu_util_pct
-        return self.model.DEFAULT_UTIL_PCT if u is None and self.model is not None else (u or 100.0)
+        if u is not None:
+            return u
+        return self.model.DEFAULT_UTIL_PCT if self.model is not None else 100.0
 
     def _stuck_message(self) -> str:
         ids = [self.jobs[j].id for j in itertools.islice(self.sched.waiting_jids(), 5)]

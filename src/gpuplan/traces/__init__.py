@@ -30,6 +30,12 @@ from gpuplan.traces.jsonl import JsonlReader, write_jsonl
 from gpuplan.traces.owncsv import OwnCsvReader, write_csv
 
 # Foreign formats register themselves on import (one module each). Add new ones below this line.
+# isort: split
+from gpuplan.traces.alibaba import AlibabaGpuReader  # noqa: F401
+from gpuplan.traces.helios import HeliosReader  # noqa: F401
+from gpuplan.traces.parquet import ParquetReader, write_parquet  # noqa: F401
+from gpuplan.traces.sacct import SacctReader  # noqa: F401
+from gpuplan.traces.swf import SwfReader  # noqa: F401
 
 __all__ = [
     "FIELD_ALIASES",
@@ -58,6 +64,7 @@ _WRITERS: dict[str, Callable[[Iterable[Job], Path], None]] = {
     ".jsonl": write_jsonl,
     ".ndjson": write_jsonl,
     ".csv": write_csv,
+    ".parquet": write_parquet,
 }
 
 

@@ -1,0 +1,1171 @@
+"""Slurm accounting traces: `sacct --parsable2` text (format "sacct") and `sacct --json` ("sacct-json").
+
+What to run (docs/formats.md, section "Slurm sacct", says more):
+
+    sacct -a -P -S 2026-01-01 -E now -o JobID,JobIDRaw,JobName,User,Account,Partition,State,ExitCode,\
+Submit,Start,End,Elapsed,Timelimit,AllocTRES,ReqTRES,AllocNodes,NodeList,MaxRSS,TRESUsageInMax
+
+One job per allocation row: an array task (`123_4`) or a heterogeneous component (`14+0`) is a job of
+its own. Step rows (`123.batch`, `123.extern`, `123.0`, `14+0.batch`) are folded into their job: their
+peak MaxRSS and TRESUsageInMax become the job's usage. Jobs without GPUs are left out and counted under
+`skipped`; jobs that never started are kept with `duration_s` None and `meta["never_started"]`.
+Slurm prints times in the cluster's local time without a zone: they are read as UTC.
+
+Parsing is pure: text in, jobs out. Values that repeat across rows (TRES strings, limits, states) are
+parsed once per distinct text, which keeps a million-row file within a few seconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from gpuplan.errors import InputError
+from gpuplan.model import Job
+from gpuplan.traces._rows import HEAD_BYTES, RowSink, clip, ignored_option_warnings
+from gpuplan.traces.base import (
+    ReadOptions,
+    TraceError,
+    TraceReader,
+    TraceResult,
+    TruncatedTraceError,
+    register_reader,
+)
+
+__all__ = [
+    "SACCT_COLUMNS",
+    "SACCT_COMMAND",
+    "SACCT_JSON_COMMAND",
+    "STATE_MEANINGS",
+    "SacctJsonReader",
+    "SacctReader",
+    "parse_duration",
+    "parse_size",
+    "parse_tres",
+]
+
+SACCT_COLUMNS: tuple[str, ...] = (
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "Timelimit",
+    "AllocTRES",
+    "ReqTRES",
+    "AllocNodes",
+    "NodeList",
+    "MaxRSS",
+    "TRESUsageInMax",
+)
+SACCT_COMMAND = f"sacct -a -P -S 2026-01-01 -E now -o {','.join(SACCT_COLUMNS)}"
+SACCT_JSON_COMMAND = "sacct -a --json -S 2026-01-01 -E now"
+
+# What each final state says about the run; kept as meta["state"] on every job.
+STATE_MEANINGS: dict[str, str] = {
+    "COMPLETED": "ran to the end with exit code 0",
+    "FAILED": "ended with a non-zero exit code or a signal (meta exit_code 'code:signal')",
+    "TIMEOUT": "killed at its time limit: the work was cut short, so the need was longer than duration_s",
+    "CANCELLED": "cancelled by a user or an admin (sacct prints 'CANCELLED by UID'), running or pending",
+    "OUT_OF_MEMORY": "killed for going over its memory limit",
+    "NODE_FAIL": "a node it ran on failed",
+    "PREEMPTED": "preempted by a higher-priority job: the work was cut short",
+    "BOOT_FAIL": "a node failed to boot, so it never really ran",
+    "DEADLINE": "cancelled at its --deadline",
+    "PENDING": "still queued when sacct ran: never started",
+    "RUNNING": "still running when sacct ran: duration unknown, meta elapsed_s is a lower bound",
+    "SUSPENDED": "suspended when sacct ran: duration unknown",
+    "REQUEUED": "requeued; it runs again under the same id",
+}
+
+_CPU_ONLY = "no GPUs (CPU-only job)"
+_SHARES_ONLY = "GPU shares only (gres/shard or gres/mps, no whole GPU)"
+_ACTIVE_STATES = frozenset({"RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "COMPLETING", "CONFIGURING"})
+_NO_TIME = frozenset({"", "None", "Unknown", "N/A", "NONE", "UNKNOWN"})
+_NO_LIMIT = {"UNLIMITED": "UNLIMITED", "INFINITE": "UNLIMITED", "Partition_Limit": "Partition_Limit"}
+_NO_NODES = frozenset({"", "None assigned", "(null)"})
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+_GIB = float(1 << 30)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_MEMO_LIMIT = 1 << 16
+_MAX_IDS_SHOWN = 5
+
+_DURATION_RE = re.compile(r"(?:(?:(\d+)-)?(\d+):)?(\d+):(\d+)(?:\.(\d{1,6}))?", re.ASCII)
+_JOBID_RE = re.compile(
+    r"(\d+)(?:_(\d+|\[[0-9,%:\-]+\]))?(?:\+(\d+))?(?:\.([A-Za-z0-9_]+(?:\+\d+)?))?", re.ASCII
+)
+_TRES_RE = re.compile(r"[^=,\s]+=[^=,\s]+(?:,[^=,\s]+=[^=,\s]+)*", re.ASCII)
+_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.ASCII)
+_COUNT_RE = re.compile(r"\d+", re.ASCII)
+_STATE_RE = re.compile(r"([A-Z][A-Z_]*)(?: by (\d+))?", re.ASCII)
+_EXIT_RE = re.compile(r"\d+:\d+", re.ASCII)
+
+_EXPECT_DURATION = "a duration [D-]HH:MM:SS, MM:SS or MM:SS.mmm (minutes and seconds below 60)"
+_EXPECT_LIMIT = f"{_EXPECT_DURATION}, UNLIMITED or Partition_Limit"
+_EXPECT_TIME = "a time such as 2026-11-30T00:38:02 (read as UTC), None or Unknown"
+_EXPECT_TRES = "TRES items NAME=VALUE separated by commas, e.g. billing=1,cpu=1,gres/gpu=2,node=1"
+_EXPECT_COUNT = "a whole number >= 0"
+_EXPECT_SIZE = "a size such as 218280K, 1.50G or 0 (units K, M, G, T, P; none means bytes)"
+
+
+class _Bad(Exception):
+    """A bad cell: its value, what was expected and a short reason; the caller adds file, line, column."""
+
+    def __init__(self, value: object, expected: str, what: str) -> None:
+        super().__init__(what)
+        self.value = value
+        self.expected = expected
+        self.what = what
+
+
+# ---- value parsers (pure; each raises _Bad) -------------------------------------------------------
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Slurm duration: `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`, each with an optional `.mmm`.
+
+    Raises:
+        ValueError: any other text, a negative duration, or minutes/seconds of 60 or more.
+    """
+    try:
+        return _duration(text)
+    except _Bad as e:
+        raise ValueError(f"{text!r}: {e.what} (expected {e.expected})") from None
+
+
+def _duration(text: str) -> float:
+    s = text.strip()
+    m = _DURATION_RE.fullmatch(s)
+    if m is None:
+        raise _Bad(text, _EXPECT_DURATION, "negative" if s.startswith("-") else "not a duration")
+    days, hours, minutes, seconds, frac = m.groups()
+    if int(minutes) >= 60 or int(seconds) >= 60 or (days is not None and int(hours) >= 24):
+        raise _Bad(text, _EXPECT_DURATION, "out of range")
+    total = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    return total + float(f"0.{frac}") if frac else float(total)
+
+
+def _limit(text: str) -> float | None:
+    s = text.strip()
+    if not s or s in _NO_LIMIT:
+        return None
+    try:
+        return _duration(s)
+    except _Bad as e:
+        raise _Bad(text, _EXPECT_LIMIT, e.what) from None
+
+
+def _time(text: str) -> float | None:
+    s = text.strip()
+    if s in _NO_TIME:
+        return None
+    if s.isascii() and s.isdigit():  # SLURM_TIME_FORMAT=%s
+        return float(int(s))
+    try:
+        dt = datetime.fromisoformat(s)
+        value = (dt - (_EPOCH if dt.tzinfo is None else _EPOCH_UTC)).total_seconds()
+    except (ValueError, OverflowError):
+        raise _Bad(text, _EXPECT_TIME, "not a time") from None
+    if value < 0:
+        raise _Bad(text, _EXPECT_TIME + ", not before 1970", "before 1970")
+    return value
+
+
+def _count(text: str, expected: str = _EXPECT_COUNT) -> int:
+    s = text.strip()
+    if _COUNT_RE.fullmatch(s):
+        return int(s)
+    raise _Bad(text, expected, "negative" if s.startswith("-") and s[1:].isdigit() else "not a whole number")
+
+
+def _optional_count(text: str) -> int | None:
+    return _count(text) if text.strip() else None
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a Slurm size such as `218280K`, `62.50G` or `0` (no unit means bytes).
+
+    Raises:
+        ValueError: any other text.
+    """
+    try:
+        return _size(text)
+    except _Bad as e:
+        raise ValueError(f"{text!r}: {e.what} (expected {e.expected})") from None
+
+
+def _size(text: str) -> int:
+    s = text.strip()
+    m = _SIZE_RE.fullmatch(s)
+    if m is None:
+        raise _Bad(text, _EXPECT_SIZE, "negative" if s.startswith("-") else "not a size")
+    return round(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def _optional_size(text: str) -> int | None:
+    return _size(text) if text.strip() else None
+
+
+def parse_tres(text: str) -> dict[str, str]:
+    """The items of a TRES string such as `billing=1,cpu=1,gres/gpu=2,node=1`, in order.
+
+    Raises:
+        ValueError: an item without '=' or with an empty name or value.
+    """
+    try:
+        return _tres_items(text)
+    except _Bad as e:
+        raise ValueError(f"{text!r}: {e.what} (expected {e.expected})") from None
+
+
+def _tres_items(text: str) -> dict[str, str]:
+    s = text.strip()
+    if not s:
+        return {}
+    if _TRES_RE.fullmatch(s) is None:
+        raise _Bad(text, _EXPECT_TRES, "bad TRES")
+    return dict(item.split("=", 1) for item in s.split(","))
+
+
+@dataclass(slots=True, frozen=True)
+class _Alloc:
+    """The GPU and node counts of an AllocTRES/ReqTRES string."""
+
+    empty: bool
+    gpus: int
+    nodes: int | None
+    gpu_types: tuple[tuple[str, int], ...]
+    shares: bool  # gres/shard or gres/mps without a whole GPU
+
+
+def _alloc(text: str) -> _Alloc:
+    items = _tres_items(text)
+    untyped: int | None = None
+    typed: list[tuple[str, int]] = []
+    nodes: int | None = None
+    shares = False
+    for name, value in items.items():
+        if name == "gres/gpu":
+            untyped = _count(value, _EXPECT_TRES + " (GPU counts are whole numbers >= 0)")
+        elif name.startswith("gres/gpu:"):
+            typed.append((name[9:], _count(value, _EXPECT_TRES + " (GPU counts are whole numbers >= 0)")))
+        elif name == "node":
+            nodes = _count(value, _EXPECT_TRES + " (node counts are whole numbers >= 0)")
+        elif name.split(":", 1)[0] in ("gres/shard", "gres/mps"):
+            shares = shares or value.strip() not in ("0", "")
+    # Slurm prints the total and each type (gres/gpu=2,gres/gpu:a100=2): the total wins.
+    gpus = untyped if untyped is not None else sum(n for _, n in typed)
+    return _Alloc(not items, gpus, nodes, tuple(typed), shares)
+
+
+def _usage(text: str) -> tuple[int | None, float | None]:
+    """(gres/gpumem in bytes, gres/gpuutil in percent) of a TRESUsageInMax string, None when absent."""
+    items = _tres_items(text)
+    mem = items.get("gres/gpumem")
+    util = items.get("gres/gpuutil")
+    mem_bytes = _size(mem) if mem is not None else None
+    if util is None:
+        return mem_bytes, None
+    try:
+        pct = float(util)
+    except ValueError:
+        pct = -1.0
+    if not 0 <= pct < float("inf"):
+        raise _Bad(text, _EXPECT_TRES + " (gres/gpuutil a percent >= 0)", "bad gres/gpuutil")
+    return mem_bytes, pct
+
+
+def _state(text: str) -> tuple[str, str]:
+    s = text.strip()
+    m = _STATE_RE.fullmatch(s)
+    if m is None:
+        raise _Bad(text, "a Slurm job state such as COMPLETED, FAILED or 'CANCELLED by 0'", "not a state")
+    return m.group(1), s
+
+
+def _exit_code(text: str) -> str:
+    s = text.strip()
+    if s and _EXIT_RE.fullmatch(s) is None:
+        raise _Bad(text, "CODE:SIGNAL, e.g. 0:0, 3:0 or 0:11", "not an exit code")
+    return s
+
+
+def _job_id(text: str) -> re.Match[str]:
+    m = _JOBID_RE.fullmatch(text.strip())
+    if m is None:
+        expected = "a job id: 123, array task 123_4, pending array 123_[5-9%2], het 14+0, step 123.batch"
+        raise _Bad(text, expected, "not a job id")
+    return m
+
+
+class _Memo(dict[str, Any]):
+    """Parses each distinct cell text once; a bad text raises every time and is not stored."""
+
+    def __init__(self, parse: Callable[[str], Any]) -> None:
+        super().__init__()
+        self.parse = parse
+
+    def __missing__(self, text: str) -> Any:
+        if len(self) >= _MEMO_LIMIT:
+            self.clear()
+        value = self[text] = self.parse(text)
+        return value
+
+
+# ---- the text reader ------------------------------------------------------------------------------
+
+_ALIASES = {name.lower(): name for name in SACCT_COLUMNS}
+
+
+@dataclass(slots=True)
+class _Columns:
+    """Header positions by canonical column name, the labels as the file spells them, and extras."""
+
+    header_text: str
+    width: int
+    index: dict[str, int]
+    labels: dict[str, str]
+    extras: list[tuple[int, str]]
+
+    def label(self, name: str) -> str:
+        return self.labels.get(name, name)
+
+
+def _columns(path: Path, line: int, text: str) -> _Columns:
+    names = [n.strip() for n in text.split("|")]
+    width = len(names)
+    if names[-1] == "" and width > 1:  # `sacct -p` ends every line with '|'
+        names = names[:-1]
+    where = f"{path}:{line}: header"
+    if any(not n for n in names):
+        raise TraceError(f"{where}: an empty column name in {clip(text)!r}; give the header sacct prints")
+    index: dict[str, int] = {}
+    labels: dict[str, str] = {}
+    extras: list[tuple[int, str]] = []
+    for i, name in enumerate(names):
+        canonical = _ALIASES.get(name.lower())
+        if canonical in index or name in (label for _, label in extras):
+            raise TraceError(f"{where}: column {name!r} appears twice")
+        if canonical is None:
+            extras.append((i, name))
+        else:
+            index[canonical] = i
+            labels[canonical] = name
+    _check_required(where, index, names)
+    return _Columns(text, width, index, labels, extras)
+
+
+def _check_required(where: str, index: dict[str, int], names: list[str]) -> None:
+    missing = [c for c in ("JobID", "Submit") if c not in index]
+    if "Elapsed" not in index and not {"Start", "End"} <= set(index):
+        missing.append("Elapsed (or Start and End)")
+    if "AllocTRES" not in index and "ReqTRES" not in index:
+        missing.append("AllocTRES (or ReqTRES)")
+    if missing:
+        raise TraceError(
+            f"{where}: required sacct column(s) {', '.join(missing)} missing; the header has: "
+            f"{', '.join(names)}. Run: {SACCT_COMMAND}"
+        )
+
+
+_MISSING_COLUMN_NOTES = {
+    "Timelimit": "requested_s",
+    "User": "user",
+    "JobName": "name",
+    "State": "meta state",
+    "TRESUsageInMax": "mem_gb and gpu_util_pct (GPU memory and utilization)",
+    "AllocNodes": "the node count (taken from TRES node= instead)",
+}
+
+
+@dataclass(slots=True)
+class _Usage:
+    """The peaks over a job's rows (allocation and steps)."""
+
+    rss: int | None = None
+    gpumem: int | None = None
+    gpuutil: float | None = None
+
+    def add(self, rss: int | None, gpumem: int | None, gpuutil: float | None) -> None:
+        if rss is not None and (self.rss is None or rss > self.rss):
+            self.rss = rss
+        if gpumem is not None and (self.gpumem is None or gpumem > self.gpumem):
+            self.gpumem = gpumem
+        if gpuutil is not None and (self.gpuutil is None or gpuutil > self.gpuutil):
+            self.gpuutil = gpuutil
+
+
+class _Collector:
+    """The jobs of one file: unique ids, skipped counts (via RowSink), usage folding and notes."""
+
+    def __init__(self, path: Path, skip_bad: bool) -> None:
+        self.sink = RowSink(path, skip_bad)
+        self.where: dict[str, str] = {}
+        self.usage: dict[str, _Usage] = {}
+        self.left_out: dict[str, list[str]] = {}
+        self.dropped: set[str] = set()  # ids of rows skipped or left out, so their steps are not orphans
+        self.never_started = 0
+        self.remainders = 0
+        self.active = 0
+
+    def keep(self, job: Job, where: str) -> str | None:
+        """Keep the job; when its id was seen before, keep nothing and return where it was first."""
+        first = self.where.get(job.id)
+        if first is not None:
+            return first
+        self.where[job.id] = where
+        self.sink.jobs.append(job)
+        flags = job.meta
+        if "never_started" in flags:
+            self.never_started += 1
+            if "array_pending_remainder" in flags:
+                self.remainders += 1
+        elif "elapsed_s" in flags:
+            self.active += 1
+        return None
+
+    def leave_out(self, reason: str, job_id: str) -> None:
+        """Count a job that is valid but has no place in a GPU trace (not an error, even without skip_bad)."""
+        self.left_out.setdefault(reason, []).append(job_id)
+        self.dropped.add(job_id)
+
+    def add_usage(self, job_id: str, rss: int | None, gpumem: int | None, gpuutil: float | None) -> None:
+        if rss is None and gpumem is None and gpuutil is None:
+            return
+        usage = self.usage.get(job_id)
+        if usage is None:
+            usage = self.usage[job_id] = _Usage()
+        usage.add(rss, gpumem, gpuutil)
+
+    def result(self, fmt: str, notes: list[str]) -> TraceResult:
+        """The TraceResult; jobs left out are counted in `skipped` under their reason.
+
+        Raises:
+            TraceError: no GPU job at all.
+        """
+        orphans = self._fold_usage()
+        left = {reason: len(ids) for reason, ids in self.left_out.items()}
+        if not self.sink.jobs and left:
+            rejected = f", {dict(self.sink.skipped)} rejected" if self.sink.skipped else ""
+            raise TraceError(f"{self.sink.path}: the trace holds no GPU job ({left}{rejected})")
+        for reason, ids in self.left_out.items():
+            shown = ", ".join(ids[:_MAX_IDS_SHOWN]) + (", ..." if len(ids) > _MAX_IDS_SHOWN else "")
+            notes.append(f"{len(ids)} job(s) left out, {reason}: {shown} (counted in `skipped`)")
+        if orphans:
+            notes.append(f"{orphans} job(s) with step rows but no allocation row: their usage is ignored")
+        if self.never_started:
+            notes.append(
+                f"{self.never_started} job(s) never started (cancelled or pending; {self.remainders} pending "
+                "array remainder(s)): kept with duration_s None and meta never_started, not runnable history"
+            )
+        result = self.sink.result(fmt, notes)
+        for reason, n in left.items():
+            result.skipped[reason] = result.skipped.get(reason, 0) + n
+        if self.active:
+            result.censored.append(
+                f"{self.active} job(s) still running or suspended: duration_s None, meta elapsed_s "
+                "is a lower bound"
+            )
+        return result
+
+    def _fold_usage(self) -> int:
+        if not self.usage:
+            return 0
+        for job in self.sink.jobs:
+            usage = self.usage.pop(job.id, None)
+            if usage is not None:
+                _apply_usage(job, usage)
+        return sum(1 for key in self.usage if key not in self.dropped)
+
+
+def _apply_usage(job: Job, usage: _Usage) -> None:
+    if usage.rss is not None:
+        job.meta["max_rss_gb"] = usage.rss / _GIB
+    if usage.gpumem is not None:
+        # TRESUsageInMax gpumem is taken as the job's total over its GPUs (see docs/formats.md).
+        job.meta["gpumem_max_gb"] = usage.gpumem / _GIB
+        job.mem_gb = usage.gpumem / _GIB / job.gpus
+    if usage.gpuutil is not None:
+        job.meta["gpuutil_max_pct"] = usage.gpuutil
+        job.gpu_util_pct = min(100.0, usage.gpuutil / job.gpus)
+
+
+class _RowParser:
+    """Turns the cells of one `sacct -P` row into a Job (allocation rows) or usage (step rows)."""
+
+    def __init__(self, cols: _Columns) -> None:
+        self.cols = cols
+        idx = cols.index.get
+        self.i_id = cols.index["JobID"]
+        self.i_submit = cols.index["Submit"]
+        self.i_raw, self.i_name, self.i_user = idx("JobIDRaw"), idx("JobName"), idx("User")
+        self.i_account, self.i_partition, self.i_state = idx("Account"), idx("Partition"), idx("State")
+        self.i_exit, self.i_start, self.i_end = idx("ExitCode"), idx("Start"), idx("End")
+        self.i_elapsed, self.i_limit = idx("Elapsed"), idx("Timelimit")
+        self.i_alloc, self.i_req, self.i_nodes = idx("AllocTRES"), idx("ReqTRES"), idx("AllocNodes")
+        self.i_nodelist, self.i_rss, self.i_usage = idx("NodeList"), idx("MaxRSS"), idx("TRESUsageInMax")
+        self.memos = {
+            "Submit": _Memo(_time),
+            "Start": _Memo(_time),
+            "End": _Memo(_time),
+            "Elapsed": _Memo(_duration),
+            "Timelimit": _Memo(_limit),
+            "AllocTRES": _Memo(_alloc),
+            "ReqTRES": _Memo(_alloc),
+            "AllocNodes": _Memo(_optional_count),
+            "State": _Memo(_state),
+            "ExitCode": _Memo(_exit_code),
+            "MaxRSS": _Memo(_optional_size),
+        }
+        self.column = "JobID"  # the column being parsed, for error messages
+
+    def _get(self, name: str, cells: list[str], i: int) -> Any:
+        self.column = name
+        return self.memos[name][cells[i]]
+
+    def step_key(self, job_id: str) -> str:
+        """The id of the job a step row belongs to (`14+0.batch` -> `14+0`)."""
+        self.column = "JobID"
+        m = _job_id(job_id)
+        return job_id.strip().rpartition(".")[0] if m.group(4) else job_id.strip()
+
+    def usage(self, cells: list[str]) -> tuple[int | None, int | None, float | None]:
+        """(MaxRSS bytes, gres/gpumem bytes, gres/gpuutil %) of a row; None where absent."""
+        rss = self._get("MaxRSS", cells, self.i_rss) if self.i_rss is not None else None
+        gpumem = gpuutil = None
+        if self.i_usage is not None:
+            text = cells[self.i_usage]
+            if "gres/gpu" in text:
+                self.column = "TRESUsageInMax"
+                gpumem, gpuutil = _usage(text)
+            elif text:
+                self.column = "TRESUsageInMax"
+                _tres_items(text)
+        return rss, gpumem, gpuutil
+
+    def _alloc_of(self, cells: list[str]) -> _Alloc:
+        if self.i_alloc is not None:
+            alloc = self._get("AllocTRES", cells, self.i_alloc)
+            if not alloc.empty or self.i_req is None:
+                return alloc
+        return self._get("ReqTRES", cells, self.i_req)  # type: ignore[arg-type]
+
+    def job(self, cells: list[str], job_id: str) -> tuple[Job, _Alloc]:
+        """The Job of an allocation row and its TRES (gpus may be 0: the caller leaves it out)."""
+        meta: dict[str, Any] = {}
+        self.column = "JobID"
+        job_id = job_id.strip()
+        if not (job_id.isascii() and job_id.isdigit()):
+            _id_meta(_job_id(job_id), meta)
+        submit = self._get("Submit", cells, self.i_submit)
+        if submit is None:
+            raise _Bad(cells[self.i_submit], _EXPECT_TIME.replace(", None or Unknown", ""), "missing")
+        alloc = self._alloc_of(cells)
+        state = self._state_meta(cells, meta)
+        started, end = self._times_meta(cells, meta, state, alloc)
+        duration = self._duration(cells, meta, started, end, state)
+        limit = self._get("Timelimit", cells, self.i_limit) if self.i_limit is not None else None
+        nodes = self._nodes(cells, alloc, meta)
+        self._misc_meta(cells, meta, limit, alloc)
+        job = Job(
+            id=job_id,
+            submit_s=submit,
+            gpus=alloc.gpus,
+            duration_s=duration,
+            requested_s=limit,
+            user=cells[self.i_user] if self.i_user is not None else "",
+            name=cells[self.i_name] if self.i_name is not None else "",
+            may_span_nodes=nodes is not None and nodes > 1,
+            meta=meta,
+        )
+        return job, alloc
+
+    def _state_meta(self, cells: list[str], meta: dict[str, Any]) -> str:
+        if self.i_state is None:
+            return ""
+        state, raw = self._get("State", cells, self.i_state)
+        meta["state"] = state
+        if raw != state:
+            meta["state_raw"] = raw
+        if self.i_exit is not None:
+            code = self._get("ExitCode", cells, self.i_exit)
+            if code:
+                meta["exit_code"] = code
+        return state
+
+    def _times_meta(
+        self, cells: list[str], meta: dict[str, Any], state: str, alloc: _Alloc
+    ) -> tuple[bool, float | None]:
+        start = end = None
+        if self.i_start is not None:
+            start = self._get("Start", cells, self.i_start)
+            started = start is not None
+        else:
+            allocated = self.i_alloc is None or not self._get("AllocTRES", cells, self.i_alloc).empty
+            started = state != "PENDING" and allocated
+        if self.i_end is not None:
+            end = self._get("End", cells, self.i_end)
+        if start is not None:
+            meta["start_s"] = start
+        if end is not None:
+            meta["end_s"] = end
+        if not started or "array_pending_remainder" in meta:
+            meta["never_started"] = True
+            return False, end
+        return True, end
+
+    def _duration(
+        self, cells: list[str], meta: dict[str, Any], started: bool, end: float | None, state: str
+    ) -> float | None:
+        if not started:
+            return None
+        if self.i_elapsed is not None:
+            elapsed = self._get("Elapsed", cells, self.i_elapsed)
+        else:
+            elapsed = None if end is None else end - meta["start_s"]
+            if elapsed is not None and elapsed < 0:
+                self.column = "End"
+                raise _Bad(cells[self.i_end], "an End time not before Start", "before Start")  # type: ignore[index]
+        still_running = state in _ACTIVE_STATES or (self.i_end is not None and end is None)
+        if still_running:
+            if elapsed is not None:
+                meta["elapsed_s"] = elapsed
+            else:
+                meta["elapsed_s"] = 0.0
+            return None
+        return elapsed
+
+    def _nodes(self, cells: list[str], alloc: _Alloc, meta: dict[str, Any]) -> int | None:
+        nodes = None
+        if self.i_nodes is not None:
+            nodes = self._get("AllocNodes", cells, self.i_nodes)
+        if not nodes:
+            nodes = alloc.nodes if alloc.nodes else nodes
+        if nodes is not None:
+            meta["nodes"] = nodes
+        return nodes
+
+    def _misc_meta(self, cells: list[str], meta: dict[str, Any], limit: float | None, alloc: _Alloc) -> None:
+        for key, i in (
+            ("partition", self.i_partition),
+            ("account", self.i_account),
+            ("job_id_raw", self.i_raw),
+        ):
+            if i is not None and cells[i]:
+                meta[key] = cells[i]
+        if self.i_nodelist is not None and cells[self.i_nodelist] not in _NO_NODES:
+            meta["nodelist"] = cells[self.i_nodelist]
+        if limit is None and self.i_limit is not None:
+            sentinel = _NO_LIMIT.get(cells[self.i_limit].strip())
+            if sentinel:
+                meta["timelimit"] = sentinel
+        if alloc.gpu_types:
+            meta["gpu_types"] = dict(alloc.gpu_types)
+        for i, key in self.cols.extras:
+            if cells[i]:
+                meta[key] = cells[i]
+
+
+def _id_meta(m: re.Match[str], meta: dict[str, Any]) -> None:
+    base, task, het, step = m.groups()
+    if step is not None:
+        raise _Bad(m.string, "an allocation row id (steps follow their job's row)", "a step")
+    if task is not None:
+        meta["array_job_id"] = base
+        if task.startswith("["):
+            meta["array_task_spec"] = task[1:-1]
+            meta["array_pending_remainder"] = True
+        else:
+            meta["array_task_id"] = int(task)
+    if het is not None:
+        meta["het_job_id"] = base
+        meta["het_job_offset"] = int(het)
+
+
+_TRUNCATED = "a complete row; the file ends in the middle of it (no newline at the end), so it looks cut off"
+
+
+def _located(path: Path, line: int, terminated: bool, column: str | None, bad: _Bad) -> InputError:
+    reason = f"{column}: {bad.what}" if column else bad.what
+    value = clip(bad.value) if isinstance(bad.value, str) else bad.value
+    if not terminated:
+        expected = f"{bad.expected}; {_TRUNCATED}"
+        return TruncatedTraceError(str(path), line, column, value, expected, "truncated last line")
+    return InputError(str(path), line, column, value, bad.expected, reason)
+
+
+def _width_error(path: Path, line: int, cols: _Columns, body: str, cells: list[str], terminated: bool):  # type: ignore[no-untyped-def]
+    n = len(cells)
+    if n < cols.width:
+        names = sorted(cols.index, key=cols.index.__getitem__)
+        by_pos = {cols.index[c]: cols.labels[c] for c in names} | {i: k for i, k in cols.extras}
+        column = by_pos.get(n, f"#{n + 1}")
+        if not terminated:
+            return TruncatedTraceError(str(path), line, column, clip(body), _TRUNCATED, "truncated last line")
+    else:
+        column = f"#{cols.width + 1} (beyond the header)"
+    expected = (
+        f"{cols.width} '|'-separated fields as in the header, got {n} "
+        "(a '|' inside a job name shifts the fields: rename the job or drop JobName)"
+    )
+    return InputError(str(path), line, column, clip(body), expected, "wrong number of fields")
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    try:
+        if _is_gzip(path):
+            return gzip.open(path, "rb")
+        return path.open("rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open the trace file: {e.strerror or e}") from e
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text without its line ending, whether it ended with a newline); gzip read as is.
+
+    Raises:
+        TraceError: unreadable file or broken gzip data; InputError: a line that is not UTF-8.
+    """
+    with _open_binary(path) as f:
+        number = 0
+        try:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    value = clip(raw.decode("utf-8", errors="replace"))
+                    raise InputError(str(path), number, None, value, "UTF-8 text", "not UTF-8") from e
+                if number == 1:
+                    text = text.removeprefix("\ufeff")
+                terminated = text.endswith("\n")
+                yield number, text.rstrip("\r\n") if terminated else text, terminated
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise TruncatedTraceError(
+                str(path), number + 1, None, "", f"complete gzip data ({e})", "truncated last line"
+            ) from e
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read the trace file: {e.strerror or e}") from e
+
+
+def _head_text(path: Path, head: str) -> str:
+    """The first bytes of the file as text, decompressed when it is gzip (detection never raises)."""
+    if not head.startswith("\x1f\ufffd") and path.suffix.lower() != ".gz":
+        return head
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read(HEAD_BYTES).decode("utf-8", errors="replace").removeprefix("\ufeff")
+    except (OSError, EOFError, zlib.error):
+        return ""
+
+
+def _first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "")
+
+
+def _read_text(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
+    out = _Collector(path, options.skip_bad)
+    notes = ignored_option_warnings(options, fmt)
+    parser: _RowParser | None = None
+    cols: _Columns | None = None
+    repeated = 0
+    for number, body, terminated in _lines(path):
+        if not body or body.isspace():
+            continue
+        if cols is None:
+            cols = _columns(path, number, body)
+            parser = _RowParser(cols)
+            continue
+        if body == cols.header_text:
+            repeated += 1  # outputs of several sacct runs concatenated
+            continue
+        _read_row(path, out, parser, cols, number, body, terminated)  # type: ignore[arg-type]
+    if cols is None:
+        raise TraceError(f"{path}: the file is empty (no header, no job rows). Run: {SACCT_COMMAND}")
+    if repeated:
+        notes.append(f"{repeated} repeated header line(s) skipped (several sacct outputs in one file)")
+    absent = [f"{c} ({what})" for c, what in _MISSING_COLUMN_NOTES.items() if c not in cols.index]
+    if absent:
+        notes.append(f"sacct column(s) absent, so unknown: {'; '.join(absent)}")
+    return out.result(fmt, notes)
+
+
+def _read_row(
+    path: Path, out: _Collector, parser: _RowParser, cols: _Columns, number: int, body: str, terminated: bool
+) -> None:
+    cells = body.split("|")
+    try:
+        if len(cells) != cols.width:
+            raise _width_error(path, number, cols, body, cells, terminated)
+        job_id = cells[parser.i_id]
+        if "." in job_id:
+            out.add_usage(parser.step_key(job_id), *parser.usage(cells))
+            return
+        job, alloc = parser.job(cells, job_id)
+        if job.gpus == 0:
+            out.leave_out(_SHARES_ONLY if alloc.shares else _CPU_ONLY, job.id)
+            return
+        usage = parser.usage(cells)
+        first = out.keep(job, f"line {number}")
+        if first is not None:
+            expected = f"a unique job id; {first} already has it (was sacct run with -D/--duplicates?)"
+            raise InputError(str(path), number, cols.label("JobID"), job.id, expected, "JobID: duplicate")
+        out.add_usage(job.id, *usage)
+    except _Bad as bad:
+        out.sink.reject(_located(path, number, terminated, cols.label(parser.column), bad))
+        out.dropped.add(cells[parser.i_id].strip() if len(cells) > parser.i_id else "")
+    except InputError as e:
+        out.sink.reject(e)
+
+
+@register_reader
+class SacctReader(TraceReader):
+    """Reads `sacct --parsable2` (`-P`) output; see `SACCT_COMMAND` for the columns to ask for."""
+
+    name = "sacct"
+    description = "Slurm accounting: `sacct -a -P -o JobID,...,AllocTRES,...` text (steps folded)"
+    priority = 20
+
+    def detect(self, path: Path, head: str) -> bool:
+        first = _first_line(_head_text(path, head))
+        if "|" not in first:
+            return False
+        names = {n.strip().lower() for n in first.split("|")}
+        return "jobid" in names and bool(names & {"state", "elapsed", "submit", "alloctres", "reqtres"})
+
+    def read(self, path: Path, options: ReadOptions) -> TraceResult:
+        return _read_text(path, options, self.name)
+
+
+# ---- the JSON reader ------------------------------------------------------------------------------
+
+_MISSING = object()
+_NO_VAL = 0xFFFFFFFE  # Slurm's NO_VAL (Partition_Limit); INFINITE (UNLIMITED) is one more
+
+
+class _JsonRecord:
+    """One `jobs[i]` record of `sacct --json`: typed access by key path; a bad value raises _Bad."""
+
+    def __init__(self, rec: Any, index: int) -> None:
+        self.rec = rec
+        self.prefix = f"jobs[{index}]"
+        self.column = self.prefix
+
+    def value(self, *keys: str | int) -> Any:
+        """The value at `keys` (None when absent or null); versions 0.0.39+ wrap numbers, unwrapped here."""
+        self.column = self.prefix + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys)
+        node: Any = self.rec
+        for key in keys:
+            if isinstance(key, int):
+                node = node[key] if isinstance(node, list) and key < len(node) else None
+            elif isinstance(node, dict):
+                node = node.get(key)
+            else:
+                node = None
+            if node is None:
+                return None
+        if isinstance(node, dict) and "number" in node:
+            if node.get("infinite"):
+                return _NO_VAL + 1
+            return node["number"] if node.get("set", True) else None
+        return node
+
+    def count(self, *keys: str | int, required: bool = False) -> int | None:
+        value = self.value(*keys)
+        if value is None and not required:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            what = (
+                "negative"
+                if isinstance(value, int | float) and not isinstance(value, bool)
+                else "not a count"
+            )
+            raise _Bad(_shown(value), "a whole number >= 0", "missing" if value is None else what)
+        return value
+
+    def text(self, *keys: str | int) -> str:
+        value = self.value(*keys)
+        if value is None:
+            return ""
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return ",".join(value)  # state.current is a list from 0.0.39 on
+        if not isinstance(value, str):
+            raise _Bad(_shown(value), "a string", "not a string")
+        return value
+
+    def items(self, *keys: str | int) -> list[Any]:
+        value = self.value(*keys)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise _Bad(_shown(value), "a list", "not a list")
+        return value
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return clip(json.dumps(value, default=str))
+    return value
+
+
+def _json_id(rec: _JsonRecord, meta: dict[str, Any]) -> str:
+    raw = rec.count("job_id", required=True)
+    meta["job_id_raw"] = str(raw)
+    array_job = rec.count("array", "job_id")
+    if array_job:
+        task_id = rec.count("array", "task_id")
+        meta["array_job_id"] = str(array_job)
+        if task_id is not None:
+            meta["array_task_id"] = task_id
+            return f"{array_job}_{task_id}"
+        spec = rec.text("array", "task").strip("[]")
+        if spec:
+            meta["array_task_spec"] = spec
+            meta["array_pending_remainder"] = True
+            return f"{array_job}_[{spec}]"
+    het_job = rec.count("het", "job_id")
+    if het_job:
+        offset = rec.count("het", "job_offset")
+        meta["het_job_id"] = str(het_job)
+        if offset is not None:
+            meta["het_job_offset"] = offset
+            return f"{het_job}+{offset}"
+    return str(raw)
+
+
+def _json_alloc(rec: _JsonRecord, which: str) -> _Alloc:
+    untyped: int | None = None
+    typed: list[tuple[str, int]] = []
+    nodes: int | None = None
+    shares = False
+    items = rec.items("tres", which)
+    for k in range(len(items)):
+        kind, name = rec.text("tres", which, k, "type"), rec.text("tres", which, k, "name")
+        if kind not in ("gres", "node"):
+            continue
+        n = rec.count("tres", which, k, "count") or 0
+        if kind == "node":
+            nodes = n
+        elif name == "gpu":
+            untyped = n
+        elif name.startswith("gpu:"):
+            typed.append((name[4:], n))
+        elif name.split(":", 1)[0] in ("shard", "mps"):
+            shares = shares or n > 0
+    gpus = untyped if untyped is not None else sum(n for _, n in typed)
+    return _Alloc(not items, gpus, nodes, tuple(typed), shares)
+
+
+def _json_usage(rec: _JsonRecord) -> _Usage:
+    usage = _Usage()
+    for s in range(len(rec.items("steps"))):
+        for k in range(len(rec.items("steps", s, "tres", "requested", "max"))):
+            kind = rec.text("steps", s, "tres", "requested", "max", k, "type")
+            name = rec.text("steps", s, "tres", "requested", "max", k, "name")
+            if kind == "mem":
+                usage.add(rec.count("steps", s, "tres", "requested", "max", k, "count"), None, None)
+            elif kind == "gres" and name == "gpumem":
+                usage.add(None, rec.count("steps", s, "tres", "requested", "max", k, "count"), None)
+            elif kind == "gres" and name == "gpuutil":
+                util = rec.count("steps", s, "tres", "requested", "max", k, "count")
+                usage.add(None, None, None if util is None else float(util))
+    return usage
+
+
+def _json_exit(rec: _JsonRecord) -> str:
+    status = rec.text("exit_code", "status")
+    if not status:
+        return ""
+    code = rec.count("exit_code", "return_code") or 0
+    signal = rec.count("exit_code", "signal", "signal_id") or 0
+    return f"{code}:{signal}"
+
+
+def _json_times(rec: _JsonRecord, meta: dict[str, Any], state: str) -> float | None:
+    start = rec.count("time", "start") or None
+    end = rec.count("time", "end") or None
+    if start is not None:
+        meta["start_s"] = float(start)
+    if end is not None:
+        meta["end_s"] = float(end)
+    if start is None or "array_pending_remainder" in meta:
+        meta["never_started"] = True
+        return None
+    elapsed = rec.count("time", "elapsed")
+    if elapsed is None:
+        elapsed = None if end is None else max(0, end - start)
+    if state in _ACTIVE_STATES or end is None:
+        meta["elapsed_s"] = float(elapsed or 0)
+        return None
+    return None if elapsed is None else float(elapsed)
+
+
+def _json_limit(rec: _JsonRecord, meta: dict[str, Any]) -> float | None:
+    limit = rec.count("time", "limit")
+    if limit is None or limit >= _NO_VAL:
+        meta["timelimit"] = "Partition_Limit" if limit == _NO_VAL else "UNLIMITED"
+        return None
+    return limit * 60.0
+
+
+def _json_job(rec: _JsonRecord) -> tuple[Job, _Alloc, _Usage]:
+    if not isinstance(rec.rec, dict):
+        raise _Bad(_shown(rec.rec), "a JSON object per job", "not an object")
+    meta: dict[str, Any] = {}
+    job_id = _json_id(rec, meta)
+    submit = rec.count("time", "submission", required=True)
+    state_text = rec.text("state", "current")
+    state = ""
+    if state_text:
+        state, _ = _state(state_text)
+        meta["state"] = state
+    code = _json_exit(rec)
+    if code:
+        meta["exit_code"] = code
+    alloc = _json_alloc(rec, "allocated")
+    if alloc.empty:
+        alloc = _json_alloc(rec, "requested")
+    duration = _json_times(rec, meta, state)
+    limit = _json_limit(rec, meta)
+    nodes = rec.count("allocation_nodes") or alloc.nodes
+    if nodes is not None:
+        meta["nodes"] = nodes
+    for key in ("partition", "account"):
+        if rec.text(key):
+            meta[key] = rec.text(key)
+    if rec.text("nodes") not in _NO_NODES:
+        meta["nodelist"] = rec.text("nodes")
+    if alloc.gpu_types:
+        meta["gpu_types"] = dict(alloc.gpu_types)
+    job = Job(
+        id=job_id,
+        submit_s=float(submit),  # type: ignore[arg-type]
+        gpus=alloc.gpus,
+        duration_s=duration,
+        requested_s=limit,
+        user=rec.text("user"),
+        name=rec.text("name"),
+        may_span_nodes=nodes is not None and nodes > 1,
+        meta=meta,
+    )
+    return job, alloc, _json_usage(rec)
+
+
+def _json_document(path: Path) -> Any:
+    with _open_binary(path) as f:
+        try:
+            data = f.read()
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise TruncatedTraceError(
+                str(path), None, None, "", f"complete gzip data ({e})", "truncated last line"
+            ) from e
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read the trace file: {e.strerror or e}") from e
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(
+            str(path), line, None, clip(repr(data[e.start : e.start + 8])), "UTF-8 text", "not UTF-8"
+        ) from e
+    if not text.strip():
+        raise TraceError(f"{path}: the file is empty (no job records). Run: {SACCT_JSON_COMMAND}")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError(str(path), None, None, "", "JSON nested less deeply", "bad JSON") from None
+    except json.JSONDecodeError as e:
+        value = clip(text.splitlines()[e.lineno - 1] if e.lineno - 1 < len(text.splitlines()) else "")
+        expected = f"valid JSON ({e.msg} at line {e.lineno} char {e.colno})"
+        if e.pos >= len(text.rstrip()):
+            raise TruncatedTraceError(
+                str(path),
+                e.lineno,
+                None,
+                value,
+                f"{expected}; the file ends early, so it looks cut off",
+                "truncated last line",
+            ) from None
+        raise InputError(str(path), e.lineno, None, value, expected, "bad JSON") from None
+
+
+def _json_jobs(path: Path, doc: Any) -> list[Any]:
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise TraceError(
+            f"{path}: not `sacct --json` output (no top-level 'jobs' list). Run: {SACCT_JSON_COMMAND}"
+        )
+    first = jobs[0] if jobs else None
+    if isinstance(first, dict) and "time" not in first and "submit_time" in first:
+        raise TraceError(
+            f"{path}: this is `squeue --json` output (the live queue), not accounting; "
+            f"run: {SACCT_JSON_COMMAND}"
+        )
+    return jobs
+
+
+def _read_json(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
+    out = _Collector(path, options.skip_bad)
+    notes = ignored_option_warnings(options, fmt)
+    for index, raw in enumerate(_json_jobs(path, _json_document(path))):
+        rec = _JsonRecord(raw, index)
+        try:
+            job, alloc, usage = _json_job(rec)
+        except _Bad as bad:
+            field = rec.column.removeprefix(rec.prefix).lstrip(".") or "record"
+            reason = f"{field}: {bad.what}"
+            out.sink.reject(InputError(str(path), None, rec.column, bad.value, bad.expected, reason))
+            continue
+        if job.gpus == 0:
+            out.leave_out(_SHARES_ONLY if alloc.shares else _CPU_ONLY, job.id)
+            continue
+        first = out.keep(job, rec.prefix)
+        if first is not None:
+            expected = f"a unique job id; {first} already has it"
+            out.sink.reject(InputError(str(path), None, rec.prefix, job.id, expected, "id: duplicate"))
+            continue
+        out.add_usage(job.id, usage.rss, usage.gpumem, usage.gpuutil)
+    notes.append(
+        "exit codes come from `sacct --json`, which in Slurm 22.05 loses plain non-zero exits "
+        "(exit 3 reads 0:0); signals survive. Use `sacct -P` ExitCode when exit codes matter"
+    )
+    return out.result(fmt, notes)
+
+
+@register_reader
+class SacctJsonReader(TraceReader):
+    """Reads `sacct --json` output (openapi dbv0.0.38, Slurm 22.05; later versions' wrapped numbers too),
+    plain or gzipped."""
+
+    name = "sacct-json"
+    description = "Slurm accounting: `sacct -a --json` (plain or .gz; steps folded)"
+    priority = 20
+
+    def detect(self, path: Path, head: str) -> bool:
+        text = _head_text(path, head).lstrip()
+        return text.startswith("{") and '"jobs"' in text and ('"submission"' in text or "openapi/dbv" in text)
+
+    def read(self, path: Path, options: ReadOptions) -> TraceResult:
+        return _read_json(path, options, self.name)
