@@ -34,7 +34,11 @@ class LazyProgress:
             self._bar.stop()
 
     def advance(self, steps: int = 1, description: str | None = None) -> None:
-        self.done += steps
+        self.set(self.done + steps, description)
+
+    def set(self, done: int, description: str | None = None) -> None:
+        """Move the bar to `done` steps (shows it once the delay has passed)."""
+        self.done = done
         if description:
             self.description = description
         if self._bar is None and self.enabled and time.monotonic() - self._t0 >= self.delay_s:

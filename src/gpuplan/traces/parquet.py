@@ -1,6 +1,7 @@
-"""gpuplan's own trace schema as Parquet: one column per Job field (as in gpuplan CSV), read and written with polars.
+"""gpuplan's own trace schema as Parquet: one column per Job field (as in gpuplan CSV), via pyarrow.
 
-polars is imported only when a Parquet file is read or written, so `gpuplan --help` stays fast.
+pyarrow is imported only when a Parquet file is read or written, so `gpuplan --help` stays fast. (polars
+was tried first: on some damaged files it aborts the whole process, which no caller can catch.)
 """
 
 from __future__ import annotations
@@ -20,45 +21,42 @@ from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResul
 __all__ = ["PARQUET_TYPES", "ParquetReader", "write_parquet"]
 
 _MAGIC = b"PAR1"
-# The Parquet (polars) type of each Job field as written; the reader accepts any type whose values pass
+# The Parquet (Arrow) type of each Job field as written; the reader accepts any type whose values pass
 # the same checks as JSON values (an integer column for a float field, for example).
 PARQUET_TYPES: dict[str, str] = {
-    "id": "String",
-    "submit_s": "Float64",
-    "gpus": "Int64",
-    "mem_gb": "Float64",
-    "duration_s": "Float64",
-    "est_duration_s": "Float64",
-    "est_mem_gb": "Float64",
-    "requested_s": "Float64",
-    "user": "String",
-    "name": "String",
-    "gpu_util_pct": "Float64",
-    "command": "String",
-    "may_span_nodes": "Boolean",
-    "meta": "String",  # a JSON object as text, like the CSV cell
+    "id": "string",
+    "submit_s": "float64",
+    "gpus": "int64",
+    "mem_gb": "float64",
+    "duration_s": "float64",
+    "est_duration_s": "float64",
+    "est_mem_gb": "float64",
+    "requested_s": "float64",
+    "user": "string",
+    "name": "string",
+    "gpu_util_pct": "float64",
+    "command": "string",
+    "may_span_nodes": "bool",
+    "meta": "string",  # a JSON object as text, like the CSV cell
 }
 
 
-def _polars() -> Any:
+def _pyarrow() -> tuple[Any, Any]:
     try:
-        import polars
+        import pyarrow
+        import pyarrow.parquet
     except ImportError as e:
-        raise TraceError("Parquet traces need polars: pip install polars") from e
-    return polars
+        raise TraceError("Parquet traces need pyarrow: pip install pyarrow") from e
+    return pyarrow, pyarrow.parquet
 
 
-def _frame(path: Path) -> Any:
-    """The file as a polars DataFrame.
-
-    Raises:
-        TraceError: not a Parquet file, cut off, or unreadable.
-    """
-    pl = _polars()
+def _check_framing(path: Path) -> None:
+    """The file starts and ends with the Parquet magic bytes, so it is Parquet and not cut off."""
     try:
+        size = path.stat().st_size
         with path.open("rb") as f:
             start = f.read(len(_MAGIC))
-            f.seek(max(path.stat().st_size - len(_MAGIC), 0))
+            f.seek(max(size - len(_MAGIC), 0))
             end = f.read(len(_MAGIC))
     except OSError as e:
         raise TraceError(f"{path}: cannot open the trace file: {e.strerror or e}") from e
@@ -66,18 +64,31 @@ def _frame(path: Path) -> Any:
         raise TraceError(f"{path}: the file is empty (no job rows)")
     if start != _MAGIC:
         raise TraceError(f"{path}: not a Parquet file (it does not start with {_MAGIC!r})")
-    if end != _MAGIC or path.stat().st_size < 3 * len(_MAGIC):
+    if end != _MAGIC or size < 3 * len(_MAGIC):
         raise TraceError(f"{path}: the Parquet footer is missing: the file looks cut off")
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """The column names and the rows of the file as Python values.
+
+    Raises:
+        TraceError: not a Parquet file, cut off, damaged, or unreadable.
+    """
+    _check_framing(path)
+    pa, pq = _pyarrow()
     try:
-        return pl.read_parquet(path)
-    except (Exception, pl.exceptions.PanicException) as e:
-        # polars (Rust) raises its own errors, OSError or a panic on a corrupt file; all mean the same.
-        raise TraceError(
-            f"{path}: not a readable Parquet file ({type(e).__name__}: {clip(str(e), 200)})"
-        ) from e
+        table = pq.read_table(path)
+        return list(table.column_names), table.to_pylist()
+    except (pa.ArrowException, OSError, ValueError, MemoryError) as e:
+        # A damaged file surfaces as ArrowInvalid, OSError or a text decoding error; all mean the same.
+        why = f"{type(e).__name__}: {clip(str(e), 200)}"
+        raise TraceError(f"{path}: not a readable Parquet file, it may be damaged ({why})") from e
 
 
 def _checked_columns(path: Path, columns: list[str]) -> None:
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+        raise TraceError(f"{path}: column(s) {twice} appear more than once")
     unknown = [c for c in columns if c not in JOB_FIELDS]
     if unknown:
         raise TraceError(
@@ -126,10 +137,10 @@ class ParquetReader(TraceReader):
         return path.suffix.lower() in (".parquet", ".pq") or head.startswith(_MAGIC.decode())
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
-        frame = _frame(path)
-        _checked_columns(path, list(frame.columns))
+        columns, rows = _rows(path)
+        _checked_columns(path, columns)
         sink = RowSink(path, options.skip_bad)
-        for number, row in enumerate(frame.iter_rows(named=True), start=1):
+        for number, row in enumerate(rows, start=1):
             sink.add(number, partial(_row_job, row))
         return sink.result(self.name, ignored_option_warnings(options, self.name))
 
@@ -149,21 +160,21 @@ def write_parquet(jobs: Iterable[Job], path: str | Path) -> None:
 
     Raises:
         TraceError: a job the readers would reject (duplicate id, gpus < 1, NaN ...), meta that is not
-            JSON, polars missing, or the file cannot be written.
+            JSON, pyarrow missing, or the file cannot be written.
     """
     path = Path(path)
     records = checked_records(jobs, path)
-    pl = _polars()
+    pa, pq = _pyarrow()
     columns = [f for f in JOB_FIELDS if any(f in r for r in records)]
     data = {c: [_cell(c, r.get(c)) for r in records] for c in columns}
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        frame = pl.DataFrame(data, schema={c: getattr(pl, PARQUET_TYPES[c]) for c in columns})
-        frame.write_parquet(tmp)
+        schema = pa.schema([(c, pa.type_for_alias(PARQUET_TYPES[c])) for c in columns])
+        pq.write_table(pa.Table.from_pydict(data, schema=schema), tmp)
         os.replace(tmp, path)
     except OSError as e:
         raise TraceError(f"{path}: cannot write the trace file: {e.strerror or e}") from e
-    except (pl.exceptions.PolarsError, OverflowError, TypeError, ValueError) as e:
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as e:
         raise TraceError(f"{path}: cannot write the jobs as Parquet: {e}") from e
     finally:
         tmp.unlink(missing_ok=True)

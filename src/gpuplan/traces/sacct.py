@@ -17,13 +17,16 @@ parsed once per distinct text, which keeps a million-row file within a few secon
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import IO, Any
 
@@ -313,6 +316,19 @@ def _job_id(text: str) -> re.Match[str]:
     return m
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: reading makes millions of objects that hold no cycles, and the
+    collector would rescan all of them again and again (about 3x slower)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class _Memo(dict[str, Any]):
     """Parses each distinct cell text once; a bad text raises every time and is not stored."""
 
@@ -415,7 +431,7 @@ class _Collector:
 
     def __init__(self, path: Path, skip_bad: bool) -> None:
         self.sink = RowSink(path, skip_bad)
-        self.where: dict[str, str] = {}
+        self.where: dict[str, int] = {}  # job id -> its line (text) or record index (JSON)
         self.usage: dict[str, _Usage] = {}
         self.left_out: dict[str, list[str]] = {}
         self.dropped: set[str] = set()  # ids of rows skipped or left out, so their steps are not orphans
@@ -423,7 +439,7 @@ class _Collector:
         self.remainders = 0
         self.active = 0
 
-    def keep(self, job: Job, where: str) -> str | None:
+    def keep(self, job: Job, where: int) -> int | None:
         """Keep the job; when its id was seen before, keep nothing and return where it was first."""
         first = self.where.get(job.id)
         if first is not None:
@@ -505,21 +521,61 @@ def _apply_usage(job: Job, usage: _Usage) -> None:
         job.gpu_util_pct = min(100.0, usage.gpuutil / job.gpus)
 
 
-class _RowParser:
-    """Turns the cells of one `sacct -P` row into a Job (allocation rows) or usage (step rows)."""
+_CHUNK_BYTES = 1 << 22
+_ALLOC_VALUES = (
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "Timelimit",
+    "AllocTRES",
+    "ReqTRES",
+    "AllocNodes",
+    "State",
+    "ExitCode",
+)
+_EXPECT_ID = "a job id: 123, array task 123_4, pending array 123_[5-9%2], het 14+0, step 123.batch"
 
-    def __init__(self, cols: _Columns) -> None:
+
+def _usage_cell(text: str) -> tuple[int | None, float | None] | None:
+    """(gpumem bytes, gpuutil %) of a TRESUsageInMax cell, None when it has neither; checks the syntax."""
+    if not text:
+        return None
+    if "gres/gpu" in text:
+        gpumem, gpuutil = _usage(text)
+        return None if gpumem is None and gpuutil is None else (gpumem, gpuutil)
+    if _TRES_RE.fullmatch(text.strip()) is None:
+        raise _Bad(text, _EXPECT_TRES, "bad TRES")
+    return None
+
+
+class _TextParser:
+    """Turns `sacct -P` rows into jobs (allocation rows) and usage (step rows), a chunk of rows at a time.
+
+    A chunk is parsed column by column: one C-level `map` per column over a memo of parsed values, then
+    one loop that assembles the jobs. A chunk with any problem (a bad value, a wrong field count, a blank
+    or repeated header line) is parsed again one row at a time by the same code, so the error names the
+    line and the column, and skip_bad skips just that row.
+    """
+
+    def __init__(self, path: Path, cols: _Columns, out: _Collector) -> None:
+        self.path = path
         self.cols = cols
-        idx = cols.index.get
-        self.i_id = cols.index["JobID"]
-        self.i_submit = cols.index["Submit"]
-        self.i_raw, self.i_name, self.i_user = idx("JobIDRaw"), idx("JobName"), idx("User")
-        self.i_account, self.i_partition, self.i_state = idx("Account"), idx("Partition"), idx("State")
-        self.i_exit, self.i_start, self.i_end = idx("ExitCode"), idx("Start"), idx("End")
-        self.i_elapsed, self.i_limit = idx("Elapsed"), idx("Timelimit")
-        self.i_alloc, self.i_req, self.i_nodes = idx("AllocTRES"), idx("ReqTRES"), idx("AllocNodes")
-        self.i_nodelist, self.i_rss, self.i_usage = idx("NodeList"), idx("MaxRSS"), idx("TRESUsageInMax")
-        self.memos = {
+        self.out = out
+        self.column = "JobID"  # the column being parsed, for error messages
+        self.repeated = 0
+        index = cols.index
+        self.i_id = index["JobID"]
+        self.i_start, self.i_end = index.get("Start"), index.get("End")
+        self.i_user, self.i_name = index.get("User"), index.get("JobName")
+        self.i_limit, self.i_nodelist = index.get("Timelimit"), index.get("NodeList")
+        self.i_rss, self.i_usage = index.get("MaxRSS"), index.get("TRESUsageInMax")
+        self.text_meta = [
+            (key, index[name])
+            for key, name in (("partition", "Partition"), ("account", "Account"), ("job_id_raw", "JobIDRaw"))
+            if name in index
+        ]
+        self.memos: dict[str, _Memo] = {
             "Submit": _Memo(_time),
             "Start": _Memo(_time),
             "End": _Memo(_time),
@@ -532,56 +588,200 @@ class _RowParser:
             "ExitCode": _Memo(_exit_code),
             "MaxRSS": _Memo(_optional_size),
         }
-        self.column = "JobID"  # the column being parsed, for error messages
 
-    def _get(self, name: str, cells: list[str], i: int) -> Any:
+    # -- chunks and rows
+
+    def chunk(self, first: int, lines: list[str], terminated: bool) -> None:
+        """Parse consecutive lines starting at line `first`; `terminated`: the last one ends with a newline."""
+        rows = [line.split("|") for line in lines]
+        widths = set(map(len, rows))
+        if rows and widths == {self.cols.width} and self.cols.header_text not in lines:
+            try:
+                parsed = self._parse(rows, range(first, first + len(rows)))
+            except _Bad:
+                pass
+            else:
+                self._commit(*parsed)
+                return
+        last = len(lines) - 1
+        for k, (body, cells) in enumerate(zip(lines, rows)):
+            self._row(first + k, body, cells, terminated or k < last)
+
+    def _row(self, number: int, body: str, cells: list[str], terminated: bool) -> None:
+        if not body or body.isspace():
+            return
+        if body == self.cols.header_text:
+            self.repeated += 1  # the outputs of several sacct runs in one file
+            return
+        try:
+            if len(cells) != self.cols.width:
+                raise _width_error(self.path, number, self.cols, body, len(cells), terminated)
+            parsed = self._parse([cells], [number])
+        except _Bad as bad:
+            error = _located(self.path, number, terminated, self.cols.label(self.column), bad)
+            self.out.sink.reject(error)
+            self.out.dropped.add(cells[self.i_id])
+            return
+        except InputError as e:
+            self.out.sink.reject(e)
+            return
+        self._commit(*parsed)
+
+    def _commit(self, jobs: list[tuple[int, Job, _Alloc, Any]], steps: list[tuple[str, Any, Any]]) -> None:
+        out = self.out
+        for number, job, alloc, usage in jobs:
+            if job.gpus == 0:
+                out.leave_out(_SHARES_ONLY if alloc.shares else _CPU_ONLY, job.id)
+                continue
+            first = out.keep(job, number)
+            if first is not None:
+                expected = (
+                    f"a unique job id; line {first} already has it (was sacct run with -D/--duplicates?)"
+                )
+                label = self.cols.label("JobID")
+                out.sink.reject(
+                    InputError(str(self.path), number, label, job.id, expected, "JobID: duplicate")
+                )
+            elif usage is not None:
+                out.add_usage(job.id, *usage)
+        for key, rss, gpu in steps:
+            out.add_usage(key, rss, *(gpu or (None, None)))
+
+    # -- parsing (raises _Bad with self.column set) and assembling (never raises)
+
+    def _parse(
+        self, rows: list[list[str]], numbers: Sequence[int]
+    ) -> tuple[list[tuple[int, Job, _Alloc, Any]], list[tuple[str, Any, Any]]]:
+        ids = [cells[self.i_id] for cells in rows]
+        at_steps = [k for k, x in enumerate(ids) if "." in x]
+        steps: list[tuple[str, Any, Any]] = []
+        if at_steps:
+            steps = self._steps([rows[k] for k in at_steps], [ids[k] for k in at_steps])
+            is_step = set(at_steps)
+            at_jobs = [k for k in range(len(rows)) if k not in is_step]
+            rows, ids, numbers = (
+                [rows[k] for k in at_jobs],
+                [ids[k] for k in at_jobs],
+                [numbers[k] for k in at_jobs],
+            )
+        if not rows:
+            return [], steps
+        columns = list(zip(*rows))
+        clean_ids, id_metas = self._ids(ids)
+        values = [self._values(name, columns) for name in _ALLOC_VALUES]
+        self._check_times(columns, values)
+        usage = self._usage(columns)
+        built = map(self._assemble, rows, clean_ids, id_metas, *values)
+        return [(n, job, alloc, u) for n, (job, alloc), u in zip(numbers, built, usage)], steps
+
+    def _ids(self, ids: list[str]) -> tuple[list[str], Iterable[dict[str, Any] | None]]:
+        self.column = "JobID"
+        special = [k for k, x in enumerate(ids) if not (x.isascii() and x.isdigit())]
+        if not special:
+            return ids, repeat(None)
+        metas: list[dict[str, Any] | None] = [None] * len(ids)
+        for k in special:
+            metas[k] = _id_meta(ids[k])
+        return ids, metas
+
+    def _values(self, name: str, columns: list[tuple[str, ...]]) -> Iterable[Any]:
+        i = self.cols.index.get(name)
+        if i is None:
+            return repeat(None)
         self.column = name
-        return self.memos[name][cells[i]]
+        return list(map(self.memos[name].__getitem__, columns[i]))
 
-    def step_key(self, job_id: str) -> str:
-        """The id of the job a step row belongs to (`14+0.batch` -> `14+0`)."""
-        self.column = "JobID"
-        m = _job_id(job_id)
-        return job_id.strip().rpartition(".")[0] if m.group(4) else job_id.strip()
+    def _check_times(self, columns: list[tuple[str, ...]], values: list[Any]) -> None:
+        submit, start, end = values[0], values[1], values[2]
+        if None in submit:
+            self.column = "Submit"
+            raise _Bad(columns[self.cols.index["Submit"]][submit.index(None)], _EXPECT_TIME, "missing")
+        if "Elapsed" in self.cols.index:
+            return
+        elapsed = [None if s is None or e is None else e - s for s, e in zip(start, end)]
+        if any(x is not None and x < 0 for x in elapsed):
+            self.column = "End"
+            k = next(k for k, x in enumerate(elapsed) if x is not None and x < 0)
+            raise _Bad(columns[self.i_end][k], "an End time not before Start", "before Start")  # type: ignore[index]
+        values[3] = elapsed
 
-    def usage(self, cells: list[str]) -> tuple[int | None, int | None, float | None]:
-        """(MaxRSS bytes, gres/gpumem bytes, gres/gpuutil %) of a row; None where absent."""
-        rss = self._get("MaxRSS", cells, self.i_rss) if self.i_rss is not None else None
-        gpumem = gpuutil = None
+    def _usage(self, columns: list[tuple[str, ...]]) -> Iterable[Any]:
+        rss: Iterable[Any] = repeat(None)
+        gpu: Iterable[Any] = repeat(None)
+        if self.i_rss is not None:
+            self.column = "MaxRSS"
+            rss = list(map(self.memos["MaxRSS"].__getitem__, columns[self.i_rss]))
         if self.i_usage is not None:
-            text = cells[self.i_usage]
-            if "gres/gpu" in text:
-                self.column = "TRESUsageInMax"
-                gpumem, gpuutil = _usage(text)
-            elif text:
-                self.column = "TRESUsageInMax"
-                _tres_items(text)
-        return rss, gpumem, gpuutil
+            self.column = "TRESUsageInMax"
+            gpu = list(map(_usage_cell, columns[self.i_usage]))
+        if self.i_rss is None and self.i_usage is None:
+            return repeat(None)
+        return [None if r is None and g is None else (r, *(g or (None, None))) for r, g in zip(rss, gpu)]
 
-    def _alloc_of(self, cells: list[str]) -> _Alloc:
-        if self.i_alloc is not None:
-            alloc = self._get("AllocTRES", cells, self.i_alloc)
-            if not alloc.empty or self.i_req is None:
-                return alloc
-        return self._get("ReqTRES", cells, self.i_req)  # type: ignore[arg-type]
-
-    def job(self, cells: list[str], job_id: str) -> tuple[Job, _Alloc]:
-        """The Job of an allocation row and its TRES (gpus may be 0: the caller leaves it out)."""
-        meta: dict[str, Any] = {}
+    def _steps(self, rows: list[list[str]], ids: list[str]) -> list[tuple[str, Any, Any]]:
         self.column = "JobID"
-        job_id = job_id.strip()
-        if not (job_id.isascii() and job_id.isdigit()):
-            _id_meta(_job_id(job_id), meta)
-        submit = self._get("Submit", cells, self.i_submit)
-        if submit is None:
-            raise _Bad(cells[self.i_submit], _EXPECT_TIME.replace(", None or Unknown", ""), "missing")
-        alloc = self._alloc_of(cells)
-        state = self._state_meta(cells, meta)
-        started, end = self._times_meta(cells, meta, state, alloc)
-        duration = self._duration(cells, meta, started, end, state)
-        limit = self._get("Timelimit", cells, self.i_limit) if self.i_limit is not None else None
-        nodes = self._nodes(cells, alloc, meta)
-        self._misc_meta(cells, meta, limit, alloc)
+        for x in ids:
+            if _JOBID_RE.fullmatch(x) is None:
+                raise _Bad(x, _EXPECT_ID, "not a job id")
+        columns = list(zip(*rows))
+        rss: Iterable[Any] = repeat(None)
+        gpu: Iterable[Any] = repeat(None)
+        if self.i_rss is not None:
+            self.column = "MaxRSS"
+            rss = list(map(self.memos["MaxRSS"].__getitem__, columns[self.i_rss]))
+        if self.i_usage is not None:
+            self.column = "TRESUsageInMax"
+            gpu = list(map(_usage_cell, columns[self.i_usage]))
+        return [
+            (x.rpartition(".")[0], r, g) for x, r, g in zip(ids, rss, gpu) if r is not None or g is not None
+        ]
+
+    def _assemble(
+        self,
+        cells: list[str],
+        job_id: str,
+        meta: dict[str, Any] | None,
+        submit: float,
+        start: float | None,
+        end: float | None,
+        elapsed: float | None,
+        limit: float | None,
+        alloc_tres: _Alloc | None,
+        req_tres: _Alloc | None,
+        nodes: int | None,
+        state: tuple[str, str] | None,
+        exit_code: str | None,
+    ) -> tuple[Job, _Alloc]:
+        if meta is None:
+            meta = {}
+        if state is not None:
+            meta["state"] = state[0]
+            if state[1] != state[0]:
+                meta["state_raw"] = state[1]
+        if exit_code:
+            meta["exit_code"] = exit_code
+        use_req = alloc_tres is None or (alloc_tres.empty and req_tres is not None)
+        alloc: _Alloc = req_tres if use_req else alloc_tres  # type: ignore[assignment]
+        if self.i_start is not None:
+            started = start is not None
+        else:
+            started = (state is None or state[0] != "PENDING") and not (alloc_tres and alloc_tres.empty)
+        if start is not None:
+            meta["start_s"] = start
+        if end is not None:
+            meta["end_s"] = end
+        duration = None
+        if not started or "array_pending_remainder" in meta:
+            meta["never_started"] = True
+        elif (state is not None and state[0] in _ACTIVE_STATES) or (end is None and self.i_end is not None):
+            meta["elapsed_s"] = elapsed or 0.0  # still running: a lower bound
+        else:
+            duration = elapsed
+        if not nodes and alloc.nodes:
+            nodes = alloc.nodes
+        if nodes is not None:
+            meta["nodes"] = nodes
+        self._text_meta(cells, meta, limit, alloc)
         job = Job(
             id=job_id,
             submit_s=submit,
@@ -595,78 +795,9 @@ class _RowParser:
         )
         return job, alloc
 
-    def _state_meta(self, cells: list[str], meta: dict[str, Any]) -> str:
-        if self.i_state is None:
-            return ""
-        state, raw = self._get("State", cells, self.i_state)
-        meta["state"] = state
-        if raw != state:
-            meta["state_raw"] = raw
-        if self.i_exit is not None:
-            code = self._get("ExitCode", cells, self.i_exit)
-            if code:
-                meta["exit_code"] = code
-        return state
-
-    def _times_meta(
-        self, cells: list[str], meta: dict[str, Any], state: str, alloc: _Alloc
-    ) -> tuple[bool, float | None]:
-        start = end = None
-        if self.i_start is not None:
-            start = self._get("Start", cells, self.i_start)
-            started = start is not None
-        else:
-            allocated = self.i_alloc is None or not self._get("AllocTRES", cells, self.i_alloc).empty
-            started = state != "PENDING" and allocated
-        if self.i_end is not None:
-            end = self._get("End", cells, self.i_end)
-        if start is not None:
-            meta["start_s"] = start
-        if end is not None:
-            meta["end_s"] = end
-        if not started or "array_pending_remainder" in meta:
-            meta["never_started"] = True
-            return False, end
-        return True, end
-
-    def _duration(
-        self, cells: list[str], meta: dict[str, Any], started: bool, end: float | None, state: str
-    ) -> float | None:
-        if not started:
-            return None
-        if self.i_elapsed is not None:
-            elapsed = self._get("Elapsed", cells, self.i_elapsed)
-        else:
-            elapsed = None if end is None else end - meta["start_s"]
-            if elapsed is not None and elapsed < 0:
-                self.column = "End"
-                raise _Bad(cells[self.i_end], "an End time not before Start", "before Start")  # type: ignore[index]
-        still_running = state in _ACTIVE_STATES or (self.i_end is not None and end is None)
-        if still_running:
-            if elapsed is not None:
-                meta["elapsed_s"] = elapsed
-            else:
-                meta["elapsed_s"] = 0.0
-            return None
-        return elapsed
-
-    def _nodes(self, cells: list[str], alloc: _Alloc, meta: dict[str, Any]) -> int | None:
-        nodes = None
-        if self.i_nodes is not None:
-            nodes = self._get("AllocNodes", cells, self.i_nodes)
-        if not nodes:
-            nodes = alloc.nodes if alloc.nodes else nodes
-        if nodes is not None:
-            meta["nodes"] = nodes
-        return nodes
-
-    def _misc_meta(self, cells: list[str], meta: dict[str, Any], limit: float | None, alloc: _Alloc) -> None:
-        for key, i in (
-            ("partition", self.i_partition),
-            ("account", self.i_account),
-            ("job_id_raw", self.i_raw),
-        ):
-            if i is not None and cells[i]:
+    def _text_meta(self, cells: list[str], meta: dict[str, Any], limit: float | None, alloc: _Alloc) -> None:
+        for key, i in self.text_meta:
+            if cells[i]:
                 meta[key] = cells[i]
         if self.i_nodelist is not None and cells[self.i_nodelist] not in _NO_NODES:
             meta["nodelist"] = cells[self.i_nodelist]
@@ -681,10 +812,14 @@ class _RowParser:
                 meta[key] = cells[i]
 
 
-def _id_meta(m: re.Match[str], meta: dict[str, Any]) -> None:
+def _id_meta(text: str) -> dict[str, Any]:
+    m = _JOBID_RE.fullmatch(text)
+    if m is None:
+        raise _Bad(text, _EXPECT_ID, "not a job id")
     base, task, het, step = m.groups()
     if step is not None:
-        raise _Bad(m.string, "an allocation row id (steps follow their job's row)", "a step")
+        raise _Bad(text, "an allocation row id (steps follow their job's row)", "a step")
+    meta: dict[str, Any] = {}
     if task is not None:
         meta["array_job_id"] = base
         if task.startswith("["):
@@ -695,6 +830,7 @@ def _id_meta(m: re.Match[str], meta: dict[str, Any]) -> None:
     if het is not None:
         meta["het_job_id"] = base
         meta["het_job_offset"] = int(het)
+    return meta
 
 
 _TRUNCATED = "a complete row; the file ends in the middle of it (no newline at the end), so it looks cut off"
@@ -709,19 +845,17 @@ def _located(path: Path, line: int, terminated: bool, column: str | None, bad: _
     return InputError(str(path), line, column, value, bad.expected, reason)
 
 
-def _width_error(path: Path, line: int, cols: _Columns, body: str, cells: list[str], terminated: bool):  # type: ignore[no-untyped-def]
-    n = len(cells)
+def _width_error(path: Path, line: int, cols: _Columns, body: str, n: int, terminated: bool) -> InputError:
     if n < cols.width:
-        names = sorted(cols.index, key=cols.index.__getitem__)
-        by_pos = {cols.index[c]: cols.labels[c] for c in names} | {i: k for i, k in cols.extras}
-        column = by_pos.get(n, f"#{n + 1}")
+        by_position = {i: cols.labels[c] for c, i in cols.index.items()} | dict(cols.extras)
+        column = by_position.get(n, f"#{n + 1}")
         if not terminated:
             return TruncatedTraceError(str(path), line, column, clip(body), _TRUNCATED, "truncated last line")
     else:
         column = f"#{cols.width + 1} (beyond the header)"
     expected = (
         f"{cols.width} '|'-separated fields as in the header, got {n} "
-        "(a '|' inside a job name shifts the fields: rename the job or drop JobName)"
+        "(a '|' inside a job name shifts the fields: rename the job or leave JobName out)"
     )
     return InputError(str(path), line, column, clip(body), expected, "wrong number of fields")
 
@@ -736,38 +870,51 @@ def _open_binary(path: Path) -> IO[bytes]:
 
 
 def _is_gzip(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def _decoded(path: Path, first: int, block: list[bytes]) -> str:
     try:
-        with path.open("rb") as f:
-            return f.read(2) == b"\x1f\x8b"
-    except OSError:
-        return False
+        text = b"".join(block).decode("utf-8")
+    except UnicodeDecodeError:
+        for k, raw in enumerate(block):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                value = clip(raw.decode("utf-8", errors="replace"))
+                raise InputError(str(path), first + k, None, value, "UTF-8 text", "not UTF-8") from e
+        raise  # unreachable: some line failed to decode
+    return text.removeprefix("\ufeff") if first == 1 else text
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text without its line ending, whether it ended with a newline); gzip read as is.
+def _chunks(path: Path) -> Iterator[tuple[int, list[str], bool]]:
+    """(first line number, lines without their line endings, whether the last one ended with a newline).
 
     Raises:
-        TraceError: unreadable file or broken gzip data; InputError: a line that is not UTF-8.
+        TraceError: an unreadable file; TruncatedTraceError: gzip data cut off; InputError: not UTF-8.
     """
     with _open_binary(path) as f:
-        number = 0
-        try:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    value = clip(raw.decode("utf-8", errors="replace"))
-                    raise InputError(str(path), number, None, value, "UTF-8 text", "not UTF-8") from e
-                if number == 1:
-                    text = text.removeprefix("\ufeff")
-                terminated = text.endswith("\n")
-                yield number, text.rstrip("\r\n") if terminated else text, terminated
-        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-            raise TruncatedTraceError(
-                str(path), number + 1, None, "", f"complete gzip data ({e})", "truncated last line"
-            ) from e
-        except OSError as e:
-            raise TraceError(f"{path}: cannot read the trace file: {e.strerror or e}") from e
+        first = 1
+        while True:
+            try:
+                block = f.readlines(_CHUNK_BYTES)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+                expected = f"complete gzip data ({e})"
+                raise TruncatedTraceError(str(path), None, None, "", expected, "truncated last line") from e
+            except OSError as e:
+                raise TraceError(f"{path}: cannot read the trace file: {e.strerror or e}") from e
+            if not block:
+                return
+            text = _decoded(path, first, block)
+            terminated = text.endswith("\n")
+            lines = text.split("\n")
+            if terminated:
+                lines.pop()
+            if "\r" in text:
+                lines = [line.rstrip("\r") for line in lines]
+            yield first, lines, terminated
+            first += len(block)
 
 
 def _head_text(path: Path, head: str) -> str:
@@ -787,57 +934,26 @@ def _first_line(text: str) -> str:
 
 def _read_text(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
     out = _Collector(path, options.skip_bad)
-    notes = ignored_option_warnings(options, fmt)
-    parser: _RowParser | None = None
-    cols: _Columns | None = None
-    repeated = 0
-    for number, body, terminated in _lines(path):
-        if not body or body.isspace():
-            continue
-        if cols is None:
-            cols = _columns(path, number, body)
-            parser = _RowParser(cols)
-            continue
-        if body == cols.header_text:
-            repeated += 1  # outputs of several sacct runs concatenated
-            continue
-        _read_row(path, out, parser, cols, number, body, terminated)  # type: ignore[arg-type]
-    if cols is None:
+    parser: _TextParser | None = None
+    for first, lines, terminated in _chunks(path):
+        rest = 0
+        if parser is None:
+            header_at = next((k for k, line in enumerate(lines) if line and not line.isspace()), None)
+            if header_at is None:
+                continue
+            cols = _columns(path, first + header_at, lines[header_at])
+            parser = _TextParser(path, cols, out)
+            rest = header_at + 1
+        parser.chunk(first + rest, lines[rest:] if rest else lines, terminated)
+    if parser is None:
         raise TraceError(f"{path}: the file is empty (no header, no job rows). Run: {SACCT_COMMAND}")
-    if repeated:
-        notes.append(f"{repeated} repeated header line(s) skipped (several sacct outputs in one file)")
-    absent = [f"{c} ({what})" for c, what in _MISSING_COLUMN_NOTES.items() if c not in cols.index]
+    notes = ignored_option_warnings(options, fmt)
+    if parser.repeated:
+        notes.append(f"{parser.repeated} repeated header line(s) skipped (several sacct outputs in one file)")
+    absent = [f"{c} ({what})" for c, what in _MISSING_COLUMN_NOTES.items() if c not in parser.cols.index]
     if absent:
         notes.append(f"sacct column(s) absent, so unknown: {'; '.join(absent)}")
     return out.result(fmt, notes)
-
-
-def _read_row(
-    path: Path, out: _Collector, parser: _RowParser, cols: _Columns, number: int, body: str, terminated: bool
-) -> None:
-    cells = body.split("|")
-    try:
-        if len(cells) != cols.width:
-            raise _width_error(path, number, cols, body, cells, terminated)
-        job_id = cells[parser.i_id]
-        if "." in job_id:
-            out.add_usage(parser.step_key(job_id), *parser.usage(cells))
-            return
-        job, alloc = parser.job(cells, job_id)
-        if job.gpus == 0:
-            out.leave_out(_SHARES_ONLY if alloc.shares else _CPU_ONLY, job.id)
-            return
-        usage = parser.usage(cells)
-        first = out.keep(job, f"line {number}")
-        if first is not None:
-            expected = f"a unique job id; {first} already has it (was sacct run with -D/--duplicates?)"
-            raise InputError(str(path), number, cols.label("JobID"), job.id, expected, "JobID: duplicate")
-        out.add_usage(job.id, *usage)
-    except _Bad as bad:
-        out.sink.reject(_located(path, number, terminated, cols.label(parser.column), bad))
-        out.dropped.add(cells[parser.i_id].strip() if len(cells) > parser.i_id else "")
-    except InputError as e:
-        out.sink.reject(e)
 
 
 @register_reader
@@ -856,7 +972,8 @@ class SacctReader(TraceReader):
         return "jobid" in names and bool(names & {"state", "elapsed", "submit", "alloctres", "reqtres"})
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
-        return _read_text(path, options, self.name)
+        with _gc_paused():
+            return _read_text(path, options, self.name)
 
 
 # ---- the JSON reader ------------------------------------------------------------------------------
@@ -1141,9 +1258,9 @@ def _read_json(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
         if job.gpus == 0:
             out.leave_out(_SHARES_ONLY if alloc.shares else _CPU_ONLY, job.id)
             continue
-        first = out.keep(job, rec.prefix)
+        first = out.keep(job, index)
         if first is not None:
-            expected = f"a unique job id; {first} already has it"
+            expected = f"a unique job id; jobs[{first}] already has it"
             out.sink.reject(InputError(str(path), None, rec.prefix, job.id, expected, "id: duplicate"))
             continue
         out.add_usage(job.id, usage.rss, usage.gpumem, usage.gpuutil)
@@ -1168,4 +1285,5 @@ class SacctJsonReader(TraceReader):
         return text.startswith("{") and '"jobs"' in text and ('"submission"' in text or "openapi/dbv" in text)
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
-        return _read_json(path, options, self.name)
+        with _gc_paused():
+            return _read_json(path, options, self.name)
