@@ -71,12 +71,22 @@ def write_sacct_file(path: Path, rows: int, with_steps: bool = True) -> int:
     return reps * len(base)
 
 
+def python_loop_s() -> float:
+    """CPU seconds of a fixed pure-Python loop: how fast this machine runs Python right now (about 0.25 s
+    on an idle 2-core x86 VM; a busy or sandboxed machine is slower), to compare runs across machines."""
+    c0 = time.process_time()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    return round(time.process_time() - c0, 3)
+
+
 def bench_sacct(rows: int, tmpdir: str | Path, with_steps: bool = True) -> dict[str, object]:
     """Generate a `sacct -P` file of about `rows` rows in `tmpdir` and time reading it.
 
     Returns:
         rows, jobs, seconds (wall), cpu_s, rows_per_s (wall), peak_rss_mb (this process, ru_maxrss),
-        file_mb, floor_s, aim_rows_per_s, within_floor.
+        file_mb, floor_s, aim_rows_per_s, within_floor, python_loop_s (see `python_loop_s`).
     """
     from gpuplan.traces import read_trace
 
@@ -97,6 +107,7 @@ def bench_sacct(rows: int, tmpdir: str | Path, with_steps: bool = True) -> dict[
         "floor_s": 10.0,
         "aim_rows_per_s": 500_000,
         "within_floor": seconds <= 10.0,
+        "python_loop_s": python_loop_s(),
     }
 
 

@@ -57,7 +57,14 @@ def test_fixture_maps_pods_to_jobs() -> None:
     assert list(jobs) == ["pod-a", "pod-b", "pod-c", "pod-d", "pod-f", "pod-g"]
     a, d = jobs["pod-a"], jobs["pod-d"]
     assert (a.submit_s, a.gpus, a.duration_s, a.mem_gb) == (0.0, 1, 500.0, None)
-    assert a.meta == {"phase": "Running", "qos": "LS", "cpu_milli": 8000, "memory_mib": 16384, "start_s": 0.0, "end_s": 500.0}
+    assert a.meta == {
+        "phase": "Running",
+        "qos": "LS",
+        "cpu_milli": 8000,
+        "memory_mib": 16384,
+        "start_s": 0.0,
+        "end_s": 500.0,
+    }
     assert (d.gpus, d.duration_s, d.meta["phase"]) == (8, 50.0, "Failed")
     assert jobs["pod-b"].duration_s == 1000.0 - 12.0
 
@@ -177,7 +184,9 @@ def test_optional_columns_may_be_left_out(tmp_path: Path) -> None:
         ("p1,4000,8192,1,1000,,LS\n", "pod_phase", "wrong number of fields"),
     ],
 )
-def test_bad_row_names_file_line_column_and_value(tmp_path: Path, line: str, column: str, reason: str) -> None:
+def test_bad_row_names_file_line_column_and_value(
+    tmp_path: Path, line: str, column: str, reason: str
+) -> None:
     path = _pods(tmp_path, GOOD.replace("p1", "p0") + line)
     with pytest.raises(InputError) as info:
         read_trace(path)
@@ -214,13 +223,15 @@ def test_missing_column_in_the_header(tmp_path: Path) -> None:
 
 
 def test_only_cpu_pods_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="no usable pod.*CPU-only"):
+    with pytest.raises(TraceError, match=r"no usable pod.*CPU-only"):
         read_trace(_pods(tmp_path, _row(num_gpu="0", gpu_milli="0")))
 
 
 def test_bad_node_list_row_names_the_node_list(tmp_path: Path) -> None:
     nodes = tmp_path / "n_node_list.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,eight,G2\nn2,1,1,2,\nn1,1,1,2,T4\n", encoding="utf-8")
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,eight,G2\nn2,1,1,2,\nn1,1,1,2,T4\n", encoding="utf-8"
+    )
     pods = _pods(tmp_path, GOOD)
     with pytest.raises(InputError) as info:
         read_trace(pods)
@@ -241,7 +252,12 @@ def test_node_list_without_gpu_nodes(tmp_path: Path) -> None:
 
 
 def test_skip_bad_counts_each_reason(tmp_path: Path) -> None:
-    body = GOOD + _row(name="p2", num_gpu="x") + _row(name="p3", pod_phase="?") + _row(name="p4", num_gpu="0", gpu_milli="0")
+    body = (
+        GOOD
+        + _row(name="p2", num_gpu="x")
+        + _row(name="p3", pod_phase="?")
+        + _row(name="p4", num_gpu="0", gpu_milli="0")
+    )
     result = read_trace(_pods(tmp_path, body), options=ReadOptions(skip_bad=True))
     assert [j.id for j in result.jobs] == ["p1"]
     assert result.skipped == {

@@ -105,7 +105,9 @@ def test_extra_columns_go_to_meta(tmp_path: Path) -> None:
         ("1,u1,vcA\n", "gpu_num", "wrong number of fields"),
     ],
 )
-def test_bad_row_names_file_line_column_and_value(tmp_path: Path, line: str, column: str, reason: str) -> None:
+def test_bad_row_names_file_line_column_and_value(
+    tmp_path: Path, line: str, column: str, reason: str
+) -> None:
     path = _write(tmp_path, GOOD.replace("1,", "0,", 1) + line)
     with pytest.raises(InputError) as info:
         read_trace(path)
@@ -136,7 +138,12 @@ def test_truncated_empty_and_bad_header(tmp_path: Path) -> None:
 
 
 def test_skip_bad_counts_each_reason(tmp_path: Path) -> None:
-    body = GOOD + _row(job_id="2", gpu_num="x") + _row(job_id="3", submit_time="soon") + _row(job_id="4", gpu_num="0")
+    body = (
+        GOOD
+        + _row(job_id="2", gpu_num="x")
+        + _row(job_id="3", submit_time="soon")
+        + _row(job_id="4", gpu_num="0")
+    )
     result = read_trace(_write(tmp_path, body), options=ReadOptions(skip_bad=True))
     assert [j.id for j in result.jobs] == ["1"]
     assert result.skipped == {
@@ -146,9 +153,10 @@ def test_skip_bad_counts_each_reason(tmp_path: Path) -> None:
     }
 
 
-SEED = DATES.read_text(encoding="utf-8").splitlines(keepends=True) + EPOCH.read_text(
-    encoding="utf-8"
-).splitlines(keepends=True)[1:]
+SEED = (
+    DATES.read_text(encoding="utf-8").splitlines(keepends=True)
+    + EPOCH.read_text(encoding="utf-8").splitlines(keepends=True)[1:]
+)
 
 
 @st.composite

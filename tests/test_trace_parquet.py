@@ -104,15 +104,29 @@ def test_writer_rejects_jobs_the_reader_would_reject(tmp_path: Path) -> None:
     [
         ({"id": ["a", "b"], "submit_s": [0.0, 1.0], "gpus": [1, 0]}, "gpus", "gpus: 0 (CPU-only job)"),
         ({"id": ["a", "b"], "submit_s": [0.0, -1.0], "gpus": [1, 1]}, "submit_s", "submit_s: negative"),
-        ({"id": ["a", "b"], "submit_s": [0.0, float("nan")], "gpus": [1, 1]}, "submit_s", "submit_s: not finite"),
+        (
+            {"id": ["a", "b"], "submit_s": [0.0, float("nan")], "gpus": [1, 1]},
+            "submit_s",
+            "submit_s: not finite",
+        ),
         ({"id": ["a", None], "submit_s": [0.0, 1.0], "gpus": [1, 1]}, "id", "id: missing"),
         ({"id": ["a", "b"], "submit_s": [0.0, 1.0], "gpus": [1.0, 2.5]}, "gpus", "gpus: not an integer"),
-        ({"id": ["a", "b"], "submit_s": [0, 1], "gpus": [1, 1], "meta": ["{}", "{bad"]}, "meta", "meta: bad JSON"),
-        ({"id": ["a", "b"], "submit_s": [0, 1], "gpus": [1, 1], "meta": ["{}", "[1]"]}, "meta", "meta: not an object"),
+        (
+            {"id": ["a", "b"], "submit_s": [0, 1], "gpus": [1, 1], "meta": ["{}", "{bad"]},
+            "meta",
+            "meta: bad JSON",
+        ),
+        (
+            {"id": ["a", "b"], "submit_s": [0, 1], "gpus": [1, 1], "meta": ["{}", "[1]"]},
+            "meta",
+            "meta: not an object",
+        ),
         ({"id": ["a", "a"], "submit_s": [0, 1], "gpus": [1, 1]}, "id", "id: duplicate"),
     ],
 )
-def test_bad_value_names_file_row_column_and_value(tmp_path: Path, data: dict, column: str, reason: str) -> None:  # type: ignore[type-arg]
+def test_bad_value_names_file_row_column_and_value(
+    tmp_path: Path, data: dict, column: str, reason: str
+) -> None:  # type: ignore[type-arg]
     path = _frame(tmp_path, data)
     with pytest.raises(InputError) as info:
         read_trace(path)
@@ -125,7 +139,13 @@ def test_bad_value_names_file_row_column_and_value(tmp_path: Path, data: dict, c
 
 def test_unknown_missing_and_repeated_columns(tmp_path: Path) -> None:
     path = tmp_path / "twice.parquet"
-    pq.write_table(pa.Table.from_arrays([pa.array(["a"]), pa.array([0.0]), pa.array([1]), pa.array([2])], names=["id", "submit_s", "gpus", "gpus"]), path)
+    pq.write_table(
+        pa.Table.from_arrays(
+            [pa.array(["a"]), pa.array([0.0]), pa.array([1]), pa.array([2])],
+            names=["id", "submit_s", "gpus", "gpus"],
+        ),
+        path,
+    )
     with pytest.raises(TraceError, match=r"column\(s\) \['gpus'\] appear more than once"):
         read_trace(path)
     with pytest.raises(TraceError, match=r"unknown column\(s\) \['gpu'\]"):

@@ -16,7 +16,9 @@ from gpuplan.traces.swf import SLOT_MODEL, SwfReader
 FIXTURE = Path(__file__).parent / "fixtures" / "swf" / "small.swf"
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 NASA = DATA / "traces" / "pwa-nasa-ipsc-1993" / "NASA-iPSC-1993-3.1-cln.swf"
-needs_nasa = pytest.mark.skipif(not NASA.is_file(), reason=f"shared data absent: {NASA} (see shared/data/README.md)")
+needs_nasa = pytest.mark.skipif(
+    not NASA.is_file(), reason=f"shared data absent: {NASA} (see shared/data/README.md)"
+)
 
 HEADER = "; Version: 2.2\n; MaxNodes: 4\n; MaxProcs: 8\n"
 GOOD = "1 0 -1 100 4 -1 -1 4 200 -1 1 1 1 1 -1 -1 -1 -1\n"
@@ -135,7 +137,9 @@ def test_float_fields_and_comments_between_jobs(tmp_path: Path) -> None:
         (GOOD.rstrip("\n") + " 9\n", None, "wrong number of fields"),
     ],
 )
-def test_bad_line_names_file_line_column_and_value(tmp_path: Path, line: str, column: str | None, reason: str) -> None:
+def test_bad_line_names_file_line_column_and_value(
+    tmp_path: Path, line: str, column: str | None, reason: str
+) -> None:
     path = _write(tmp_path, HEADER + line)
     with pytest.raises(InputError) as info:
         read_trace(path)
@@ -165,18 +169,19 @@ def test_complete_last_line_without_newline_is_fine(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("body", ["", HEADER, "\n\n"])
 def test_empty_or_header_only_file(tmp_path: Path, body: str) -> None:
-    with pytest.raises(TraceError, match="t.swf"):
+    with pytest.raises(TraceError, match=r"t\.swf"):
         read_trace(_write(tmp_path, body), fmt="swf")
 
 
 def test_only_skipped_jobs_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="no usable job.*run time unknown"):
+    with pytest.raises(TraceError, match=r"no usable job.*run time unknown"):
         read_trace(_write(tmp_path, HEADER + _line(f4="-1")))
 
 
-def test_bad_header_value(tmp_path: Path) -> None:
-    path = _write(tmp_path, "; MaxProcs: many\n" + GOOD)
-    with pytest.raises(InputError, match=r"t.swf:1: column header MaxProcs: value 'many'"):
+@pytest.mark.parametrize("value", ["many", "0", "-4", "99999999"])
+def test_bad_header_value_stops_even_with_skip_bad(tmp_path: Path, value: str) -> None:
+    path = _write(tmp_path, f"; MaxProcs: {value}\n" + GOOD)
+    with pytest.raises(InputError, match=rf"t\.swf:1: column header MaxProcs: value '{value}'"):
         read_trace(path, options=ReadOptions(skip_bad=True))
 
 

@@ -131,8 +131,9 @@ def test_writer_refuses_what_readers_reject(tmp_path: Path, jobs: list[Job], fra
 
 
 def test_write_trace_unknown_extension_lists_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"\.jsonl, \.ndjson, \.csv"):
-        write_trace([Job("a", 0.0, 1)], tmp_path / "t.parquet")
+    with pytest.raises(TraceError, match=r"\.jsonl, \.ndjson, \.csv") as err:
+        write_trace([Job("a", 0.0, 1)], tmp_path / "t.xlsx")
+    assert "t.xlsx" in str(err.value)
 
 
 # ---- generic CSV ---------------------------------------------------------------------------------
@@ -424,18 +425,18 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_unknown_format_name_lists_formats() -> None:
-    with pytest.raises(
-        UnknownNameError, match=r"unknown trace format 'xml'; valid names: csv, generic-csv, jsonl"
-    ):
+    with pytest.raises(UnknownNameError, match=r"unknown trace format 'xml'; valid names: ") as err:
         read_trace(FIXTURES / "own.jsonl", fmt="xml")
+    for name in reader_names():
+        assert name in str(err.value)
 
 
 def test_undetectable_format_lists_formats(tmp_path: Path) -> None:
     path = _write(tmp_path, "notes.dat", "hello world\nnothing tabular here\n")
-    with pytest.raises(
-        TraceError, match=r"notes\.dat: cannot tell the trace format.*csv, generic-csv, jsonl"
-    ):
+    with pytest.raises(TraceError, match=r"notes\.dat: cannot tell the trace format") as err:
         read_trace(path)
+    for name in reader_names():
+        assert name in str(err.value)
 
 
 @pytest.mark.parametrize(

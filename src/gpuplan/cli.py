@@ -16,6 +16,7 @@ from gpuplan.errors import GpuplanError
 if TYPE_CHECKING:
     from gpuplan.model import ClusterSpec, Job
     from gpuplan.sim.result import SimResult
+    from gpuplan.traces import TraceResult
 
 __all__ = ["app", "main"]
 
@@ -29,8 +30,17 @@ app = typer.Typer(
 synth_app = typer.Typer(help="Generate synthetic workloads.", no_args_is_help=True)
 app.add_typer(synth_app, name="synth")
 
+DEFAULT_CLUSTER = "8xA100-80GB"
 ClusterOpt = Annotated[
     str, typer.Option("--cluster", "-c", help="Preset name (see `gpuplan clusters`) or a cluster .toml file.")
+]
+TraceClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        "-c",
+        help="Preset name or cluster .toml file; default: the trace's own cluster (SWF, Alibaba), else 8xA100-80GB.",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
@@ -68,7 +78,7 @@ def run_matrix(
     oracle: bool = False,
     show_progress: bool = True,
 ) -> list[SimResult]:
-    """Simulate every policy x backfill pair; results sorted by makespan (then label)."""
+    """Simulate every policy x backfill pair; results sorted by makespan, then mean JCT."""
     from gpuplan._progress import LazyProgress
     from gpuplan.sim.engine import simulate
 
@@ -84,7 +94,8 @@ def run_matrix(
 
             results.append(simulate(jobs, cluster, p, b, placer, oracle=oracle, progress=tick))
             bar.set((i + 1) * n, label)
-    results.sort(key=lambda r: (r.metrics.makespan_s, r.label))
+    # equal makespans (common on traces with arrivals) are ranked by mean JCT
+    results.sort(key=lambda r: (round(r.metrics.makespan_s, 6), r.metrics.mean_jct_s, r.label))
     return results
 
 
@@ -142,6 +153,13 @@ def _report(results: Sequence[SimResult], out: Path, title: str, subtitle: str, 
 def _load_jobs(
     trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool, time_unit: str = "s"
 ) -> list[Job]:
+    return _load_trace(trace, fmt, column_map, skip_bad, time_unit).jobs
+
+
+def _load_trace(
+    trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool, time_unit: str = "s"
+) -> TraceResult:
+    """Read a trace; its warnings, skipped rows and censoring notes go to stderr."""
     from gpuplan.traces import ReadOptions, parse_column_map, parse_time_unit, read_trace
 
     opts = ReadOptions(
@@ -152,16 +170,32 @@ def _load_jobs(
     result = read_trace(trace, fmt, opts)
     for w in result.warnings:
         typer.echo(f"gpuplan: warning: {w}", err=True)
+    for c in result.censored:
+        typer.echo(f"gpuplan: censored: {c}", err=True)
     if result.skipped:
         reasons = ", ".join(f"{n} {why}" for why, n in sorted(result.skipped.items()))
         typer.echo(f"gpuplan: skipped {sum(result.skipped.values())} bad row(s): {reasons}", err=True)
-    return result.jobs
+    return result
+
+
+def _cluster_for(cluster: str | None, result: TraceResult, sharing: bool | None) -> ClusterSpec:
+    """--cluster when given, else the cluster the trace describes, else the article's 8xA100 node."""
+    from gpuplan.cluster import load_cluster
+    from gpuplan.model import ClusterSpec
+
+    if cluster is not None or result.cluster is None:
+        return load_cluster(cluster or DEFAULT_CLUSTER, sharing=sharing)
+    spec = result.cluster
+    if sharing is not None and sharing != spec.sharing:
+        spec = ClusterSpec(spec.name, spec.nodes, sharing=sharing, max_jobs_per_gpu=spec.max_jobs_per_gpu)
+    typer.echo(f"gpuplan: using the trace's own cluster: {spec.describe()}", err=True)
+    return spec
 
 
 @app.command()
 def simulate(
-    trace: Annotated[Path, typer.Argument(help="Job trace: gpuplan JSONL/CSV or a CSV with common columns.")],
-    cluster: ClusterOpt = "8xA100-80GB",
+    trace: Annotated[Path, typer.Argument(help="Job trace in any format of docs/formats.md.")],
+    cluster: TraceClusterOpt = None,
     policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name(s), comma-separated, or 'all'.")] = "fifo",
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy, conservative (comma list) or 'all'.")] = "easy",
     placer: Annotated[str, typer.Option(help="first-fit, best-fit (pack) or spread.")] = "first-fit",
@@ -181,13 +215,28 @@ def simulate(
         from gpuplan.core.placement import get_placer
         from gpuplan.core.policies import policy_names
 
-        spec = load_cluster(cluster, sharing=sharing)
         policies = _names(policy, policy_names(), "policy")
         backfills = _names(backfill, backfill_names(), "backfill mode")
         get_placer(placer)
-        jobs = _load_jobs(trace, fmt, column_map, skip_bad, time_unit)
+        if cluster is not None:
+            load_cluster(cluster)  # a bad --cluster fails before a long read
+        result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
+        spec = _cluster_for(cluster, result, sharing)
+        jobs = _runnable(result.jobs)
         results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
         _emit(results, as_json, f"{trace.name} on {spec.describe()}", out)
+
+
+def _runnable(jobs: list[Job]) -> list[Job]:
+    """Jobs with a known duration; the others (pending, never started) cannot be simulated."""
+    runnable = [j for j in jobs if j.duration_s is not None]
+    if len(runnable) < len(jobs):
+        typer.echo(
+            f"gpuplan: {len(jobs) - len(runnable)} of {len(jobs)} jobs have no duration (never ran): "
+            "left out of the simulation",
+            err=True,
+        )
+    return runnable
 
 
 def _emit(results: Sequence[SimResult], as_json: bool, subtitle: str, out: Path | None) -> None:
@@ -248,6 +297,26 @@ def demo(
         if not as_json:
             typer.echo("The article: FIFO 55 % utilization / 12 h; profile order 88 % / 8.5 h (8xA100).")
         _emit(results, as_json, subtitle, out)
+
+
+@app.command()
+def convert(
+    trace: Annotated[Path, typer.Argument(help="Any readable trace (see docs/formats.md).")],
+    out: Annotated[Path, typer.Argument(help="Output in gpuplan's own format: .jsonl, .csv or .parquet.")],
+    fmt: Annotated[str | None, typer.Option("--format", help="Input format; detected when omitted.")] = None,
+    column_map: Annotated[str | None, typer.Option("--map", help="Column map for foreign CSVs.")] = None,
+    time_unit: Annotated[str, typer.Option("--time-unit", help="Unit of a foreign CSV's times.")] = "s",
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many.")
+    ] = False,
+) -> None:
+    """Convert a trace to gpuplan's own format (JSONL, CSV or Parquet, by OUT's extension)."""
+    with _errors():
+        from gpuplan.traces import write_trace
+
+        jobs = _load_jobs(trace, fmt, column_map, skip_bad, time_unit)
+        write_trace(jobs, out)
+        typer.echo(f"wrote {len(jobs)} jobs to {out}")
 
 
 @app.command()

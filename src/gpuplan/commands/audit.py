@@ -318,8 +318,11 @@ def _what_if(console: Console, data: dict[str, Any]) -> None:
         table.add_row(label + mark, duration_text(r["makespan_s"]), _num(100 * r["utilization"]),
                       duration_text(r["mean_wait_s"]), duration_text(r["mean_jct_s"]), style=style)  # fmt: skip
     console.print(table)
-    console.print(
-        f"best {w['best']}: {duration_text(w['time_saved_s'])} sooner than {w['fifo']} "
-        f"→ about {_num(w['gpu_hours_freed'])} GPU-hours freed on {data['cluster']['gpus']:,} GPUs",
-        markup=False,
-    )
+    if w["time_saved_s"] is not None and w["time_saved_s"] > 0:
+        line = (
+            f"best {w['best']}: {duration_text(w['time_saved_s'])} sooner than {w['fifo']} "
+            f"→ about {_num(w['gpu_hours_freed'])} GPU-hours freed on {data['cluster']['gpus']:,} GPUs"
+        )
+    else:
+        line = f"no simulated policy finishes sooner than {w['fifo']}: no GPU-hours freed"
+    console.print(line, markup=False)

@@ -117,7 +117,7 @@ class _Projection:
         self.hg, self.hmem, self.hspan = s.gpus[head], s.mem[head], s.span[head]
         self.counts: list[int] | None = None
         self.state: ClusterState | None = None
-        if not s.state.sharing and not self.hspan:
+        if not s.state.sharing:
             self.counts = s.state.node_idle.copy()
             node_of = s.state.gpu_node
             for r in freed:
@@ -131,8 +131,9 @@ class _Projection:
     def _head_fits_counts(self, counts: list[int]) -> bool:
         hg, hmem, caps = self.hg, self.hmem, self.s.state.node_cap_gb
         if hmem is None or hmem <= self.s.state.min_cap_gb:
-            return max(counts) >= hg
-        return any(k >= hg and hmem <= caps[n] for n, k in enumerate(counts))
+            return max(counts) >= hg or (self.hspan and sum(counts) >= hg)
+        usable = [k for n, k in enumerate(counts) if hmem <= caps[n]]
+        return max(usable, default=0) >= hg or (self.hspan and sum(usable) >= hg)
 
     def keeps_head_placeable(self, gpus: list[int], mem: float | None) -> bool:
         """Book a candidate that outlives the shadow; undo it and say False if the head no longer fits."""
@@ -157,7 +158,9 @@ class _Projection:
         st = self.s.state
         if self.counts is not None:
             caps, hg, hmem = st.node_cap_gb, self.hg, self.hmem
-            return {n for n, k in enumerate(self.counts) if k >= hg and (hmem is None or hmem <= caps[n])}
+            ok = [n for n, k in enumerate(self.counts) if k > 0 and (hmem is None or hmem <= caps[n])]
+            single = {n for n in ok if self.counts[n] >= hg}
+            return single if single or not self.hspan else set(ok)
         assert self.state is not None
         gpus = self.s.placer.find(self.state, self.hg, self.hmem, self.hspan) or []
         return {st.gpu_node[g] for g in gpus}
@@ -182,12 +185,13 @@ def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]
 
     Returns (inf, []) when that time is unknown (a running job has no estimate).
     """
-    if s.state.sharing or s.span[head]:
+    if s.state.sharing:
         return _reservation_general(s, head, now)
-    # exclusive, single node: free-GPU counts per node are all it takes
+    # exclusive: free-GPU counts per node are all it takes
     idle = s.state.node_idle.copy()
     caps, node_of = s.state.node_cap_gb, s.state.gpu_node
-    hg, hmem = s.gpus[head], s.mem[head]
+    hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+    usable = sum(k for n, k in enumerate(idle) if hmem is None or hmem <= caps[n])  # spanning heads
     freed: list[int] = []
     shadow = _INF
     for end, jid in s.running:
@@ -201,7 +205,9 @@ def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]
         for g in s.alloc[jid]:
             n = node_of[g]
             idle[n] += 1
-            if idle[n] >= hg and (hmem is None or hmem <= caps[n]):
+            mem_ok = hmem is None or hmem <= caps[n]
+            usable += mem_ok
+            if mem_ok and (idle[n] >= hg or (hspan and usable >= hg)):
                 shadow = max(end, now)
     return (shadow, freed) if shadow < _INF else (_INF, [])
 

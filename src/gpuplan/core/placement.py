@@ -92,16 +92,29 @@ class Placer(ABC):
         return sorted(fit[:gpus])
 
     def _span(self, state: ClusterState, gpus: int, mem_gb: float | None) -> list[int] | None:
-        nodes = [(n, self.fitting_gpus(state, n, mem_gb)) for n in range(len(state.node_gpus))]
-        nodes = [(n, f) for n, f in nodes if f > 0]
-        if sum(f for _, f in nodes) < gpus:
+        if state.sharing:
+            fits = [self.fitting_gpus(state, n, mem_gb) for n in range(len(state.node_gpus))]
+        elif mem_gb is None or mem_gb <= state.min_cap_gb:
+            fits = state.node_idle
+        else:
+            caps = state.node_cap_gb
+            fits = [k if mem_gb <= caps[n] else 0 for n, k in enumerate(state.node_idle)]
+        if sum(fits) < gpus:
             return None
+        nodes = [(n, f) for n, f in enumerate(fits) if f > 0]
         # fewest nodes first: take the roomiest nodes, then let the placer's own rank break ties
-        nodes.sort(key=lambda nf: (-nf[1], self.node_key(state, nf[0], nf[1])))
+        if state.sharing:
+            nodes.sort(key=lambda nf: (-nf[1], self.node_key(state, nf[0], nf[1])))
+        else:  # every built-in placer ranks equally roomy idle nodes by index: a stable sort suffices
+            nodes.sort(key=lambda nf: -nf[1])
         chosen: list[int] = []
+        njobs = state.gpu_njobs
         for n, f in nodes:
             take = min(f, gpus - len(chosen))
-            chosen.extend(self._pick(state, state.node_gpus[n], take, mem_gb))
+            if state.sharing:
+                chosen.extend(self._pick(state, state.node_gpus[n], take, mem_gb))
+            else:
+                chosen.extend([g for g in state.node_gpus[n] if njobs[g] == 0][:take])
             if len(chosen) == gpus:
                 break
         return sorted(chosen)

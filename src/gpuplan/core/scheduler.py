@@ -54,6 +54,7 @@ class Scheduler:
         self.oracle = oracle
         self.state = ClusterState(spec)
         self._empty = ClusterState(spec)
+        self._fits_empty: dict[tuple[int, float | None, bool], bool] = {}
         self.queue: SortedList = SortedList()  # (policy key..., jid)
         self._qkey: dict[int, tuple[float, ...]] = {}
         self.running: SortedList = SortedList()  # (expected end, jid)
@@ -73,7 +74,10 @@ class Scheduler:
         `book_mem_gb` overrides the per-GPU memory to book (default: the job's estimate, or its true
         memory in oracle runs)."""
         mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
-        if self.placer.find(self._empty, job.gpus, mem, job.may_span_nodes) is None:
+        shape = (job.gpus, mem, job.may_span_nodes)
+        if shape not in self._fits_empty:
+            self._fits_empty[shape] = self.placer.find(self._empty, *shape) is not None
+        if not self._fits_empty[shape]:
             raise JobNeverFitsError(self._never_fits_message(job, mem))
         plan = job.planning_duration_s(self.oracle)
         self.jobs[jid] = job
@@ -143,8 +147,10 @@ class Scheduler:
         mem_txt = "unknown memory" if mem is None else f"{mem:g} GB per GPU"
         span = "" if job.may_span_nodes else f" on one node (largest node: {spec.max_node_gpus} GPUs)"
         biggest = max(n.gpu.mem_gb for n in spec.nodes)
+        fix = "Fix the job or use a larger --cluster"
+        if not job.may_span_nodes and job.gpus <= spec.total_gpus and (mem is None or mem <= biggest):
+            fix += ", or allow it to span nodes (may_span_nodes)"
         return (
             f"job {job.id!r} asks for {job.gpus} GPU(s) with {mem_txt}{span}; cluster {spec.name!r} has "
-            f"{spec.total_gpus} GPUs of at most {biggest:g} GB: it can never start. Fix the job, use a larger "
-            "--cluster, or allow it to span nodes"
+            f"{spec.total_gpus} GPUs of at most {biggest:g} GB: it can never start. {fix}"
         )

@@ -34,7 +34,15 @@ from gpuplan.model import ClusterSpec, Job
 from gpuplan.optimize.evaluate import check_objective
 from gpuplan.sim.bounds import Bound, lower_bound
 
-__all__ = ["MAX_PAIRS", "ExactResult", "solve_exact", "strongest_bound"]
+__all__ = [
+    "MAX_JOBS",
+    "MAX_PAIRS",
+    "ExactResult",
+    "combine",
+    "simple_bound",
+    "solve_exact",
+    "strongest_bound",
+]
 
 MAX_PAIRS = 2000
 """Largest jobs x nodes for the per-node model; above it the cluster-wide relaxation is solved."""
@@ -152,6 +160,7 @@ def solve_exact(
     lower_bound_s: float | None = None,
     upper_bound_s: float | None = None,
     max_pairs: int = MAX_PAIRS,
+    deterministic: bool = False,
 ) -> ExactResult:
     """Solve the trace with CP-SAT for `objective` within `time_limit_s` seconds.
 
@@ -167,6 +176,9 @@ def solve_exact(
         lower_bound_s: a proven makespan bound (e.g. sim.bounds.lower_bound) to tighten the model.
         upper_bound_s: the makespan of a known real schedule; shrinks the horizon (makespan only).
         max_pairs: above this many (job, node) pairs the cluster-wide relaxation is solved instead.
+        deterministic: interleave the workers and stop on CP-SAT's deterministic time (time_limit_s of
+            it, with 3x that in wall-clock seconds as a safety): the same answer on every run, but the
+            wall time varies with the machine.
 
     Raises:
         GpuplanError: an empty trace, a job without a true duration, or one no node can host.
@@ -203,6 +215,10 @@ def solve_exact(
     _add_hint(m, jobs, starts, assign, hint)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(float(time_limit_s), 0.01)
+    if deterministic:
+        solver.parameters.interleave_search = True
+        solver.parameters.max_deterministic_time = max(float(time_limit_s), 0.01)
+        solver.parameters.max_time_in_seconds = max(3.0 * float(time_limit_s), 0.03)
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
     t0 = time.perf_counter()
@@ -325,12 +341,31 @@ def _value_s(objective: str, raw: float, jobs: Sequence[Job], data: _Data) -> fl
 
 
 def simple_bound(jobs: Sequence[Job], cluster: ClusterSpec, objective: str) -> Bound:
-    """The bounds without a solver: sim.bounds for the makespan; each job's own duration for a mean JCT."""
+    """The bounds without a solver: sim.bounds for the makespan; for a (GPU-weighted) mean JCT each
+    job's own duration and, on exclusive GPUs, the mean-busy-time bound (docs/bounds.md)."""
     if objective == "makespan":
         return lower_bound(jobs, cluster)
     weights = [1.0] * len(jobs) if objective == "mean-jct" else [float(j.gpus) for j in jobs]
-    own = sum(w * float(j.duration_s or 0.0) for w, j in zip(weights, jobs)) / sum(weights)
-    return Bound(own, "own-duration", {"own-duration": own})
+    total_w = sum(weights)
+    parts = {"own-duration": sum(w * float(j.duration_s or 0.0) for w, j in zip(weights, jobs)) / total_w}
+    if not cluster.sharing:
+        parts["busy-time"] = _busy_time_bound(jobs, weights, cluster.total_gpus)
+    name = max(parts, key=lambda k: parts[k])
+    return Bound(parts[name], name, parts)
+
+
+def _busy_time_bound(jobs: Sequence[Job], weights: list[float], gpus: int) -> float:
+    """Σ w·JCT / Σ w >= (Σ w·(M + d/2) - Σ w·r) / Σ w, with M the mean busy times of the one-machine
+    relaxation (speed = the cluster's GPUs, work = GPU-seconds) in WSPT order, which no schedule beats."""
+    t0 = min(j.submit_s for j in jobs)
+    area = [j.gpus * float(j.duration_s or 0.0) for j in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: area[i] / weights[i])
+    done, total = 0.0, 0.0
+    for i in order:
+        busy = (done + area[i] / 2) / gpus
+        done += area[i]
+        total += weights[i] * (busy + float(jobs[i].duration_s or 0.0) / 2 - (jobs[i].submit_s - t0))
+    return max(total / sum(weights), 0.0)
 
 
 def combine(base: Bound, exact: ExactResult | None) -> Bound:
@@ -338,15 +373,9 @@ def combine(base: Bound, exact: ExactResult | None) -> Bound:
     if exact is None:
         return base
     parts = dict(base.parts)
-    parts["cp-sat"] = exact.bound_s
-    if exact.is_proven_optimal and exact.value_s is not None and exact.objective == "makespan":
-        parts["cp-sat"] = max(exact.bound_s, exact.value_s - (0 if _integral_value(exact) else 1))
+    parts["cp-sat"] = exact.bound_s  # at OPTIMAL, CP-SAT's bound is its optimum
     name = max(parts, key=lambda k: parts[k])
     return Bound(parts[name], name, parts)
-
-
-def _integral_value(exact: ExactResult) -> bool:
-    return exact.bound_s == exact.value_s
 
 
 def strongest_bound(

@@ -29,6 +29,8 @@ from gpuplan.profile.classes import (
     top_users,
 )
 from gpuplan.profile.stats import (
+    STATE_KEYS,
+    UNKNOWN_STATE,
     Distribution,
     Histogram,
     distribution,
@@ -36,6 +38,7 @@ from gpuplan.profile.stats import (
     histogram,
     meta_seconds,
     state_counts,
+    state_of,
 )
 from gpuplan.profile.whatif import BACKFILL, POLICY_ORDER, WhatIf, what_if
 
@@ -47,6 +50,8 @@ __all__ = [
     "MEMORY_CLASSES",
     "POLICY_ORDER",
     "QUEUE_KEYS",
+    "STATE_KEYS",
+    "UNKNOWN_STATE",
     "Achieved",
     "Audit",
     "ClassShare",
@@ -73,6 +78,7 @@ __all__ = [
     "profile_matrix",
     "queue_of",
     "state_counts",
+    "state_of",
     "top_queues",
     "top_users",
     "what_if",

@@ -44,7 +44,9 @@ DURATION_CLASSES: tuple[str, ...] = (*(label for label, _ in _DURATION_BINS), "u
 MEMORY_CLASSES: tuple[str, ...] = ("low", "moderate", "high", "unknown")
 GPU_CLASSES: tuple[str, ...] = ("1", "2–4", "5–8", "> 8")
 ARTICLE_UNKNOWN = "unknown-duration"
-QUEUE_KEYS: tuple[str, ...] = ("queue", "partition", "vc")
+# Where readers keep a job's queue: Slurm partition, SWF queue, Helios/Philly virtual cluster, and
+# Alibaba's QoS class as the last resort (the trace's only grouping of pods).
+QUEUE_KEYS: tuple[str, ...] = ("queue", "partition", "vc", "qos")
 
 # The absolute memory bounds (GB per GPU) are those of an 80 GB GPU; with a known cluster they scale
 # with its largest GPU, so a 30 GB job is "high" on 32 GB V100s and "moderate" on 80 GB A100s.
@@ -226,7 +228,7 @@ def article_shares(jobs: Sequence[Job]) -> list[ClassShare]:
 
 
 def queue_of(job: Job) -> str | None:
-    """The job's queue: the first of meta 'queue', 'partition', 'vc' that is set, else None."""
+    """The job's queue: the first of meta 'queue', 'partition', 'vc', 'qos' that is set, else None."""
     for key in QUEUE_KEYS:
         value = job.meta.get(key)
         if value is not None and str(value).strip():
@@ -262,7 +264,7 @@ def top_users(jobs: Sequence[Job], top: int = 10) -> Ranking:
 
 
 def top_queues(jobs: Sequence[Job], top: int = 10) -> Ranking:
-    """Queues (meta 'queue', else 'partition', else 'vc') by GPU-hours; empty when no job has one."""
+    """Queues (`queue_of`) by GPU-hours; jobs without one count as '(no queue)'. Empty when no job has one."""
     if not any(queue_of(j) is not None for j in jobs):
         return Ranking([], 0)
     return _ranking(jobs, lambda j: queue_of(j) or _NO_QUEUE, top)

@@ -13,6 +13,8 @@ import numpy as np
 from gpuplan.model import Job
 
 __all__ = [
+    "STATE_KEYS",
+    "UNKNOWN_STATE",
     "Distribution",
     "Histogram",
     "distribution",
@@ -20,9 +22,13 @@ __all__ = [
     "histogram",
     "meta_seconds",
     "state_counts",
+    "state_of",
 ]
 
 UNKNOWN_STATE = "unknown"
+# The first of these meta keys that a job sets is its state: readers name it after their source
+# (sacct State, Alibaba pod_phase, SWF status).
+STATE_KEYS: tuple[str, ...] = ("state", "phase", "status")
 
 
 @dataclass(slots=True, frozen=True)
@@ -84,13 +90,18 @@ def histogram(values: Sequence[float], bins: int = 30, log: bool = False) -> His
     return Histogram(tuple(float(e) for e in edges), tuple(int(c) for c in counts), log)
 
 
+def state_of(job: Job) -> str:
+    """The job's state: the first of meta 'state', 'phase', 'status' that is set, else 'unknown'."""
+    for key in STATE_KEYS:
+        value = job.meta.get(key)
+        if value is not None and str(value).strip():
+            return str(value).strip()
+    return UNKNOWN_STATE
+
+
 def state_counts(jobs: Iterable[Job]) -> dict[str, int]:
-    """Jobs per `meta["state"]` as the trace writes it ("unknown" when absent), most common first."""
-    counts: Counter[str] = Counter()
-    for j in jobs:
-        state = j.meta.get("state")
-        text = str(state).strip() if state is not None else ""
-        counts[text or UNKNOWN_STATE] += 1
+    """Jobs per state (`state_of`) as the trace writes it, most common first."""
+    counts: Counter[str] = Counter(state_of(j) for j in jobs)
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

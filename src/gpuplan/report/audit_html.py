@@ -201,12 +201,23 @@ def _whatif_block(wi: dict[str, Any] | None, figures: dict[str, Any]) -> str:
             duration_text(r["mean_wait_s"]), duration_text(r["mean_jct_s"]),
         ])  # fmt: skip
     saved = wi["time_saved_s"]
-    summary = (
-        f"<p>Best {_esc(wi['best'])}: {duration_text(saved)} sooner than {_esc(wi['fifo'])}, "
-        f"about {_num(wi['gpu_hours_freed'])} GPU-hours freed ({wi['jobs']:,} jobs replayed).</p>"
-    )
+    if saved is not None and saved > 0:
+        summary = (
+            f"<p>Best {_esc(wi['best'])}: {duration_text(saved)} sooner than {_esc(wi['fifo'])}, "
+            f"about {_num(wi['gpu_hours_freed'])} GPU-hours freed ({wi['jobs']:,} jobs replayed).</p>"
+        )
+    else:
+        summary = f"<p>No simulated policy finishes sooner than {_esc(wi['fifo'])} ({wi['jobs']:,} jobs replayed).</p>"
     table = _table(["policy", "makespan", "utilization", "mean wait", "mean JCT"], rows)
-    return summary + table + _figure_block("fig-whatif", figures["fig-whatif"])
+    extra = [f"{p} same schedule as {twin} (same job order)" for p, twin in wi["same_schedule_as"].items()]
+    extra += [f"{p} not simulated: {why}" for p, why in wi["policies_skipped"].items()]
+    listed = "".join(f"<li>{_esc(x)}</li>" for x in extra)
+    return (
+        summary
+        + table
+        + (f'<ul class="muted">{listed}</ul>' if extra else "")
+        + _figure_block("fig-whatif", figures["fig-whatif"])
+    )
 
 
 def _all_notes(data: dict[str, Any]) -> list[str]:
@@ -262,6 +273,7 @@ def _log_axis(h: dict[str, Any]) -> dict[str, Any]:
 def _hist_figure(hists: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     panels = [("duration_s", "duration (log scale)"), ("gpus", "GPUs"), ("mem_gb", "GPU memory (GB)")]
     data, layout = [], _layout(360, showlegend=False, bargap=0.05)
+    base_x, base_y = dict(layout["xaxis"]), dict(layout["yaxis"])
     shown = 0
     for key, title in panels:
         bars = _bars_from_hist(hists.get(key, {}), title, _RUN_COLOUR)
@@ -271,12 +283,8 @@ def _hist_figure(hists: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         suffix = "" if shown == 1 else str(shown)
         bars.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
         data.append(bars)
-        layout[f"xaxis{suffix}"] = {
-            **layout["xaxis"],
-            "title": {"text": title},
-            **_log_axis(hists.get(key, {})),
-        }
-        layout[f"yaxis{suffix}"] = {**layout["yaxis"], "title": {"text": "jobs" if shown == 1 else ""}}
+        layout[f"xaxis{suffix}"] = {**base_x, "title": {"text": title}, **_log_axis(hists.get(key, {}))}
+        layout[f"yaxis{suffix}"] = {**base_y, "title": {"text": "jobs" if shown == 1 else ""}}
     if not data:
         return None
     for i in range(shown):

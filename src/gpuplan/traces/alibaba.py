@@ -34,6 +34,7 @@ __all__ = [
     "NODE_COLUMNS",
     "POD_COLUMNS",
     "AlibabaGpuReader",
+    "NodeList",
     "gpu_mem_gb",
     "read_node_list",
 ]
@@ -486,9 +487,9 @@ class AlibabaGpuReader(TraceReader):
         return result
 
     def _nodes(self, path: Path, skip_bad: bool) -> tuple[NodeList | None, list[str]]:
-        if self.node_list is not None:
-            chosen, notes = self.node_list, [f"cluster from the node list {self.node_list}"]
-        else:
+        chosen: Path | None = self.node_list
+        notes = [f"cluster from the node list {chosen}"]
+        if chosen is None:
             chosen, notes = _find_node_list(path)
         if chosen is None:
             return None, notes

@@ -77,11 +77,12 @@ def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
     _check_framing(path)
     pa, pq = _pyarrow()
     try:
-        table = pq.read_table(path)
+        with pq.ParquetFile(path) as f:
+            table = f.read()
         return list(table.column_names), table.to_pylist()
     except (pa.ArrowException, OSError, ValueError, MemoryError) as e:
         # A damaged file surfaces as ArrowInvalid, OSError or a text decoding error; all mean the same.
-        why = f"{type(e).__name__}: {clip(str(e), 200)}"
+        why = f"{type(e).__name__}: {clip(' '.join(str(e).split()), 200)}"
         raise TraceError(f"{path}: not a readable Parquet file, it may be damaged ({why})") from e
 
 

@@ -76,6 +76,8 @@ _META: dict[int, str] = {
     16: "preceding_job",
     17: "think_time_s",
 }
+# The largest MaxProcs/MaxNodes taken: above every machine in the archive, small enough to model.
+_MAX_SIZE = 2**20
 _SKIP_RUNTIME = "run time unknown (-1)"
 _SKIP_PROCS = "no processors (allocated and requested are 0 or -1)"
 _KEY = re.compile(r"([A-Za-z][A-Za-z0-9]*):\s*(.*)")
@@ -131,8 +133,9 @@ def _header_int(path: Path, header: _Header, key: str) -> int | None:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise InputError(str(path), line, f"header {key}", value, "a positive integer", f"header {key}")
+    if not 1 <= number <= _MAX_SIZE:
+        expected = f"a positive integer up to {_MAX_SIZE}"
+        raise InputError(str(path), line, f"header {key}", value, expected, f"header {key}")
     return number
 
 
@@ -150,10 +153,10 @@ def _machine(path: Path, header: _Header) -> _Machine:
     procs = _header_int(path, header, "MaxProcs")
     found = header.get("Computer")
     name = f"{found[0]} ({path.name})" if found and found[0] else path.name
-    if procs is None and nodes is None:
-        return _Machine(None, None, ["the header gives neither MaxProcs nor MaxNodes: no cluster"])
     notes: list[str] = []
     if procs is None:
+        if nodes is None:
+            return _Machine(None, None, ["the header gives neither MaxProcs nor MaxNodes: no cluster"])
         procs = nodes
         notes.append(f"the header gives MaxNodes ({nodes}) but no MaxProcs: assuming 1 processor per node")
     per_node = 1
