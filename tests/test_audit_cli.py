@@ -185,6 +185,14 @@ def test_missing_trace_is_one_line(tmp_path: Path) -> None:
     _one_line_error(_invoke(tmp_path / "none.jsonl", "-c", "8xA100-80GB"), "no such trace file")
 
 
+def test_unwritable_out_is_one_line(article_trace: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    _one_line_error(
+        _invoke(article_trace, "-c", "8xA100-80GB", "--json", "--out", blocker), "cannot write the report"
+    )
+
+
 def test_skip_bad_reports_skipped_rows(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("id,submit_s,gpus,duration_s\na,0,1,60\nb,0,0,60\nc,5,2,30\n", encoding="utf-8")

@@ -158,12 +158,20 @@ def _trace_dict(trace: Path, result: TraceResult, cluster_given: bool) -> dict[s
 
 
 def _write(out: Path, data: dict[str, Any], text: str, trace: Path, spec: ClusterSpec) -> Path:
+    from gpuplan.errors import GpuplanError
     from gpuplan.report.audit_html import write_audit
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "audit.json").write_text(text + "\n", encoding="utf-8")
     subtitle = f"{trace.name}: {data['jobs']:,} jobs on {spec.describe()}"
-    return write_audit(data, out / "audit.html", title="gpuplan: audit of a job history", subtitle=subtitle)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "audit.json").write_text(text + "\n", encoding="utf-8")
+        return write_audit(
+            data, out / "audit.html", title="gpuplan: audit of a job history", subtitle=subtitle
+        )
+    except OSError as e:
+        raise GpuplanError(
+            f"--out {out}: cannot write the report ({e.strerror or e}); give a writable folder"
+        ) from e
 
 
 # --------------------------------------------------------------------------- terminal

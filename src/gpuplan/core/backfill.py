@@ -115,18 +115,28 @@ class _Projection:
     def __init__(self, s: Scheduler, freed: list[int], head: int) -> None:
         self.s = s
         self.hg, self.hmem, self.hspan = s.gpus[head], s.mem[head], s.span[head]
-        self.counts: list[int] | None = None
+        self.freed = freed
+        self._counts: list[int] | None = None
+        self._idle_before: list[int] | None = None
         self.state: ClusterState | None = None
         if not s.state.sharing:
-            self.counts = s.state.node_idle.copy()
-            node_of = s.state.gpu_node
-            for r in freed:
-                for g in s.alloc[r]:
-                    self.counts[node_of[g]] += 1
+            self._idle_before = s.state.node_idle.copy()  # cheap; the freed jobs are added when needed
         else:
             self.state = s.state.copy()
             for r in freed:
                 self.state.release(s.alloc[r], s.mem[r])
+
+    @property
+    def counts(self) -> list[int] | None:
+        """Free GPUs per node at the shadow time (exclusive clusters), built on first use."""
+        if self._counts is None and self._idle_before is not None:
+            counts = self._idle_before
+            node_of, alloc = self.s.state.gpu_node, self.s.alloc
+            for r in self.freed:
+                for g in alloc[r]:
+                    counts[node_of[g]] += 1
+            self._counts = counts
+        return self._counts
 
     def _head_fits_counts(self, counts: list[int]) -> bool:
         hg, hmem, caps = self.hg, self.hmem, self.s.state.node_cap_gb
@@ -191,7 +201,7 @@ def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]
     idle = s.state.node_idle.copy()
     caps, node_of = s.state.node_cap_gb, s.state.gpu_node
     hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
-    usable = sum(k for n, k in enumerate(idle) if hmem is None or hmem <= caps[n])  # spanning heads
+    usable = sum(k for n, k in enumerate(idle) if hmem is None or hmem <= caps[n]) if hspan else 0
     freed: list[int] = []
     shadow = _INF
     for end, jid in s.running:

@@ -145,24 +145,26 @@ class _Run:
     def loop(self) -> None:
         jobs, order, heap, sched, state = self.jobs, self.order, self.heap, self.sched, self.sched.state
         n, ai, now = len(jobs), 0, 0.0
+        arrivals = [jobs[i].submit_s - self.t0 for i in order] + [_INF]
+        version, heappop, timeline = self.version, heapq.heappop, self.timeline
         while ai < n or heap:
-            t_arr = jobs[order[ai]].submit_s - self.t0 if ai < n else _INF
-            t_next = min(t_arr, heap[0][0] if heap else _INF)
+            t_next = min(arrivals[ai], heap[0][0] if heap else _INF)
             if sched.queue:
                 self.idle_wait_gpu_s += state.idle_total * (t_next - now)
             now = t_next
             while heap and heap[0][0] <= now:
-                _, _, jid, ver = heapq.heappop(heap)
-                if self.version.get(jid, 0) == ver:
+                _, _, jid, ver = heappop(heap)
+                if not version or version.get(jid, 0) == ver:
                     self._finish(jid, now)
-            while ai < n and jobs[order[ai]].submit_s - self.t0 <= now:
+            while arrivals[ai] <= now:
                 job = jobs[order[ai]]
                 sched.submit(order[ai], job, book_mem_gb=_booked_mem(job, sched.oracle))
                 ai += 1
             for st in sched.schedule(now):
                 self._start(st, now)
-            if state.busy_gpus != self.timeline[-1][1]:
-                self.timeline.append((now, state.busy_gpus))
+            busy = len(state.gpu_node) - state.idle_total
+            if busy != timeline[-1][1]:
+                timeline.append((now, busy))
             if not heap and ai >= n and sched.queue:
                 raise ScheduleError(self._stuck_message())
 

@@ -113,13 +113,14 @@ _MEMO_LIMIT = 1 << 16
 _MAX_IDS_SHOWN = 5
 _MAX_SAMPLES = 5
 
-_DURATION_RE = re.compile(r"(?:(?:(\d+)-)?(\d+):)?(\d+):(\d+)(?:\.(\d{1,6}))?", re.ASCII)
+# Numbers have at most 15 digits: int() refuses 4300 digits and float() overflows long before.
+_DURATION_RE = re.compile(r"(?:(?:(\d{1,9})-)?(\d{1,12}):)?(\d{1,12}):(\d{1,12})(?:\.(\d{1,6}))?", re.ASCII)
 _JOBID_RE = re.compile(
-    r"(\d+)(?:_(\d+|\[[0-9,%:\-]+\]))?(?:\+(\d+))?(?:\.([A-Za-z0-9_]+(?:\+\d+)?))?", re.ASCII
+    r"(\d{1,15})(?:_(\d{1,15}|\[[0-9,%:\-]+\]))?(?:\+(\d{1,15}))?(?:\.([A-Za-z0-9_]+(?:\+\d+)?))?", re.ASCII
 )
 _TRES_RE = re.compile(r"[^=,\s]+=[^=,\s]+(?:,[^=,\s]+=[^=,\s]+)*", re.ASCII)
-_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)", re.ASCII)
-_COUNT_RE = re.compile(r"\d+", re.ASCII)
+_SIZE_RE = re.compile(r"(\d{1,15}(?:\.\d{1,9})?)([KMGTP]?)", re.ASCII)
+_COUNT_RE = re.compile(r"\d{1,15}", re.ASCII)
 _STATE_RE = re.compile(r"([A-Z][A-Z_]*)(?: by (\d+))?", re.ASCII)
 _EXIT_RE = re.compile(r"\d+:\d+", re.ASCII)
 
@@ -191,7 +192,7 @@ def _time(text: str) -> float | None:
     s = text.strip()
     if s in _NO_TIME:
         return None
-    if s.isascii() and s.isdigit():  # SLURM_TIME_FORMAT=%s
+    if s.isascii() and s.isdigit() and len(s) <= 15:  # SLURM_TIME_FORMAT=%s
         return float(int(s))
     try:
         dt = datetime.fromisoformat(s)
@@ -1084,6 +1085,7 @@ class SacctReader(TraceReader):
 
 _MISSING = object()
 _NO_VAL = 0xFFFFFFFE  # Slurm's NO_VAL (Partition_Limit); INFINITE (UNLIMITED) is one more
+_JSON_MAX = 2**53  # larger counts are not real, and would lose precision or overflow as floats
 
 
 class _JsonRecord:
@@ -1117,12 +1119,9 @@ class _JsonRecord:
         value = self.value(*keys)
         if value is None and not required:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            what = (
-                "negative"
-                if isinstance(value, int | float) and not isinstance(value, bool)
-                else "not a count"
-            )
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _JSON_MAX:
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            what = ("negative" if value < 0 else "too large") if number else "not a count"
             raise _Bad(_shown(value), "a whole number >= 0", "missing" if value is None else what)
         return value
 
@@ -1146,8 +1145,11 @@ class _JsonRecord:
 
 
 def _shown(value: Any) -> Any:
+    """A JSON value as an error message shows it: containers as JSON text, anything long clipped."""
     if isinstance(value, dict | list):
         return clip(json.dumps(value, default=str))
+    if isinstance(value, str) or len(repr(value)) > 80:
+        return clip(str(value))
     return value
 
 
@@ -1320,7 +1322,7 @@ def _json_document(path: Path) -> Any:
     except json.JSONDecodeError as e:
         value = clip(text.splitlines()[e.lineno - 1] if e.lineno - 1 < len(text.splitlines()) else "")
         expected = f"valid JSON ({e.msg} at line {e.lineno} char {e.colno})"
-        if e.pos >= len(text.rstrip()):
+        if not text.rstrip().endswith("}"):  # sacct's JSON ends with '}': a file cut short does not
             raise TruncatedTraceError(
                 str(path),
                 e.lineno,
