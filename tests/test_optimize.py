@@ -138,8 +138,9 @@ def test_every_bound_is_below_every_feasible_schedule(
     runs = [simulate(jobs, cluster, p, b) for p in policy_names() for b in backfill_names()]
     plan = plan_order(jobs, cluster, "makespan", "easy", 20, seed, max_evals=150, cpsat_time_s=0.3)
     runs.append(plan.result)
-    exact = solve_exact(jobs, cluster, "makespan", 0.5)
-    bound = strongest_bound(jobs, cluster, 0.3)
+    exact = plan.exact
+    assert exact is not None
+    bound = strongest_bound(jobs, cluster, 0.2)
     best_sim = min(r.metrics.makespan_s for r in runs)
     for value in (bound.value_s, plan.bound.value_s, exact.bound_s, *bound.parts.values()):
         assert value <= best_sim + 1e-6
@@ -147,7 +148,7 @@ def test_every_bound_is_below_every_feasible_schedule(
             assert value <= exact.value_s + 1e-6  # a CP-SAT schedule is a real schedule on whole seconds
     for objective in ("mean-jct", "weighted"):
         low = simple_bound(jobs, cluster, objective).value_s
-        cp = solve_exact(jobs, cluster, objective, 0.3).bound_s
+        cp = solve_exact(jobs, cluster, objective, 0.2).bound_s
         ev = Evaluator(jobs, cluster, "none")
         best = min(ev.value(objective, _ends(r, jobs)) for r in runs)
         assert max(low, cp) <= best + 1e-6

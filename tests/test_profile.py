@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.cluster import load_cluster
+from gpuplan.core.placement import FirstFit
+from gpuplan.errors import UnknownNameError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 from gpuplan.profile import (
     ARTICLE_UNKNOWN,
@@ -363,6 +365,11 @@ def test_policies_with_the_same_order_are_simulated_once() -> None:
     assert any("order the jobs exactly as fifo" in n for n in w.notes)
 
 
+def test_unknown_policy_lists_the_valid_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown policy 'fastest'.*gpu-time"):
+        what_if([Job("a", 0, 1, duration_s=1)], _cluster(1, 8), policies=["fastest"])
+
+
 def test_ties_prefer_fifo_as_best() -> None:
     jobs = [Job(f"j{i}", float(i * 1000), 1, duration_s=10.0) for i in range(5)]  # nothing ever waits
     w = what_if(jobs, _cluster(1, 8))
@@ -427,12 +434,18 @@ def test_count_only_is_not_used_when_placement_matters() -> None:
     assert whatif_mod._count_only([Job("a", 0, 1, duration_s=1)], mixed) is mixed
 
 
+class _FirstFitFullScan(FirstFit):
+    """First-fit ranking every node (no early exit): what the shortcut must reproduce."""
+
+    first_wins = False
+
+
 def test_early_exit_first_fit_places_like_first_fit_on_a_sharing_cluster() -> None:
     cluster = load_cluster(str(FIXTURES / "clusters" / "mixed.toml"))
     jobs = synth_poisson(400, seed=3, load=1.3, total_gpus=cluster.total_gpus)
     for policy in ("fifo", "small-gpus-first"):
-        ours = simulate(jobs, cluster, policy, "easy", whatif_mod._FirstFitEarlyExit())
-        base = simulate(jobs, cluster, policy, "easy", "first-fit")
+        ours = simulate(jobs, cluster, policy, "easy", "first-fit")
+        base = simulate(jobs, cluster, policy, "easy", _FirstFitFullScan())
         assert ours.records == base.records, policy
         assert base.metrics.mean_wait_s > 0  # the queue was not empty, so placement mattered
 

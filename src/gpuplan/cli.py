@@ -437,6 +437,16 @@ def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
     return [(cls, w) for (cls, _), w in zip(ARTICLE_MIX, weights)]
 
 
+def _register_commands() -> None:
+    """Commands that live in their own modules (their heavy imports stay inside the command)."""
+    from gpuplan.commands.audit import audit
+
+    app.command(name="audit")(audit)
+
+
+_register_commands()
+
+
 def main() -> int:
     """Console entry point: runs the app and returns its exit status (0 ok, 2 bad input)."""
     try:

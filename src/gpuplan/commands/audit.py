@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SIM_BUDGET_S", "audit"]
 
-DEFAULT_SIM_BUDGET_S = 6.0
+DEFAULT_SIM_BUDGET_S = 5.0
 """Seconds the what-if may spend simulating by default, so an audit of 10^4 jobs stays within ~10 s."""
 
 
@@ -61,14 +61,13 @@ def audit(
             )  # fmt: skip
         data = {"trace": _trace_dict(trace, result, given is not None), **report.as_dict()}
         text = json.dumps(data, indent=2, allow_nan=False)
+        html_path = _write(out, data, text, trace, spec) if out is not None else None
         if as_json:
             typer.echo(text)
-        else:
-            _print(data)
-        if out is not None:
-            html_path = _write(out, data, text, trace, spec)
-            if not as_json:
-                typer.echo(f"report: {html_path}")
+            return
+        _print(data)
+        if html_path is not None:
+            typer.echo(f"report: {html_path}")
 
 
 # --------------------------------------------------------------------------- reading

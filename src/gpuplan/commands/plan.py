@@ -95,13 +95,10 @@ def _compared(result: PlanResult) -> list[SimResult]:
     """The plan, the best built-in run, the article's order (same backfill when run) and strict FIFO."""
     base = result.baselines
     best = next(r for r in base if r.label == result.start_policy)
-    article = [r for r in base if r.policy == "article"]
-    art = next((r for r in article if r.backfill == result.backfill), None) or min(
-        article, key=lambda r: r.metrics.makespan_s
-    )
+    article = sorted((r for r in base if r.policy == "article"), key=lambda r: (r.backfill != result.backfill, r.metrics.makespan_s))  # fmt: skip
     fifo = next(r for r in base if r.policy == "fifo" and r.backfill == "none")
     out: list[SimResult] = []
-    for r in (result.result, best, art, fifo):
+    for r in (result.result, best, *article[:1], fifo):
         if all(r is not o for o in out):
             out.append(r)
     return out

@@ -74,7 +74,14 @@ class Placer(ABC):
                     best, best_node = key, node
         return best_node
 
+    first_wins: bool = False  # the first node that fits is the best one: stop scanning there
+
     def _best_node_shared(self, state: ClusterState, gpus: int, mem_gb: float | None) -> int:
+        if self.first_wins:
+            for node in range(len(state.node_gpus)):
+                if self.fitting_gpus(state, node, mem_gb) >= gpus:
+                    return node
+            return -1
         best: tuple[float, ...] | None = None
         best_node = -1
         for node in range(len(state.node_gpus)):
@@ -123,6 +130,7 @@ class Placer(ABC):
 class FirstFit(Placer):
     name = "first-fit"
     description = "lowest-numbered node and GPUs that fit"
+    first_wins = True
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
         for n, k in enumerate(counts):

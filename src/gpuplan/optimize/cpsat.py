@@ -177,8 +177,8 @@ def solve_exact(
         upper_bound_s: the makespan of a known real schedule; shrinks the horizon (makespan only).
         max_pairs: above this many (job, node) pairs the cluster-wide relaxation is solved instead.
         deterministic: interleave the workers and stop on CP-SAT's deterministic time (time_limit_s of
-            it, with 3x that in wall-clock seconds as a safety): the same answer on every run, but the
-            wall time varies with the machine.
+            it, with 2x that in wall-clock seconds as a safety): the same answer on every run unless
+            the safety cuts it short; the wall time varies with the machine.
 
     Raises:
         GpuplanError: an empty trace, a job without a true duration, or one no node can host.
@@ -218,7 +218,7 @@ def solve_exact(
     if deterministic:
         solver.parameters.interleave_search = True
         solver.parameters.max_deterministic_time = max(float(time_limit_s), 0.01)
-        solver.parameters.max_time_in_seconds = max(3.0 * float(time_limit_s), 0.03)
+        solver.parameters.max_time_in_seconds = max(2.0 * float(time_limit_s), 0.02)
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
     t0 = time.perf_counter()

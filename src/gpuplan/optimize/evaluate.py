@@ -3,10 +3,10 @@
 `Evaluator.ends(order)` gives the same end times as `simulate(jobs, cluster, FixedOrder(...), backfill)`,
 by one of two paths:
 
-- exclusive GPUs, first-fit, no job spanning several nodes, backfill none or EASY: a dedicated list
+- exclusive GPUs, first-fit, no job that may span nodes, backfill none or EASY: a dedicated list
   scheduler on free-GPU counts per node (GPUs of a node are interchangeable until a job starts), which
   mirrors `NoBackfill` and `Easy` step by step, caches included; 3-25x faster than `simulate`;
-- everything else (conservative backfill, other placers, GPU sharing, spanning jobs on several
+- everything else (conservative backfill, other placers, GPU sharing, jobs that may span
   nodes): `simulate` itself.
 
 The mirror is checked against `simulate` when an Evaluator is built (two orders); if the scheduling core
@@ -159,12 +159,11 @@ class Evaluator:
     def _pick_path(self) -> Callable[[list[int]], list[float]]:
         if self.cluster.sharing:
             return self._simulate
-        multi = len(self.cluster.nodes) > 1
         mode = type(self.backfill)
         if (
             mode in (NoBackfill, Easy)
             and type(self.placer) is FirstFit
-            and not (multi and any(j.may_span_nodes for j in self.jobs))
+            and not any(j.may_span_nodes for j in self.jobs)
         ):
             self._mem = [_booked_mem(j, self.oracle) for j in self.jobs]
             self._node_cap = [n.gpu.mem_gb for n in self.cluster.nodes]

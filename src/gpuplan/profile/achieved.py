@@ -235,6 +235,8 @@ def _sweep(
     span_wait: Counter[int] = Counter()  # GPU counts of waiting jobs that may span nodes
     node_wait: Counter[int] = Counter()  # ... and of those that need one node
     split = [0.0, 0.0, 0.0]  # usable, fragmentation, too few (GPU-seconds)
+    # (cluster GPUs, nodes, GPUs of the largest node), computed once: the spec recomputes them per call
+    shape = None if cluster is None else (cluster.total_gpus, len(cluster.nodes), cluster.max_node_gpus)
     i, n = 0, len(rows)
     while i < n:
         now = rows[i][0]
@@ -246,8 +248,8 @@ def _sweep(
                 waiting += delta
                 _count(span_wait if spans else node_wait, gpus, delta)
             i += 1
-        if cluster is not None and waiting and i < n:
-            _split(split, cluster, cluster.total_gpus - alloc, span_wait, node_wait, rows[i][0] - now)
+        if shape is not None and waiting and i < n:
+            _split(split, shape[1], shape[2], shape[0] - alloc, span_wait, node_wait, rows[i][0] - now)
         times.append(now)
         alloc_at.append(alloc)
         wait_at.append(waiting)
@@ -266,21 +268,22 @@ def _count(counter: Counter[int], gpus: int, delta: int) -> None:
 
 def _split(
     split: list[float],
-    cluster: ClusterSpec,
+    nodes: int,
+    widest: int,
     idle: int,
     span_wait: Counter[int],
     node_wait: Counter[int],
     dt: float,
 ) -> None:
-    """Add idle x dt to the part it belongs to (see IdleSplit)."""
+    """Add idle x dt to the part it belongs to (see IdleSplit); `widest` is the largest node's GPUs."""
     if idle <= 0 or dt <= 0:
         return
     smallest_span = min(span_wait, default=_INF)
     smallest_node = min(node_wait, default=_INF)
-    sure_on_one_node = -(-idle // len(cluster.nodes))  # pigeonhole: some node has this many free
+    sure_on_one_node = -(-idle // nodes)  # pigeonhole: some node has this many free
     if smallest_span <= idle or smallest_node <= sure_on_one_node:
         split[0] += idle * dt
-    elif smallest_node <= min(idle, cluster.max_node_gpus):
+    elif smallest_node <= min(idle, widest):
         split[1] += idle * dt
     else:
         split[2] += idle * dt

@@ -154,7 +154,7 @@ class _Run:
             now = t_next
             while heap and heap[0][0] <= now:
                 _, _, jid, ver = heappop(heap)
-                if not version or version.get(jid, 0) == ver:
+                if not self.sharing or version.get(jid, 0) == ver:
                     self._finish(jid, now)
             while arrivals[ai] <= now:
                 job = jobs[order[ai]]

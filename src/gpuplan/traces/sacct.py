@@ -11,8 +11,9 @@ peak MaxRSS and TRESUsageInMax become the job's usage. Jobs without GPUs are lef
 `skipped`; jobs that never started are kept with `duration_s` None and `meta["never_started"]`.
 Slurm prints times in the cluster's local time without a zone: they are read as UTC.
 
-Parsing is pure: text in, jobs out. Values that repeat across rows (TRES strings, limits, states) are
-parsed once per distinct text, which keeps a million-row file within a few seconds.
+Parsing is pure: text in, jobs out. The text reader works on chunks of rows, column by column, and parses
+each distinct cell text once (TRES strings, limits and states repeat); a chunk with a problem is read again
+row by row, so every error names its line. See docs/formats.md for the measured speed.
 """
 
 from __future__ import annotations
@@ -323,14 +324,6 @@ def _exit_code(text: str) -> str:
     return s
 
 
-def _job_id(text: str) -> re.Match[str]:
-    m = _JOBID_RE.fullmatch(text.strip())
-    if m is None:
-        expected = "a job id: 123, array task 123_4, pending array 123_[5-9%2], het 14+0, step 123.batch"
-        raise _Bad(text, expected, "not a job id")
-    return m
-
-
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: reading makes millions of objects that hold no cycles, and the
@@ -424,23 +417,6 @@ _MISSING_COLUMN_NOTES = {
 }
 
 
-@dataclass(slots=True)
-class _Usage:
-    """The peaks over a job's rows (allocation and steps)."""
-
-    rss: int | None = None
-    gpumem: int | None = None
-    gpuutil: float | None = None
-
-    def add(self, rss: int | None, gpumem: int | None, gpuutil: float | None) -> None:
-        if rss is not None and (self.rss is None or rss > self.rss):
-            self.rss = rss
-        if gpumem is not None and (self.gpumem is None or gpumem > self.gpumem):
-            self.gpumem = gpumem
-        if gpuutil is not None and (self.gpuutil is None or gpuutil > self.gpuutil):
-            self.gpuutil = gpuutil
-
-
 class _Collector:
     """The jobs of one file: unique ids, rejected rows counted per reason, jobs left out, usage folding.
 
@@ -483,12 +459,16 @@ class _Collector:
             self.index[job.id] = len(self.jobs)
         self.jobs.append(job)
         self.places.append(where)
+        self.count_unfinished(job)
+        return None
+
+    def count_unfinished(self, job: Job) -> None:
+        """Count a kept job that never started or is still running, for the notes."""
         if "never_started" in job.meta:
             self.never_started += 1
             self.remainders += "array_pending_remainder" in job.meta
         elif "elapsed_s" in job.meta:
             self.active += 1
-        return None
 
     def reject(self, error: InputError) -> None:
         """Count a bad row under its reason, or raise it when skip_bad is off."""
@@ -625,7 +605,7 @@ class _TextParser:
     regex over a whole column), then one loop assembles the jobs. A chunk with any problem (a bad value,
     a wrong field count, a blank or repeated header line) is parsed again one row at a time by the same
     code, so the error names the line and the column, and skip_bad skips just that row. Parsing has no
-    effect on the collector; `_commit` applies a parsed chunk.
+    effect on the collector; `commit` applies a parsed chunk.
     """
 
     def __init__(self, path: Path, cols: _Columns, out: _Collector) -> None:
@@ -665,7 +645,7 @@ class _TextParser:
             except _Bad:
                 pass
             else:
-                self._commit(*parsed)
+                self.commit(*parsed)
                 return
         last = len(lines) - 1
         for k, (body, cells) in enumerate(zip(lines, rows)):
@@ -689,16 +669,26 @@ class _TextParser:
         except InputError as e:
             self.out.reject(e)
             return
-        self._commit(*parsed)
+        self.commit(*parsed)
 
-    def _commit(self, numbers: Sequence[int], rows: list[list[str]], jobs: Iterable[Job], usage: Any) -> None:
+    def commit(
+        self, numbers: Sequence[int], rows: Sequence[Sequence[str]], jobs: Iterable[Job], usage: Any
+    ) -> None:
+        """Keep the parsed jobs (or leave them out, or reject duplicates) and fold the usage."""
         out = self.out
-        keep = out.keep
+        seen, kept, places = out.seen, out.jobs, out.places
         for number, cells, job in zip(numbers, rows, jobs):
             if job.gpus == 0:
                 out.leave_out(_SHARES_ONLY if self._shares(cells) else _CPU_ONLY, job.id)
                 continue
-            first = keep(job, number)
+            if job.id not in seen and out.index is None:  # `out.keep` inlined: once per job
+                seen.add(job.id)
+                kept.append(job)
+                places.append(number)
+                if "never_started" in job.meta or "elapsed_s" in job.meta:
+                    out.count_unfinished(job)
+                continue
+            first = out.keep(job, number)
             if first is not None:
                 expected = (
                     f"a unique job id; line {first} already has it (was sacct run with -D/--duplicates?)"
@@ -708,7 +698,7 @@ class _TextParser:
         if usage is not None:
             out.add_usage_columns(*usage)
 
-    def _shares(self, cells: list[str]) -> bool:
+    def _shares(self, cells: Sequence[str]) -> bool:
         return any(
             self.memos[c][cells[self.cols.index[c]]].shares
             for c in ("AllocTRES", "ReqTRES")
@@ -737,12 +727,29 @@ class _TextParser:
             )
         if not rows:
             return numbers, rows, [], usage
-        columns = list(zip(*rows))
+        return numbers, rows, self.jobs(rows, list(zip(*rows))), usage
+
+    def jobs(
+        self,
+        rows: Sequence[Sequence[str]],
+        columns: Sequence[Sequence[str]],
+        parsed: dict[str, list[Any]] | None = None,
+    ) -> Iterable[Job]:
+        """The jobs of allocation rows, given also as columns; parses eagerly, assembles lazily.
+
+        Args:
+            parsed: values already parsed for some columns (the Arrow path's times), by column name.
+
+        Raises:
+            _Bad: a bad value, with `self.column` naming its column.
+        """
+        ids = columns[self.i_id]
         id_metas = self._ids(ids)
-        values = [self._values(name, columns) for name in _ALLOC_VALUES]
+        parsed = parsed or {}
+        values = [parsed[name] if name in parsed else self._values(name, columns) for name in _ALLOC_VALUES]
         self._check_times(columns, values)
         texts = [self._texts(name, columns) for name in _TEXT_VALUES]
-        return numbers, rows, map(self.assemble, rows, ids, id_metas, *values, *texts), usage
+        return map(self.assemble, rows, ids, id_metas, *values, *texts)
 
     def _check_step_ids(self, ids: list[str]) -> None:
         if _JOBIDS_RE.fullmatch("\n".join(ids)) is None:
@@ -750,7 +757,7 @@ class _TextParser:
             bad = next((x for x in ids if _JOBID_RE.fullmatch(x) is None), ids[0])
             raise _Bad(bad, _EXPECT_ID, "not a job id")
 
-    def _ids(self, ids: list[str]) -> Iterable[dict[str, Any] | None]:
+    def _ids(self, ids: Sequence[str]) -> Iterable[dict[str, Any] | None]:
         self.column = "JobID"
         joined = "".join(ids)
         if joined.isascii() and joined.isdigit() and "" not in ids:  # plain ids only: the common case
@@ -764,14 +771,14 @@ class _TextParser:
             metas[k] = _id_meta(ids[k])
         return metas
 
-    def _values(self, name: str, columns: list[tuple[str, ...]]) -> Iterable[Any]:
+    def _values(self, name: str, columns: Sequence[Sequence[str]]) -> Iterable[Any]:
         i = self.cols.index.get(name)
         if i is None:
             return repeat(None)
         self.column = name
         return list(map(self.memos[name].__getitem__, columns[i]))
 
-    def _texts(self, name: str, columns: list[tuple[str, ...]]) -> Iterable[str]:
+    def _texts(self, name: str, columns: Sequence[Sequence[str]]) -> Iterable[str]:
         i = self.cols.index.get(name)
         if i is None:
             return repeat("")
@@ -779,7 +786,7 @@ class _TextParser:
             return columns[i]
         return map(sys.intern, columns[i])  # one shared string per distinct user, name, node list
 
-    def _check_times(self, columns: list[tuple[str, ...]], values: list[Any]) -> None:
+    def _check_times(self, columns: Sequence[Sequence[str]], values: list[Any]) -> None:
         submit, start, end = values[0], values[1], values[2]
         if None in submit:
             self.column = "Submit"
@@ -1038,6 +1045,16 @@ def _first_line(text: str) -> str:
 
 
 def _read_text(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
+    """Read a `sacct -P` file: through Arrow when it is large and clean, else (or then) exactly."""
+    if _arrow_worth_it(path):
+        try:
+            return _read_arrow(path, options, fmt)
+        except _Fallback:
+            pass  # the exact reader below reads it again and names any problem by its line
+    return _read_exact(path, options, fmt)
+
+
+def _read_exact(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
     out = _Collector(path, options.skip_bad)
     parser: _TextParser | None = None
     for first, lines, terminated in _chunks(path):
@@ -1052,13 +1069,207 @@ def _read_text(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
         parser.chunk(first + rest, lines[rest:] if rest else lines, terminated)
     if parser is None:
         raise TraceError(f"{path}: the file is empty (no header, no job rows). Run: {SACCT_COMMAND}")
+    return out.result(fmt, _text_notes(options, fmt, parser))
+
+
+def _text_notes(options: ReadOptions, fmt: str, parser: _TextParser) -> list[str]:
     notes = ignored_option_warnings(options, fmt)
     if parser.repeated:
         notes.append(f"{parser.repeated} repeated header line(s) skipped (several sacct outputs in one file)")
     absent = [f"{c} ({what})" for c, what in _MISSING_COLUMN_NOTES.items() if c not in parser.cols.index]
     if absent:
         notes.append(f"sacct column(s) absent: {'; '.join(absent)}")
-    return out.result(fmt, notes)
+    return notes
+
+
+# ---- the Arrow path for large files ----------------------------------------------------------------
+
+_ARROW_MIN_BYTES = 4 << 20  # below this, importing pyarrow costs more than it saves
+_ARROW_BLOCK_BYTES = 4 << 20
+_SCAN_BYTES = 8 << 20
+# RE2 patterns for the Arrow path. Each accepts a subset of what the Python parsers accept and gives the
+# same value, so a file the Arrow path reads gives exactly what the exact path gives. Anything else
+# (a value in another form, a bad value) sends the whole file to the exact path.
+_RE2_SPACE = r"\t\n\v\f\r "  # Python's \s under re.ASCII
+_RE2_TRES = rf"[^=,{_RE2_SPACE}]+=[^=,{_RE2_SPACE}]+(?:,[^=,{_RE2_SPACE}]+=[^=,{_RE2_SPACE}]+)*"
+_RE2_SIZE = r"^(?P<n>\d{1,15}(?:\.\d{1,9})?)(?P<u>[KMGTP]?)$"
+_RE2_PCT = r"^\d{1,15}(?:\.\d{1,9})?$"
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+_RE2_TIME = (
+    r"^(?:19[7-9]\d|[2-9]\d{3})-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d$"
+)
+_UNITS = ("", "K", "M", "G", "T", "P")
+
+
+class _Fallback(Exception):
+    """The Arrow path cannot vouch for this file; the exact path reads it instead."""
+
+
+def _arrow_worth_it(path: Path) -> bool:
+    try:
+        return path.stat().st_size >= _ARROW_MIN_BYTES and not _is_gzip(path)
+    except OSError:
+        return False
+
+
+def _clean_bytes(path: Path) -> bool:
+    """Whether every line ends with '\n' or '\r\n': Arrow also ends a row at a lone '\r', Python does not."""
+    buffer = bytearray(_SCAN_BYTES)
+    with path.open("rb") as f:
+        while n := f.readinto(buffer):
+            block = memoryview(buffer)[:n].tobytes() if n < len(buffer) else buffer
+            if block.count(b"\r") != block.count(b"\r\n"):
+                return False
+    return True
+
+
+def _require(ok: Any) -> None:
+    if ok is not True and getattr(ok, "as_py", lambda: ok)() is not True:
+        raise _Fallback
+
+
+def _read_arrow(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
+    """Read a large, clean `sacct -P` file with pyarrow: its CSV reader splits the rows (in threads), step
+    rows are checked and folded by Arrow compute, and allocation rows go through the same column parsers
+    and assembler as the exact path.
+
+    Raises:
+        _Fallback: anything the exact path must look at (a bad or unusual value, a blank line, a wrong
+            field count, a duplicate id), or pyarrow is missing.
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as pcsv
+    except ImportError as e:
+        raise _Fallback from e
+    with path.open("rb") as f:
+        raw = f.readline()
+    try:
+        first = raw.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise _Fallback from e
+    if not first.strip() or not _clean_bytes(path):
+        raise _Fallback
+    out = _Collector(path, options.skip_bad)
+    parser = _TextParser(path, _columns(path, 1, first), out)
+    width = parser.cols.width
+    names = [f"f{i}" for i in range(width)]
+    try:
+        reader = pcsv.open_csv(
+            path,
+            read_options=pcsv.ReadOptions(block_size=_ARROW_BLOCK_BYTES, skip_rows=1, column_names=names),
+            parse_options=pcsv.ParseOptions(
+                delimiter="|", quote_char=False, escape_char=False, ignore_empty_lines=False
+            ),
+            convert_options=pcsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False
+            ),
+        )
+        offset = 2  # the line of the first data row: the header is line 1 and no line is blank
+        for batch in reader:
+            _arrow_batch(pa, pc, parser, batch, offset)
+            offset += batch.num_rows
+    except (pa.ArrowException, _Bad, InputError, ValueError, OverflowError) as e:
+        raise _Fallback from e
+    if out.skipped:
+        raise _Fallback
+    try:
+        return out.result(fmt, _text_notes(options, fmt, parser))
+    except TraceError as e:
+        raise _Fallback from e
+
+
+def _arrow_batch(pa: Any, pc: Any, parser: _TextParser, batch: Any, offset: int) -> None:
+    _require(batch.num_columns == parser.cols.width)
+    ids = batch.column(parser.i_id)
+    is_step = pc.match_substring(ids, ".")
+    if pc.any(is_step).as_py():
+        steps = pc.filter(ids, is_step)
+        _require(pc.all(pc.match_substring_regex(steps, f"^{_JOBID_RE.pattern}$")))
+    _arrow_usage(pa, pc, parser, batch, ids)
+    is_job = pc.invert(is_step)
+    jobs = batch.filter(is_job)
+    if not jobs.num_rows:
+        return
+    columns = [column.to_pylist() for column in jobs.columns]
+    rows = list(zip(*columns))
+    numbers = [offset + k for k in pc.indices_nonzero(is_job).to_pylist()]
+    times = {
+        name: _arrow_times(pa, pc, jobs.column(parser.cols.index[name]))
+        for name in ("Submit", "Start", "End")
+        if name in parser.cols.index
+    }
+    parser.commit(numbers, rows, parser.jobs(rows, columns, times), None)
+
+
+def _arrow_times(pa: Any, pc: Any, cells: Any) -> list[float | None]:
+    """Seconds of time cells in the form sacct prints (`_time`), None for None/Unknown/empty."""
+    canonical = pc.match_substring_regex(cells, _RE2_TIME)
+    _require(pc.all(pc.or_(canonical, pc.is_in(cells, value_set=pa.array(sorted(_NO_TIME))))))
+    masked = pc.if_else(canonical, cells, None)
+    stamps = pc.strptime(masked, format=_TIME_FORMAT, unit="s", error_is_null=True)
+    # strptime turns 2026-02-30 into March 2 where fromisoformat refuses it: only a round trip tells.
+    _require(pc.all(pc.equal(pc.strftime(stamps, format=_TIME_FORMAT), masked)))
+    _require(pc.equal(pc.count(masked), pc.count(stamps)))
+    seconds: list[float | None] = pc.cast(pc.cast(stamps, pa.int64()), pa.float64()).to_pylist()
+    return seconds
+
+
+def _arrow_usage(pa: Any, pc: Any, parser: _TextParser, batch: Any, ids: Any) -> None:
+    """Fold the MaxRSS and TRESUsageInMax of every row into its job's peaks, in Arrow."""
+    usage: dict[str, Any] = {}
+    if parser.i_rss is not None:
+        usage["rss"] = _arrow_sizes(pa, pc, batch.column(parser.i_rss))
+    if parser.i_usage is not None:
+        usage |= _arrow_gpu_usage(pa, pc, batch.column(parser.i_usage))
+    if not usage:
+        return
+    table = pa.table({"key": pc.struct_field(pc.extract_regex(ids, r"^(?P<k>[^.]*)"), "k"), **usage})
+    some = None
+    for name in usage:
+        valid = pc.is_valid(table[name])
+        some = valid if some is None else pc.or_(some, valid)
+    table = table.filter(some)
+    if not table.num_rows:
+        return
+    peaks = table.group_by("key").aggregate([(name, "max") for name in usage])
+    keys = peaks["key"].to_pylist()
+    values = {name: peaks[f"{name}_max"].to_pylist() for name in usage}
+    none = [None] * len(keys)
+    for key, rss, gpumem, gpuutil in zip(
+        keys, values.get("rss", none), values.get("gpumem", none), values.get("gpuutil", none)
+    ):
+        parser.out.add_usage(key, rss, gpumem, gpuutil)
+
+
+def _arrow_sizes(pa: Any, pc: Any, cells: Any) -> Any:
+    """Bytes of size cells (`_size`), null for empty ones."""
+    parts = pc.extract_regex(cells, _RE2_SIZE)
+    _require(pc.all(pc.or_(pc.is_valid(parts), pc.equal(cells, ""))))
+    multiplier = pc.take(
+        pa.array([float(1 << (10 * k)) for k in range(len(_UNITS))]),
+        pc.index_in(pc.struct_field(parts, "u"), value_set=pa.array(_UNITS)),
+    )
+    number = pc.cast(pc.struct_field(parts, "n"), pa.float64())
+    return pc.cast(
+        pc.round(pc.multiply(number, multiplier), ndigits=0, round_mode="half_to_even"), pa.int64()
+    )
+
+
+def _arrow_gpu_usage(pa: Any, pc: Any, cells: Any) -> dict[str, Any]:
+    """gres/gpumem bytes and gres/gpuutil percent of TRESUsageInMax cells (`_usage`), after checking them all."""
+    _require(pc.all(pc.match_substring_regex(cells, f"^(?:{_RE2_TRES})?$")))
+    if not pc.any(pc.match_substring(cells, "gres/gpu")).as_py():
+        return {}
+    found: dict[str, Any] = {}
+    for name in ("gpumem", "gpuutil"):
+        _require(pc.max(pc.count_substring(cells, f"gres/{name}=")).as_py() <= 1)  # Python keeps the last
+        found[name] = pc.struct_field(pc.extract_regex(cells, rf"(?:^|,)gres/{name}=(?P<v>[^,]*)"), "v")
+    gpumem = _arrow_sizes(pa, pc, pc.fill_null(found["gpumem"], ""))
+    util = found["gpuutil"]
+    _require(pc.all(pc.match_substring_regex(util, _RE2_PCT)))  # nulls (absent) are skipped
+    return {"gpumem": gpumem, "gpuutil": pc.cast(util, pa.float64())}
 
 
 @register_reader
@@ -1083,9 +1294,25 @@ class SacctReader(TraceReader):
 
 # ---- the JSON reader ------------------------------------------------------------------------------
 
-_MISSING = object()
 _NO_VAL = 0xFFFFFFFE  # Slurm's NO_VAL (Partition_Limit); INFINITE (UNLIMITED) is one more
 _JSON_MAX = 2**53  # larger counts are not real, and would lose precision or overflow as floats
+
+
+@dataclass(slots=True)
+class _Usage:
+    """The peaks over the steps of one JSON job record."""
+
+    rss: int | None = None
+    gpumem: int | None = None
+    gpuutil: float | None = None
+
+    def add(self, rss: int | None, gpumem: int | None, gpuutil: float | None) -> None:
+        if rss is not None and (self.rss is None or rss > self.rss):
+            self.rss = rss
+        if gpumem is not None and (self.gpumem is None or gpumem > self.gpumem):
+            self.gpumem = gpumem
+        if gpuutil is not None and (self.gpuutil is None or gpuutil > self.gpuutil):
+            self.gpuutil = gpuutil
 
 
 class _JsonRecord:
