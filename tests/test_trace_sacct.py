@@ -7,10 +7,12 @@ import copy
 import gzip
 import importlib.util
 import json
+import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -340,6 +342,66 @@ def test_formats_are_registered_and_detected() -> None:
     head = (FIXTURES / "cluster.json").read_text(encoding="utf-8")[:4096]
     assert detect(Path("a.json"), head).name == "sacct-json"  # type: ignore[union-attr]
     assert detect(Path("a.csv"), "JobID,State,Elapsed\n").name != "sacct"  # type: ignore[union-attr]
+
+
+# ---- the Arrow path for large files gives exactly what the exact path gives ----------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    return (a.jobs, a.skipped, a.warnings, a.missing_fields, a.censored) == (
+        b.jobs,
+        b.skipped,
+        b.warnings,
+        b.missing_fields,
+        b.censored,
+    )
+
+
+def test_arrow_path_matches_the_exact_path() -> None:
+    sources = [FIXTURES / n for n in ("cluster_P.txt", "parsable_p.txt")]
+    if CAPTURED.is_dir():
+        sources += [CAPTURED / n for n in ("sacct_P.txt", "sacct_P_X.txt", "sacct_P_X_states.txt")]
+    for source in sources:
+        fast = sacct_module._read_arrow(source, ReadOptions(), "sacct")  # no fallback for these
+        assert _same(fast, sacct_module._read_exact(source, ReadOptions(), "sacct")), source.name
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("2026-03-02T08:00:00", "2026-02-30T08:00:00"),  # strptime would move it to March 2
+        ("|40G|", "| 40G|"),  # a form only the exact path reads
+        ("gres/gpuutil=95", "gres/gpuutil=9.5e1"),
+        ("energy=0,fs/disk=1048576,", "energy=0,gres/gpumem=1G,fs/disk=1048576,"),  # gpumem twice
+        ("1-02:00:00|2-00:00:00", "1-02:00:00\r|2-00:00:00"),  # a lone \r ends an Arrow row
+        ("\n502|", "\n\n502|"),  # a blank line
+        ("\n503|", "\n501|"),  # a duplicate id
+    ],
+)
+def test_arrow_path_leaves_anything_unusual_to_the_exact_path(tmp_path: Path, old: str, new: str) -> None:
+    text = (FIXTURES / "cluster_P.txt").read_text(encoding="utf-8")
+    assert old in text
+    path = _write(tmp_path, text.replace(old, new, 1))
+    with pytest.raises(sacct_module._Fallback):
+        sacct_module._read_arrow(path, ReadOptions(), "sacct")
+    with mock.patch.object(sacct_module, "_ARROW_MIN_BYTES", 0):
+        forced = _outcome(path, None, False)
+    assert forced == _outcome(path, None, False)
+
+
+def test_large_files_take_the_arrow_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sacct_module, "_ARROW_MIN_BYTES", 0)
+    calls: list[Path] = []
+    monkeypatch.setattr(sacct_module, "_read_exact", lambda path, *a: calls.append(path))  # type: ignore[arg-type]
+    assert len(read_trace(FIXTURES / "cluster_P.txt").jobs) == 17 and calls == []
+
+
+def test_without_pyarrow_the_exact_path_reads_large_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sacct_module, "_ARROW_MIN_BYTES", 0)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    with pytest.raises(sacct_module._Fallback):
+        sacct_module._read_arrow(FIXTURES / "cluster_P.txt", ReadOptions(), "sacct")
+    assert len(read_trace(FIXTURES / "cluster_P.txt").jobs) == 17
 
 
 # ---- every class of bad input in sacct text: file, line, column and value in the message ----------
@@ -686,12 +748,22 @@ def test_text_reader_raises_only_gpuplan_errors(
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ("fuzz.sacct.gz" if gz else "fuzz.sacct")
         path.write_bytes(gzip.compress(data) if gz else data)
-        try:
-            result = read_trace(path, fmt=fmt, options=ReadOptions(skip_bad=skip_bad))
-        except GpuplanError:
-            return
-    assert result.jobs and len({j.id for j in result.jobs}) == len(result.jobs)
-    assert all(j.gpus >= 1 and j.submit_s >= 0 for j in result.jobs)
+        exact = _outcome(path, fmt, skip_bad)
+        with mock.patch.object(sacct_module, "_ARROW_MIN_BYTES", 0):
+            assert _outcome(path, fmt, skip_bad) == exact  # the Arrow path agrees, or hands over
+    if exact[0] == "ok":
+        jobs = exact[1]
+        assert jobs and len({j.id for j in jobs}) == len(jobs)
+        assert all(j.gpus >= 1 and j.submit_s >= 0 for j in jobs)
+
+
+def _outcome(path: Path, fmt: str | None, skip_bad: bool) -> tuple[Any, ...]:
+    """What reading gives: the result's parts, or the gpuplan error (anything else fails the test)."""
+    try:
+        r = read_trace(path, fmt=fmt, options=ReadOptions(skip_bad=skip_bad))
+    except GpuplanError as e:
+        return ("error", type(e), str(e))
+    return ("ok", r.jobs, r.skipped, r.warnings, r.missing_fields, r.censored)
 
 
 _JSON_PATHS = [

@@ -69,6 +69,11 @@ def _names(text: str, valid: list[str], kind: str) -> list[str]:
     return names
 
 
+def _rank(r: SimResult) -> tuple[float, float, str]:
+    """Best first: makespan, then (for equal makespans, common on traces with arrivals) mean JCT."""
+    return (round(r.metrics.makespan_s, 6), r.metrics.mean_jct_s, r.label)
+
+
 def run_matrix(
     jobs: Sequence[Job],
     cluster: ClusterSpec,
@@ -94,8 +99,7 @@ def run_matrix(
 
             results.append(simulate(jobs, cluster, p, b, placer, oracle=oracle, progress=tick))
             bar.set((i + 1) * n, label)
-    # equal makespans (common on traces with arrivals) are ranked by mean JCT
-    results.sort(key=lambda r: (round(r.metrics.makespan_s, 6), r.metrics.mean_jct_s, r.label))
+    results.sort(key=_rank)
     return results
 
 
@@ -255,21 +259,31 @@ def _emit(results: Sequence[SimResult], as_json: bool, subtitle: str, out: Path 
             typer.echo(f"report: {path}")
 
 
+PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan.py)
+
+
 def _notes(results: Sequence[SimResult]) -> list[str]:
     notes = []
     if any(r.oracle for r in results):
         notes.append("ORACLE run: policies saw the true durations, which no real scheduler knows.")
-    fifo = [r for r in results if r.policy == "fifo"]
-    best = results[0]
+    policies = [r for r in results if r.policy != PLAN_POLICY]
+    fifo = [r for r in policies if r.policy == "fifo"]
+    best = policies[0] if policies else results[0]
     if fifo and best.policy != "fifo":
         plain = [r for r in fifo if r.backfill == "none"]
         f = plain[0] if plain else min(fifo, key=lambda r: r.metrics.makespan_s)
         gain = f.metrics.makespan_s - best.metrics.makespan_s
         notes.append(
-            f"best {best.label}: {best.metrics.makespan_s / 3600:.2f} h at {100 * best.metrics.utilization:.1f} % "
-            f"vs {f.label}: {f.metrics.makespan_s / 3600:.2f} h at {100 * f.metrics.utilization:.1f} % "
-            f"({gain / 3600:.2f} h sooner, {100 * gain / f.metrics.makespan_s:.0f} % shorter); "
-            f"{best.metrics.bound_ratio:.3f}× the lower bound."
+            f"best policy {best.label}: {best.metrics.makespan_s / 3600:.2f} h at "
+            f"{100 * best.metrics.utilization:.1f} % vs {f.label}: {f.metrics.makespan_s / 3600:.2f} h at "
+            f"{100 * f.metrics.utilization:.1f} % ({gain / 3600:.2f} h sooner, "
+            f"{100 * gain / f.metrics.makespan_s:.0f} % shorter); {best.metrics.bound_ratio:.3f}× the lower bound."
+        )
+    for p in (r for r in results if r.policy == PLAN_POLICY):
+        notes.append(
+            f"{p.label}: the order `gpuplan plan` found by searching with the simulator on these jobs' true "
+            f"durations (a what-if on known jobs, not a policy a live queue can run): "
+            f"{p.metrics.makespan_s / 3600:.2f} h, {p.metrics.bound_ratio:.3f}× the lower bound."
         )
     return notes
 
@@ -279,6 +293,13 @@ def demo(
     out: Annotated[Path, typer.Option("--out", help="Directory for report.html.")] = Path("out/demo"),
     seed: Annotated[int, typer.Option(help="Seed of the article scenario.")] = 0,
     oracle: Annotated[bool, typer.Option("--oracle", help="Let policies see true durations.")] = False,
+    plan_s: Annotated[
+        float,
+        typer.Option(
+            "--plan-seconds",
+            help="Also search for the best order (gpuplan plan) for this long and show it as 'plan+easy'; 0 skips.",
+        ),
+    ] = 10.0,
     as_json: JsonOpt = False,
 ) -> None:
     """The article's scenario (8xA100-80GB, 50 fine-tunes + 30 batch inference) under every policy x backfill."""
@@ -293,6 +314,10 @@ def demo(
         results = run_matrix(
             jobs, spec, policy_names(), backfill_names(), oracle=oracle, show_progress=not as_json
         )
+        if plan_s > 0:
+            from gpuplan.commands.plan import plan_demo_results
+
+            results = sorted([*results, *plan_demo_results(jobs, spec, plan_s)], key=_rank)
         subtitle = f"article scenario (seed {seed}, {len(jobs)} jobs at t=0) on {spec.describe()}"
         if not as_json:
             typer.echo("The article: FIFO 55 % utilization / 12 h; profile order 88 % / 8.5 h (8xA100).")
@@ -440,8 +465,10 @@ def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
 def _register_commands() -> None:
     """Commands that live in their own modules (their heavy imports stay inside the command)."""
     from gpuplan.commands.audit import audit
+    from gpuplan.commands.plan import plan
 
     app.command(name="audit")(audit)
+    app.command(name="plan")(plan)
 
 
 _register_commands()

@@ -10,6 +10,7 @@ predictions are scaled up until at most `max_under` of those held-out jobs are u
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,14 @@ _CALIBRATION_SHARE = 0.2
 _MIN_CALIBRATION = 200  # fewer finished jobs than this: no held-out calibration
 
 
+def _one_thread() -> Any:
+    """One OpenMP thread: on small, shared machines (CI runners) more threads made fitting ~9x slower,
+    and one thread gives the same model on every machine."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
 @register_predictor
 class GbmPredictor(Predictor):
     """Gradient-boosted quantile regression on the record (GPUs, time limit, queue, submit hour and
@@ -41,7 +50,8 @@ class GbmPredictor(Predictor):
         max_under: the share of held-out jobs that may be under-predicted after calibration (memory
             default 0.03; None: no calibration).
         k: recent runs the history medians take (default 5).
-        max_iter, learning_rate, max_leaf_nodes, min_samples_leaf: passed to the regressor.
+        max_iter, learning_rate, max_leaf_nodes, min_samples_leaf: passed to the regressor (defaults
+            100, 0.1, 31, 20).
         max_train: train on at most this many of the most recently finished jobs (default 50,000).
         seed: random state of the regressor (default 0).
     """
@@ -68,8 +78,8 @@ class GbmPredictor(Predictor):
         return HistGradientBoostingRegressor(
             loss="quantile",
             quantile=self.quantile,
-            max_iter=int(p.get("max_iter", 200)),
-            learning_rate=float(p.get("learning_rate", 0.08)),
+            max_iter=int(p.get("max_iter", 100)),
+            learning_rate=float(p.get("learning_rate", 0.1)),
             max_leaf_nodes=int(p.get("max_leaf_nodes", 31)),
             min_samples_leaf=int(p.get("min_samples_leaf", 20)),
             categorical_features=np.array(self.encoder_.categorical, dtype=bool),
@@ -89,9 +99,12 @@ class GbmPredictor(Predictor):
         train = [j for j in history if j.id in keep]
         stats = history_stats(train, self.target, online=history, k=self.k)
         x = self.encoder_.fit_transform(train, stats)
-        y = np.log1p(target_values(train, self.target))
-        self.factor_ = self._calibration(train, x, y)
-        self.model_ = self._regressor().fit(x, y)
+        # the model learns the correction to the rolling median: a tree cannot copy a feature, it can
+        # only approximate it step by step, so starting from the median keeps what it already knows
+        y = np.log1p(target_values(train, self.target)) - self._base(stats)
+        with _one_thread():
+            self.factor_ = self._calibration(train, x, y)
+            self.model_ = self._regressor().fit(x, y)
 
     def _calibration(self, train: list[Job], x: np.ndarray, y: np.ndarray) -> float:
         """How much to scale predictions so at most `max_under` of the latest jobs are under-predicted."""
@@ -102,9 +115,7 @@ class GbmPredictor(Predictor):
         cut = int(len(order) * (1.0 - _CALIBRATION_SHARE))
         fit_rows, cal_rows = order[:cut], order[cut:]
         model = self._regressor().fit(x[fit_rows], y[fit_rows])
-        pred = np.expm1(model.predict(x[cal_rows]))
-        truth = np.expm1(y[cal_rows])
-        ratio = truth / np.maximum(pred, 1e-9)
+        ratio = np.exp(y[cal_rows] - model.predict(x[cal_rows]))  # truth / prediction, of 1 + value
         return max(1.0, float(np.quantile(ratio, 1.0 - float(self.max_under), method="higher")))
 
     def _predict(self, jobs: list[Job], past: list[Job] | None) -> np.ndarray:
@@ -112,7 +123,12 @@ class GbmPredictor(Predictor):
         if self.model_ is None:
             return rolling_median(stats, self.median_)
         x = self.encoder_.transform(jobs, stats)
-        return np.maximum(np.expm1(self.model_.predict(x)), 0.0) * self.factor_
+        with _one_thread():
+            raw = self.model_.predict(x) + self._base(stats)
+        return np.maximum(np.expm1(raw + math.log(self.factor_)), 0.0)
+
+    def _base(self, stats: np.ndarray) -> np.ndarray:
+        return np.log1p(rolling_median(stats, self.median_))
 
     def feature_names(self) -> list[str]:
         return list(self.encoder_.columns) if self.model_ is not None else ["user", "name"]
