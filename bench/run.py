@@ -1,10 +1,14 @@
 """Benchmarks, printed as JSON on stdout (`make bench`). Each case runs in its own process so its peak
 memory (ru_maxrss) is its own.
 
-Cases:
+Cases (`python bench/run.py [CASE ...]`; all by default):
+  demo-article: the article scenario under all 8 policies x 3 backfill modes (what `gpuplan demo` runs).
   sim-100k-fifo-easy, sim-100k-gputime-easy: 100,000 jobs, Poisson arrivals at offered load 0.9, on 128
     nodes x 8 A100-80GB (1,024 GPUs); issue #2 floor: each run <= 20 s on a 2-core machine, aim <= 5 s.
-  demo-article: the article scenario under all 8 policies x 3 backfill modes (what `gpuplan demo` runs).
+  read-own-csv-1m, read-sacct-1m: reading a 1,000,000-row trace (own CSV; sacct -P with step rows);
+    issue #3 floor <= 10 s each, aim >= 500,000 rows/s.
+  audit-nasa, audit-alibaba: `gpuplan audit` on the real traces in ../shared/data (issue #3: <= 10 s).
+  plan: `gpuplan plan` quality vs time on the article scenario and 500 jobs / 64 GPUs (issue #4; ~4 min).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 CASES = {
     "sim-100k-fifo-easy": ("fifo", "easy"),
@@ -28,11 +33,13 @@ def _cluster_128x8():  # type: ignore[no-untyped-def]
     return ClusterSpec("128x8xA100-80GB", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(128)))
 
 
-def run_case(name: str) -> dict[str, object]:
+def run_case(name: str) -> object:
     from gpuplan.synth import synth_poisson
 
     if name == "demo-article":
         return _demo_case()
+    if name in _OTHER:
+        return _OTHER[name]()
     from gpuplan.sim.engine import simulate
 
     policy, backfill = CASES[name]
@@ -89,6 +96,85 @@ def _demo_case() -> dict[str, object]:
     }
 
 
+def _read_own_csv_case() -> dict[str, object]:
+    import tempfile
+
+    from gpuplan.traces import read_trace
+
+    rows = 1_000_000
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "own.csv"
+        _write_own_csv(path, rows)
+        t0 = time.perf_counter()
+        result = read_trace(path)
+        took = time.perf_counter() - t0
+        assert len(result.jobs) == rows
+    return {"case": "read-own-csv-1m", "rows": rows, "seconds": round(took, 3),
+            "rows_per_s": round(rows / took), "peak_rss_mb": _peak_rss_mb(), "floor_s": 10.0,
+            "aim_rows_per_s": 500_000, "within_floor": took <= 10.0}  # fmt: skip
+
+
+def _write_own_csv(path: Path, rows: int) -> None:
+    """A million-row trace in gpuplan's CSV, written directly (not through Job objects: fast)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    submit = np.cumsum(rng.exponential(3.0, rows))
+    gpus = rng.choice([1, 2, 4, 8], rows, p=[0.6, 0.2, 0.1, 0.1])
+    dur = np.round(rng.lognormal(7.5, 1.2, rows))
+    mem = np.round(rng.uniform(4, 78, rows), 1)
+    with path.open("w") as f:
+        f.write("id,submit_s,gpus,mem_gb,duration_s,est_duration_s,requested_s,user,name\n")
+        for i in range(rows):
+            d = dur[i]
+            f.write(
+                f"j{i},{submit[i]:.3f},{gpus[i]},{mem[i]},{d},{d * 1.1:.1f},{d * 3:.0f},u{i % 97},train-{i % 13}\n"
+            )
+
+
+def _read_sacct_case() -> dict[str, object]:
+    import tempfile
+
+    from bench_traces import bench_sacct
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return {"case": "read-sacct-1m", **bench_sacct(1_000_000, tmp), "floor_s": 10.0}
+
+
+def _audit_case(name: str, path: Path) -> dict[str, object]:
+    if not path.is_file():
+        return {"case": name, "skipped": f"{path} absent (real traces live in ../shared/data)"}
+    proc_t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "gpuplan.cli", "audit", str(path), "--json"],
+                          capture_output=True, text=True)  # fmt: skip
+    took = time.perf_counter() - proc_t0
+    if proc.returncode != 0:
+        return {"case": name, "error": proc.stderr.strip().splitlines()[-1:]}
+    data = json.loads(proc.stdout)
+    return {"case": name, "jobs": data.get("jobs"), "wall_s": round(took, 2), "floor_s": 10.0,
+            "within_floor": took <= 10.0}  # fmt: skip
+
+
+def _plan_case() -> list[dict[str, object]]:
+    from bench_plan import bench_plan
+
+    return bench_plan()
+
+
+_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+_OTHER = {
+    "read-own-csv-1m": _read_own_csv_case,
+    "read-sacct-1m": _read_sacct_case,
+    "audit-nasa": lambda: _audit_case(
+        "audit-nasa", _SHARED / "pwa-nasa-ipsc-1993" / "NASA-iPSC-1993-3.1-cln.swf"
+    ),
+    "audit-alibaba": lambda: _audit_case(
+        "audit-alibaba", _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+    ),
+    "plan": _plan_case,
+}
+
+
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -97,14 +183,15 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--case":
         print(json.dumps(run_case(sys.argv[2])))
         return 0
-    names = sys.argv[1:] or ["demo-article", *CASES]
+    names = sys.argv[1:] or ["demo-article", *CASES, *_OTHER]
     out = []
     for name in names:
         proc = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True)
         if proc.returncode != 0:
             out.append({"case": name, "error": proc.stderr.strip().splitlines()[-1:]})
             continue
-        out.append(json.loads(proc.stdout))
+        got = json.loads(proc.stdout)
+        out.extend(got if isinstance(got, list) else [got])
     print(json.dumps(out, indent=2))
     return 1 if any("error" in o for o in out) else 0
 

@@ -114,9 +114,14 @@ class Predictor(ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     needs_history: ClassVar[bool] = True
+    param_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, target: str = "duration", **params: Any) -> None:
         self.target = check_target(target)
+        unknown = sorted(set(params) - set(self.param_names))
+        if unknown:
+            valid = ", ".join(self.param_names) or "none"
+            raise PredictError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; valid: {valid}")
         self.params = dict(params)
         self.training_size = 0
         self.fitted = False

@@ -77,6 +77,7 @@ class RollingMedianPredictor(Predictor):
 
     name = "rolling-median"
     description = "median of the last k runs of the same (user, name), else user, else everyone"
+    param_names = ("k",)
 
     def __init__(self, target: str = "duration", **params: Any) -> None:
         super().__init__(target, **params)

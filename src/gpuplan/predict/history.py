@@ -17,10 +17,13 @@ import numpy as np
 from gpuplan.model import Job
 from gpuplan.predict.base import job_end_s, target_value
 
-__all__ = ["LEVELS", "STAT_NAMES", "PastRecords", "history_stats", "job_name"]
+__all__ = ["K_LONG", "LEVELS", "STATS", "STAT_NAMES", "PastRecords", "history_stats", "job_name"]
 
 LEVELS: tuple[str, ...] = ("user_name", "user", "all")
-STAT_NAMES: tuple[str, ...] = tuple(f"{lvl}_{s}" for lvl in LEVELS for s in ("n", "last", "median"))
+STATS: tuple[str, ...] = ("n", "last", "median", "median_long")
+STAT_NAMES: tuple[str, ...] = tuple(f"{lvl}_{s}" for lvl in LEVELS for s in STATS)
+K_LONG = 25
+"""Recent values the long-window medians take (`median_long`); `median` takes the last k."""
 
 
 def job_name(job: Job) -> str:
@@ -73,26 +76,31 @@ class PastRecords:
         )
 
 
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])
+
+
 class _Window:
-    """The last k values of one key, and how many there were in all."""
+    """The last `long` values of one key, how many there were in all, and the median of the last k."""
 
-    __slots__ = ("count", "values")
+    __slots__ = ("count", "k", "values")
 
-    def __init__(self, k: int) -> None:
-        self.values: deque[float] = deque(maxlen=k)
+    def __init__(self, k: int, long: int) -> None:
+        self.values: deque[float] = deque(maxlen=max(k, long))
+        self.k = k
         self.count = 0
 
     def add(self, v: float) -> None:
         self.values.append(v)
         self.count += 1
 
-    def stats(self) -> tuple[float, float, float]:
+    def stats(self) -> tuple[float, float, float, float]:
         if not self.count:
-            return 0.0, np.nan, np.nan
-        s = sorted(self.values)
-        m = len(s) // 2
-        median = s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])
-        return float(self.count), self.values[-1], median
+            return 0.0, np.nan, np.nan, np.nan
+        values = list(self.values)
+        return float(self.count), values[-1], _median(values[-self.k :]), _median(values)
 
 
 def history_stats(
@@ -116,15 +124,16 @@ def history_stats(
         k_all: how many recent values the all-users median uses.
 
     Returns:
-        An array (len(jobs), 9): per level, count (0 when none), last value and median (NaN when none).
+        An array (len(jobs), len(STAT_NAMES)): per level, the count (0 when none), the last value, the
+        median of the last k and of the last K_LONG (k_all for everyone) values (NaN when none).
     """
     windows: dict[tuple[str, ...], _Window] = {}
 
     def add(user: str, name: str, v: float) -> None:
-        for key, size in (((user, name), k), ((user,), k), ((), k_all)):
+        for key, size, long in (((user, name), k, K_LONG), ((user,), k, K_LONG), ((), k_all, k_all)):
             w = windows.get(key)
             if w is None:
-                w = windows[key] = _Window(size)
+                w = windows[key] = _Window(size, long)
             w.add(v)
 
     if before_all is not None:
@@ -133,7 +142,7 @@ def history_stats(
     rec = PastRecords.from_jobs(_unique(online), target)
     ends, values = rec.end_s.tolist(), rec.value.tolist()
     out = np.full((len(jobs), len(STAT_NAMES)), np.nan)
-    empty = _Window(1)
+    empty = _Window(1, 1)
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
     r = 0
     for i in order:

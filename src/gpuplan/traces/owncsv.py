@@ -7,6 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from gpuplan.model import Job
+from gpuplan.traces._fastcsv import fast_own_csv_jobs
 from gpuplan.traces._fields import JOB_FIELDS, REQUIRED_FIELDS, cell_text, job_from_texts
 from gpuplan.traces._rows import (
     CsvRecord,
@@ -69,6 +70,10 @@ class OwnCsvReader(TraceReader):
         records = csv_records(path)
         header = _checked_header(path, header_record(path, records))
         sink = RowSink(path, options.skip_bad)
+        fast = fast_own_csv_jobs(path, header)
+        if fast is not None:  # a clean file, read by columns; else row by row, naming any bad line
+            sink.jobs = fast
+            return sink.result(self.name, ignored_option_warnings(options, self.name))
         for rec in records:
             if not rec.is_blank:
                 sink.add(rec.line, partial(_row_job, path, header, rec))

@@ -1,0 +1,122 @@
+"""A columnar fast path for gpuplan's own CSV: pyarrow parses and checks whole columns at C speed.
+
+It only accepts a file it can prove clean by the same rules as the exact row-by-row reader
+(`_fields.py`); on anything unusual it returns None and the exact reader runs, so every error still
+names its file, line, column and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from gpuplan.model import Job
+from gpuplan.traces._fields import _FALSE, _FLOAT_FIELDS, _TRUE, REQUIRED_FIELDS
+
+__all__ = ["fast_own_csv_jobs"]
+
+_STRING_FIELDS = ("id", "user", "name", "command", "meta", "may_span_nodes")
+
+
+def fast_own_csv_jobs(path: Path, header: list[str]) -> list[Job] | None:
+    """All jobs of a clean own-format CSV in file order, or None (use the exact reader)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+    except ImportError:  # pragma: no cover - pyarrow is a dependency; stay correct without it
+        return None
+    types = {f: pa.float64() for f in header if f in (*_FLOAT_FIELDS, "gpus")}
+    types.update({f: pa.string() for f in header if f in _STRING_FIELDS})
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=True, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, strings_can_be_null=False, null_values=[""], include_columns=header
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError):
+        return None
+    if table.num_rows == 0 or table.column_names != header:
+        return None
+    columns = {name: _clean_column(name, table.column(name)) for name in header}
+    if any(col is None for col in columns.values()):
+        return None
+    return _jobs(columns, table.num_rows)  # type: ignore[arg-type]
+
+
+def _clean_column(name: str, column: Any) -> list[Any] | None:
+    """The column as Python values if every value passes the exact reader's rules, else None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if name in _FLOAT_FIELDS or name == "gpus":
+        if column.null_count and (name in REQUIRED_FIELDS or name == "gpus"):
+            return None
+        if column.null_count == len(column):
+            return column.to_pylist()
+        if not pc.all(pc.is_finite(column)).as_py() or pc.min(column).as_py() < 0:
+            return None
+        if name == "gpu_util_pct" and pc.max(column).as_py() > 100:
+            return None
+        if name == "gpus":
+            if pc.min(column).as_py() < 1 or not pc.all(pc.equal(column, pc.floor(column))).as_py():
+                return None
+            return column.cast(pa.int64()).to_pylist()
+        return column.to_pylist()
+    if name == "id":
+        if pc.any(pc.equal(pc.utf8_trim_whitespace(column), "")).as_py():
+            return None
+        if pc.count_distinct(column).as_py() != len(column):
+            return None
+        return column.to_pylist()
+    values = column.to_pylist()
+    if name == "may_span_nodes":
+        lowered = [v.strip().lower() for v in values]
+        if any(v not in _TRUE and v not in _FALSE for v in lowered):
+            return None
+        return [v in _TRUE for v in lowered]
+    if name == "meta":
+        return _metas(values)
+    return values
+
+
+def _metas(values: list[str]) -> list[dict[str, Any]] | None:
+    out: list[dict[str, Any]] = []
+    for v in values:
+        if not v.strip():
+            out.append({})
+            continue
+        try:
+            obj = json.loads(v)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        out.append(obj)
+    return out
+
+
+def _jobs(columns: dict[str, list[Any]], n: int) -> list[Job]:
+    """Jobs from clean columns, built positionally at C speed (a missing column takes the default)."""
+    args: list[Any] = []
+    for f in dataclasses.fields(Job):
+        if f.name in columns:
+            args.append(columns[f.name])
+        elif f.name == "meta":
+            args.append([{} for _ in range(n)])  # a fresh dict per job
+        else:
+            args.append(itertools.repeat(f.default, n))
+    was_enabled = gc.isenabled()
+    gc.disable()  # a million new objects would trigger many useless collections
+    try:
+        return list(map(Job, *args))
+    finally:
+        if was_enabled:
+            gc.enable()
