@@ -11,7 +11,6 @@ import dataclasses
 import gc
 import itertools
 import json
-import math
 from pathlib import Path
 from typing import Any
 
