@@ -61,7 +61,7 @@ class GbmPredictor(Predictor):
     description = "gradient-boosted quantile regression on the record and its past"
     param_names = (
         "quantile", "max_under", "k", "max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf",
-        "max_train", "seed",
+        "max_train", "seed", "weighted",
     )  # fmt: skip
 
     def __init__(self, target: str = "duration", **params: Any) -> None:
@@ -106,12 +106,23 @@ class GbmPredictor(Predictor):
         x = self.encoder_.fit_transform(train, stats)
         # the model learns the correction to the rolling median: a tree cannot copy a feature, it can
         # only approximate it step by step, so starting from the median keeps what it already knows
-        y = np.log1p(target_values(train, self.target)) - self._base(stats)
+        base = self._base(stats)
+        y = np.log1p(target_values(train, self.target)) - base
+        w = self._weights(base)
         with _one_thread():
-            self.factor_ = self._calibration(train, x, y)
-            self.model_ = self._regressor().fit(x, y)
+            self.factor_ = self._calibration(train, x, y, w)
+            self.model_ = self._regressor().fit(x, y, sample_weight=w)
 
-    def _calibration(self, train: list[Job], x: np.ndarray, y: np.ndarray) -> float:
+    def _weights(self, base: np.ndarray) -> np.ndarray | None:
+        """Weights ~ the expected size of each job, so that the loss (absolute error of the log) counts
+        like the absolute error in seconds (the MAE) for duration. The base is known at submit, so the
+        weights do not shift the quantile. Memory keeps equal weights: every OOM counts the same."""
+        if self.target != "duration" or not self.params.get("weighted", True):
+            return None
+        w = np.expm1(base)
+        return np.clip(w / max(float(np.median(w)), 1e-9), 0.05, 20.0)
+
+    def _calibration(self, train: list[Job], x: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> float:
         """How much to scale predictions so at most `max_under` of the latest jobs are under-predicted."""
         if self.max_under is None or len(train) < _MIN_CALIBRATION:
             return 1.0
@@ -119,7 +130,7 @@ class GbmPredictor(Predictor):
         order = np.argsort([ends[j.id] for j in train], kind="stable")
         cut = int(len(order) * (1.0 - _CALIBRATION_SHARE))
         fit_rows, cal_rows = order[:cut], order[cut:]
-        model = self._regressor().fit(x[fit_rows], y[fit_rows])
+        model = self._regressor().fit(x[fit_rows], y[fit_rows], None if w is None else w[fit_rows])
         ratio = np.exp(y[cal_rows] - model.predict(x[cal_rows]))  # truth / prediction, of 1 + value
         return max(1.0, float(np.quantile(ratio, 1.0 - float(self.max_under), method="higher")))
 
