@@ -10,7 +10,7 @@ import csv
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +197,25 @@ def row_cells(path: Path, header: list[str], rec: CsvRecord) -> list[str]:
             str(path), rec.line, column, clip(cells[len(header)]), expected, "wrong number of fields"
         )
     return cells
+
+
+def checked_header(path: Path, rec: CsvRecord, required: Sequence[str], expected: str) -> list[str]:
+    """The header's column names; a TraceError when a required one is missing or a name repeats.
+
+    Args:
+        expected: what the format's header holds, for the message (e.g. "Helios columns: a,b,c").
+    """
+    names = [c.strip() for c in rec.cells or []]
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise TraceError(
+            f"{path}:{rec.line}: header: column(s) {missing} missing; {expected}; "
+            f"the header has: {','.join(names)}"
+        )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TraceError(f"{path}:{rec.line}: header: column(s) {twice} appear more than once")
+    return names
 
 
 class RowSink:

@@ -20,6 +20,7 @@ from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 from gpuplan.traces._rows import (
     CsvRecord,
     RowSink,
+    checked_header,
     csv_records,
     header_names,
     header_record,
@@ -152,17 +153,7 @@ class NodeList:
 def _checked_columns(
     path: Path, rec: CsvRecord, required: tuple[str, ...], known: tuple[str, ...]
 ) -> list[str]:
-    names = [c.strip() for c in rec.cells or []]
-    missing = [c for c in required if c not in names]
-    if missing:
-        raise TraceError(
-            f"{path}:{rec.line}: header: column(s) {missing} missing; expected {','.join(known)}; "
-            f"the header has: {','.join(names)}"
-        )
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise TraceError(f"{path}:{rec.line}: header: column(s) {twice} appear more than once")
-    return names
+    return checked_header(path, rec, required, f"expected {','.join(known)}")
 
 
 def _node(path: Path, header: list[str], rec: CsvRecord) -> tuple[str, int, str]:

@@ -20,6 +20,7 @@ from gpuplan.model import Job
 from gpuplan.traces._rows import (
     CsvRecord,
     RowSink,
+    checked_header,
     csv_records,
     header_names,
     header_record,
@@ -187,17 +188,7 @@ def _job(row: _Row, extras: list[str]) -> Job:
 
 
 def _checked_header(path: Path, rec: CsvRecord) -> list[str]:
-    names = [c.strip() for c in rec.cells or []]
-    missing = [c for c in _REQUIRED if c not in names]
-    if missing:
-        raise TraceError(
-            f"{path}:{rec.line}: header: column(s) {missing} missing; Helios columns: "
-            f"{','.join(HELIOS_COLUMNS)}; the header has: {','.join(names)}"
-        )
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise TraceError(f"{path}:{rec.line}: header: column(s) {twice} appear more than once")
-    return names
+    return checked_header(path, rec, _REQUIRED, f"Helios columns: {','.join(HELIOS_COLUMNS)}")
 
 
 @dataclass(slots=True)
