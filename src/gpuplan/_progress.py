@@ -6,7 +6,7 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 __all__ = ["LazyProgress"]
 
@@ -22,7 +22,7 @@ class LazyProgress:
         self.done = 0
         self._t0 = time.monotonic()
         self._bar: Progress | None = None
-        self._task = 0
+        self._task: TaskID | None = None
 
     def __enter__(self) -> LazyProgress:
         return self
@@ -52,5 +52,5 @@ class LazyProgress:
             )
             self._task = self._bar.add_task(self.description, total=self.total, completed=self.done)
             self._bar.start()
-        elif self._bar is not None:
+        elif self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=self.done, description=self.description)

@@ -6,7 +6,7 @@ seed gives the same jobs on every machine (numpy's PCG64).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,8 +53,8 @@ class JobClass:
         ]
 
 
-def _normalised(weights: Sequence[float] | object) -> np.ndarray:
-    w = np.asarray(list(weights), float)  # type: ignore[call-overload]
+def _normalised(weights: Iterable[float]) -> np.ndarray:
+    w = np.array(list(weights), dtype=np.float64)
     return w / w.sum()
 
 
@@ -114,7 +114,7 @@ def synth_poisson(
     if gpu_mix is not None:
         classes = [(_with_gpus(c, gpu_mix), w) for c, w in classes]
     picks = rng.choice(len(classes), size=n_jobs, p=_normalised([w for _, w in classes]))
-    rows = [(classes[k][0], {}) for k in picks]
+    rows: list[tuple[JobClass, dict[str, float]]] = [(classes[k][0], {}) for k in picks]
     for k, (cls, _) in enumerate(classes):
         idx = np.flatnonzero(picks == k)
         for i, r in zip(idx, cls.draw(rng, len(idx))):

@@ -151,7 +151,7 @@ def eval_(
     sharing: Annotated[bool | None, typer.Option("--sharing/--exclusive", help="For --schedule: override the cluster's GPU sharing.")] = None,
     policy: Annotated[str, typer.Option("--policy", help="For --schedule: policies, comma-separated.")] = "fifo,sjf,gpu-time,article",
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="For --schedule: none, easy or conservative.")] = "easy",
-    schedule_with: Annotated[str, typer.Option("--schedule-with", help="For --schedule: whose predictions to plan with.")] = "gbm",
+    schedule_with: Annotated[str | None, typer.Option("--schedule-with", help="For --schedule: whose predictions to plan with (default gbm, else the last predictor).")] = None,
     load_factor: Annotated[float, typer.Option("--load-factor", min=0.01, help="For --schedule: divide the gaps between submits by this (2: twice the load).")] = 1.0,
     fmt: FmtOpt = None, column_map: MapOpt = None, time_unit: UnitOpt = "s", skip_bad: SkipOpt = False,
     as_json: JsonOpt = False,
@@ -164,6 +164,8 @@ def eval_(
 
         targets = _choose(target, list(TARGETS), "prediction target")
         names = _choose(predictors, predictor_names(), "predictor")
+        if schedule_with is None:
+            schedule_with = "gbm" if "gbm" in names else names[-1]
         if schedule:
             _check_schedule_options(targets, names, schedule_with, policy, backfill, cluster)
         result = _read(history, fmt, column_map, time_unit, skip_bad)

@@ -277,7 +277,7 @@ def _baselines(
     modes = [b for b in backfill_names() if b != "conservative" or len(jobs) <= CONSERVATIVE_MAX_JOBS]
     modes.sort(key=lambda b: (b != backfill, b != "none"))
     pairs = [("fifo", "none")] + [(p, b) for b in modes for p in policy_names() if (p, b) != ("fifo", "none")]
-    out = []
+    out: list[SimResult] = []
     for p, b in pairs:
         if out and time.perf_counter() >= stop_at:
             break

@@ -147,6 +147,8 @@ class Predictor(ABC):
     def predict(self, jobs: Sequence[Job], past: Sequence[Job] | None = None) -> np.ndarray:
         """One prediction per job (NaN where this predictor has none, e.g. `limit` without a limit).
 
+        Duration predictions never exceed the job's time limit (`requested_s`), where it has one.
+
         Args:
             jobs: the jobs to predict, any order.
             past: records the history features may use (each only for jobs submitted after it ended);
@@ -160,7 +162,11 @@ class Predictor(ABC):
             raise PredictError(f"{self.name}: predict() before fit(): fit it on a history first")
         if not jobs:
             return np.zeros(0)
-        return np.asarray(self._predict(list(jobs), None if past is None else list(past)), dtype=float)
+        pred = np.asarray(self._predict(list(jobs), None if past is None else list(past)), dtype=float)
+        if self.target == "duration":  # a job is killed at its time limit: it never runs longer
+            limits = np.array([np.inf if j.requested_s is None else j.requested_s for j in jobs])
+            pred = np.minimum(pred, limits)
+        return pred
 
     @abstractmethod
     def _fit(self, history: list[Job]) -> None: ...

@@ -43,6 +43,7 @@ TOKEN_BUCKETS = 32
 _MAX_CATEGORIES = 250  # HistGradientBoostingRegressor takes category codes below max_bins (255)
 _TOKEN = re.compile(r"[a-z][a-z0-9]*")
 _DAY_S = 86400.0
+_LIMIT_LEVELS = ("user_name", "user")
 
 
 def name_tokens(name: str) -> list[str]:
@@ -84,7 +85,8 @@ class FeatureEncoder:
 
     CATEGORIES: tuple[str, ...] = ("user", *CATEGORY_META)
 
-    def __init__(self) -> None:
+    def __init__(self, target: str = "duration") -> None:
+        self.target = target
         self.codes: dict[str, dict[str, int]] = {}
         self.columns: list[str] = []
         self.categorical: list[bool] = []
@@ -120,16 +122,22 @@ class FeatureEncoder:
             for t in name_tokens(job_name(j)):
                 tokens[i, _bucket(t)] += 1.0
         hist = np.log1p(stats)
-        full = np.hstack([base, meta.reshape(n, -1), cat.reshape(n, -1), tokens, hist])
+        # how much of its time limit the job's past runs used (a tree cannot divide two features)
+        col = {name: i for i, name in enumerate(STAT_NAMES)}
+        used = np.column_stack([hist[:, col[f"{lvl}_median"]] - base[:, 1] for lvl in _LIMIT_LEVELS])
+        if self.target != "duration":  # memory has no limit to compare with
+            used[:] = np.nan
+        full = np.hstack([base, meta.reshape(n, -1), cat.reshape(n, -1), tokens, hist, used])
         names = [
             *names,
             *NUMERIC_META,
             *self.CATEGORIES,
             *(f"tok_{b}" for b in range(TOKEN_BUCKETS)),
             *STAT_NAMES,
+            *(f"{lvl}_median_over_limit" for lvl in _LIMIT_LEVELS),
         ]
         cats = [False] * (5 + len(NUMERIC_META)) + [True] * len(self.CATEGORIES)
-        cats += [False] * (TOKEN_BUCKETS + len(STAT_NAMES))
+        cats += [False] * (TOKEN_BUCKETS + len(STAT_NAMES) + len(_LIMIT_LEVELS))
         return full, names, cats
 
     def _code(self, job: Job, feature: str) -> float:

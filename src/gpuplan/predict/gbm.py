@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_QUANTILE", "MIN_TRAIN", "GbmPredictor"]
 
 DEFAULT_QUANTILE: dict[str, float] = {"duration": 0.5, "memory": 0.95}
 DEFAULT_MAX_UNDER: dict[str, float | None] = {"duration": None, "memory": 0.03}
-MIN_TRAIN = 50
+MIN_TRAIN = 500
 """Below this many finished jobs the model is not trained: it predicts the rolling median instead."""
 _CALIBRATION_SHARE = 0.2
 _MIN_CALIBRATION = 200  # fewer finished jobs than this: no held-out calibration
@@ -55,13 +55,14 @@ class GbmPredictor(Predictor):
             faster).
         max_train: train on at most this many of the most recently finished jobs (default 50,000).
         seed: random state of the regressor (default 0).
+        residual: 1 (default) learns the correction to the rolling median; 0 learns the value itself.
     """
 
     name = "gbm"
     description = "gradient-boosted quantile regression on the record and its past"
     param_names = (
         "quantile", "max_under", "k", "max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf",
-        "max_train", "seed", "weighted",
+        "max_train", "seed", "residual",
     )  # fmt: skip
 
     def __init__(self, target: str = "duration", **params: Any) -> None:
@@ -74,7 +75,7 @@ class GbmPredictor(Predictor):
         self.max_train = int(params.get("max_train", 50_000))
         self.factor_ = 1.0
         self.model_: Any = None
-        self.encoder_ = FeatureEncoder()
+        self.encoder_ = FeatureEncoder(self.target)
 
     def _regressor(self) -> Any:
         from sklearn.ensemble import HistGradientBoostingRegressor
@@ -106,23 +107,12 @@ class GbmPredictor(Predictor):
         x = self.encoder_.fit_transform(train, stats)
         # the model learns the correction to the rolling median: a tree cannot copy a feature, it can
         # only approximate it step by step, so starting from the median keeps what it already knows
-        base = self._base(stats)
-        y = np.log1p(target_values(train, self.target)) - base
-        w = self._weights(base)
+        y = np.log1p(target_values(train, self.target)) - self._base(stats)
         with _one_thread():
-            self.factor_ = self._calibration(train, x, y, w)
-            self.model_ = self._regressor().fit(x, y, sample_weight=w)
+            self.factor_ = self._calibration(train, x, y)
+            self.model_ = self._regressor().fit(x, y)
 
-    def _weights(self, base: np.ndarray) -> np.ndarray | None:
-        """Weights ~ the expected size of each job, so that the loss (absolute error of the log) counts
-        like the absolute error in seconds (the MAE) for duration. The base is known at submit, so the
-        weights do not shift the quantile. Memory keeps equal weights: every OOM counts the same."""
-        if self.target != "duration" or not self.params.get("weighted", True):
-            return None
-        w = np.expm1(base)
-        return np.clip(w / max(float(np.median(w)), 1e-9), 0.05, 20.0)
-
-    def _calibration(self, train: list[Job], x: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> float:
+    def _calibration(self, train: list[Job], x: np.ndarray, y: np.ndarray) -> float:
         """How much to scale predictions so at most `max_under` of the latest jobs are under-predicted."""
         if self.max_under is None or len(train) < _MIN_CALIBRATION:
             return 1.0
@@ -130,7 +120,7 @@ class GbmPredictor(Predictor):
         order = np.argsort([ends[j.id] for j in train], kind="stable")
         cut = int(len(order) * (1.0 - _CALIBRATION_SHARE))
         fit_rows, cal_rows = order[:cut], order[cut:]
-        model = self._regressor().fit(x[fit_rows], y[fit_rows], None if w is None else w[fit_rows])
+        model = self._regressor().fit(x[fit_rows], y[fit_rows])
         ratio = np.exp(y[cal_rows] - model.predict(x[cal_rows]))  # truth / prediction, of 1 + value
         return max(1.0, float(np.quantile(ratio, 1.0 - float(self.max_under), method="higher")))
 
@@ -144,6 +134,8 @@ class GbmPredictor(Predictor):
         return np.maximum(np.expm1(raw + math.log(self.factor_)), 0.0)
 
     def _base(self, stats: np.ndarray) -> np.ndarray:
+        if not self.params.get("residual", 1):
+            return np.zeros(len(stats))
         return np.log1p(rolling_median(stats, self.median_))
 
     def feature_names(self) -> list[str]:

@@ -138,7 +138,7 @@ def _shares(groups: dict[_K, list[Job]], total_jobs: int, total_h: float) -> dic
     for key, members in groups.items():
         hours = sum(h for j in members if (h := gpu_hours(j)) is not None)
         out[key] = ClassShare(
-            key if isinstance(key, str) else " / ".join(map(str, key)),  # type: ignore[arg-type]
+            key if isinstance(key, str) else " / ".join(str(k) for k in key),  # type: ignore[attr-defined]
             len(members),
             len(members) / total_jobs if total_jobs else 0.0,
             hours,

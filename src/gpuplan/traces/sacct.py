@@ -487,7 +487,12 @@ class _Collector:
 
     def add_usage(self, job_id: str, rss: int | None, gpumem: int | None, gpuutil: float | None) -> None:
         """Fold one row's usage into its job's peaks."""
-        for peaks, value in ((self.rss, rss), (self.gpumem, gpumem), (self.gpuutil, gpuutil)):
+        pairs: tuple[tuple[dict[str, Any], float | None], ...] = (
+            (self.rss, rss),
+            (self.gpumem, gpumem),
+            (self.gpuutil, gpuutil),
+        )
+        for peaks, value in pairs:
             if value is not None and value > peaks.get(job_id, -1):
                 peaks[job_id] = value
 
@@ -866,7 +871,7 @@ class _TextParser:
             if raw_id == job_id:
                 raw_id = job_id  # one string object, not two
             # One dict display for the usual keys (no resizing as keys are added), then drop the empty ones.
-            meta = {
+            meta: dict[str, Any] = {
                 "state": st,
                 "exit_code": exit_code,
                 "start_s": start,
@@ -977,7 +982,7 @@ def _width_error(path: Path, line: int, cols: _Columns, body: str, n: int, termi
 def _open_binary(path: Path) -> IO[bytes]:
     try:
         if _is_gzip(path):
-            return gzip.open(path, "rb")
+            return gzip.open(path, "rb")  # type: ignore[return-value]
         return path.open("rb")
     except OSError as e:
         raise TraceError(f"{path}: cannot open the trace file: {e.strerror or e}") from e
@@ -1198,7 +1203,7 @@ def _arrow_batch(pa: Any, pc: Any, parser: _TextParser, batch: Any, offset: int)
     columns = [column.to_pylist() for column in jobs.columns]
     rows = list(zip(*columns))
     numbers = [offset + k for k in pc.indices_nonzero(is_job).to_pylist()]
-    times = {
+    times: dict[str, list[Any]] = {
         name: _arrow_times(pa, pc, jobs.column(parser.cols.index[name]))
         for name in ("Submit", "Start", "End")
         if name in parser.cols.index
