@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = ["predict_app"]
 
+DEFAULT_SCHEDULE_JOBS = 4000
+"""--schedule simulates this many jobs by default: a queue that grows without bound (a dense --load-factor)
+makes each run slower with every waiting job, and a window of 4,000 keeps a run to seconds."""
+
 predict_app = typer.Typer(
     help="Predict job durations and GPU memory from history, and schedule with the predictions.",
     no_args_is_help=True,
@@ -153,6 +157,7 @@ def eval_(
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="For --schedule: none, easy or conservative.")] = "easy",
     schedule_with: Annotated[str | None, typer.Option("--schedule-with", help="For --schedule: whose predictions to plan with (default gbm, else the last predictor).")] = None,
     load_factor: Annotated[float, typer.Option("--load-factor", min=0.01, help="For --schedule: divide the gaps between submits by this (2: twice the load).")] = 1.0,
+    schedule_jobs: Annotated[int, typer.Option("--schedule-jobs", min=0, help="For --schedule: simulate the first N jobs after the warm-up; 0: all.")] = DEFAULT_SCHEDULE_JOBS,
     fmt: FmtOpt = None, column_map: MapOpt = None, time_unit: UnitOpt = "s", skip_bad: SkipOpt = False,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -173,8 +178,8 @@ def eval_(
         sched = None
         if schedule:
             duration = next(r for r in reports if r.target == "duration")
-            sched = _schedule(result, duration, cluster, sharing,
-                              policy, backfill, schedule_with, load_factor, quiet=as_json)  # fmt: skip
+            sched = _schedule(result, duration, cluster, sharing, policy, backfill, schedule_with,
+                              load_factor, schedule_jobs, quiet=as_json)  # fmt: skip
         if as_json:
             data = {"trace": str(history), "format": result.format, "jobs": len(result.jobs),
                     "evaluations": [r.as_dict() for r in reports], "schedule": sched.as_dict() if sched else None}  # fmt: skip
@@ -253,7 +258,7 @@ def _split_params(names: list[str], params: dict[str, Any]) -> dict[str, dict[st
 
 def _schedule(
     result: TraceResult, report: EvalReport, cluster: str | None, sharing: bool | None, policy: str,
-    backfill: str, schedule_with: str, load_factor: float, quiet: bool,
+    backfill: str, schedule_with: str, load_factor: float, max_jobs: int, quiet: bool,
 ) -> ScheduleReport:  # fmt: skip
     from gpuplan._progress import LazyProgress
     from gpuplan.cli import _cluster_for, _names
@@ -263,6 +268,10 @@ def _schedule(
     jobs = result.jobs
     after_warmup = _after_warmup(jobs, report.warmup_jobs)
     keep = [i for i in after_warmup if jobs[i].duration_s is not None]
+    if max_jobs and len(keep) > max_jobs:
+        typer.echo(f"gpuplan: simulating the first {max_jobs} of {len(keep)} jobs after the warm-up "
+                   "(--schedule-jobs 0: all)", err=True)  # fmt: skip
+        keep = sorted(keep, key=lambda i: (jobs[i].submit_s, i))[:max_jobs]
     spec = _cluster_for(cluster, result, sharing)
     policies = _names(policy, policy_names(), "policy")
     pred = report.predictions[schedule_with][keep]
@@ -278,7 +287,7 @@ def _schedule(
 
 def _after_warmup(jobs: list[Job], warmup: int) -> list[int]:
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
-    return sorted(order[warmup:])
+    return order[warmup:]
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0, suffix: str = "") -> str:

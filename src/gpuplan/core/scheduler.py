@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
@@ -24,9 +24,8 @@ __all__ = ["Scheduler", "Started"]
 _INF = math.inf
 
 
-@dataclass(slots=True, frozen=True)
-class Started:
-    """A start decision: job handle and the GPUs it gets."""
+class Started(NamedTuple):
+    """A start decision: job handle and the GPUs it gets (a tuple: cheap on the hot path)."""
 
     jid: int
     gpus: tuple[int, ...]

@@ -95,11 +95,11 @@ class RollingMedianPredictor(Predictor):
         return ["user", "name"]
 
 
-def rolling_median(stats: np.ndarray, fallback: float) -> np.ndarray:
-    """The most specific median known per row of `stats`, else `fallback`."""
+def rolling_median(stats: np.ndarray, fallback: float, stat: str = "median") -> np.ndarray:
+    """The most specific `stat` (median, max, ...) known per row of `stats`, else `fallback`."""
     col = {n: i for i, n in enumerate(STAT_NAMES)}
     out = np.full(len(stats), fallback)
     for level in ("all", "user", "user_name"):  # most specific last: it wins
         have = stats[:, col[f"{level}_n"]] > 0
-        out[have] = stats[have, col[f"{level}_median"]]
+        out[have] = stats[have, col[f"{level}_{stat}"]]
     return out

@@ -20,10 +20,10 @@ from gpuplan.predict.base import job_end_s, target_value
 __all__ = ["K_LONG", "LEVELS", "STATS", "STAT_NAMES", "PastRecords", "history_stats", "job_name"]
 
 LEVELS: tuple[str, ...] = ("user_name", "user", "all")
-STATS: tuple[str, ...] = ("n", "last", "median", "median_long")
+STATS: tuple[str, ...] = ("n", "last", "median", "median_long", "max")
 STAT_NAMES: tuple[str, ...] = tuple(f"{lvl}_{s}" for lvl in LEVELS for s in STATS)
 K_LONG = 25
-"""Recent values the long-window medians take (`median_long`); `median` takes the last k."""
+"""Recent values `median_long` and `max` take; `median` takes the last k."""
 
 
 def job_name(job: Job) -> str:
@@ -96,11 +96,11 @@ class _Window:
         self.values.append(v)
         self.count += 1
 
-    def stats(self) -> tuple[float, float, float, float]:
+    def stats(self) -> tuple[float, float, float, float, float]:
         if not self.count:
-            return 0.0, np.nan, np.nan, np.nan
+            return 0.0, np.nan, np.nan, np.nan, np.nan
         values = list(self.values)
-        return float(self.count), values[-1], _median(values[-self.k :]), _median(values)
+        return float(self.count), values[-1], _median(values[-self.k :]), _median(values), max(values)
 
 
 def history_stats(
@@ -125,7 +125,8 @@ def history_stats(
 
     Returns:
         An array (len(jobs), len(STAT_NAMES)): per level, the count (0 when none), the last value, the
-        median of the last k and of the last K_LONG (k_all for everyone) values (NaN when none).
+        median of the last k and of the last K_LONG (k_all for everyone) values, and the largest of
+        those (NaN when none).
     """
     windows: dict[tuple[str, ...], _Window] = {}
 

@@ -182,16 +182,15 @@ def load_model(path: str | Path) -> tuple[ModelHeader, Predictor]:
     path = Path(path)
     with _open(path) as f:
         header = _header(path, f)
+        hint = _refit_hint(path, dataclasses.asdict(header))
         try:
             predictor = pickle.load(f)
         except Exception as e:  # a cut-off or damaged pickle raises many kinds of error
             raise ModelFileError(
-                f"{path}: the model file is damaged or cut off ({type(e).__name__}: {e}); {_refit_hint(path)}"
+                f"{path}: the model file is damaged or cut off ({type(e).__name__}: {e}); {hint}"
             ) from e
     if not isinstance(predictor, Predictor) or predictor.name != header.model:
-        raise ModelFileError(
-            f"{path}: the model file does not hold a {header.model} predictor; {_refit_hint(path)}"
-        )
+        raise ModelFileError(f"{path}: the model file does not hold a {header.model} predictor; {hint}")
     return header, predictor
 
 

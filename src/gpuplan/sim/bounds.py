@@ -6,6 +6,7 @@ simulator reports the largest. The argument for each is in docs/bounds.md.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +27,8 @@ class Bound:
 def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
     """The strongest of the bounds below that applies to this cluster (sharing or exclusive)."""
     t0 = min(j.submit_s for j in jobs)
-    rel = [(j.submit_s - t0, j) for j in jobs]
+    # latest release first: every area bound sweeps the jobs in this order
+    rel = sorted(((j.submit_s - t0, j) for j in jobs), key=lambda rj: -rj[0])
     parts = {"longest-job": max(r + (j.duration_s or 0.0) for r, j in rel)}
     if cluster.sharing:
         parts["memory-area"] = _area_bound(
@@ -43,9 +45,11 @@ def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
 
 
 def _area_bound(rel: list[tuple[float, Job]], width, capacity: float) -> float:  # type: ignore[no-untyped-def]
-    """max over release times r of r + (work released at or after r) / capacity."""
+    """max over release times r of r + (work released at or after r) / capacity.
+
+    `rel` holds (release, job) sorted by release, latest first."""
     best, work = 0.0, 0.0
-    for r, j in sorted(rel, key=lambda rj: -rj[0]):
+    for r, j in rel:
         work += width(j) * (j.duration_s or 0.0)
         best = max(best, r + work / capacity)
     return best
@@ -54,13 +58,23 @@ def _area_bound(rel: list[tuple[float, Job]], width, capacity: float) -> float: 
 def _big_jobs_bound(rel: list[tuple[float, Job]], cluster: ClusterSpec) -> float:
     """Jobs wider than 1/(k+1) of the cluster (or of a node, for single-node jobs) cannot run k+1 at once."""
     total, node_max, nodes = cluster.total_gpus, cluster.max_node_gpus, len(cluster.nodes)
+    widths = Counter(j.gpus for _, j in rel)
+    single = Counter(j.gpus for _, j in rel if not j.may_span_nodes)
     best = 0.0
-    for k in range(1, 9):
-        whole = [(r, j) for r, j in rel if j.gpus * (k + 1) > total]
-        per_node = [(r, j) for r, j in rel if not j.may_span_nodes and j.gpus * (k + 1) > node_max]
-        for group, concurrent in ((whole, k), (per_node, k * nodes)):
-            if group:
-                best = max(best, _area_bound(group, lambda j: 1.0, concurrent))
+    seen: set[tuple[str, int]] = set()  # groups are nested in k: one already bounded with a smaller k
+    for k in range(1, 9):  # gives a weaker bound with this k, so each distinct group is swept once
+        for kind, counts, cap, concurrent in (
+            ("whole", widths, total, k),
+            ("node", single, node_max, k * nodes),
+        ):
+            size = sum(n for g, n in counts.items() if g * (k + 1) > cap)
+            if size == 0 or (kind, size) in seen:
+                continue
+            seen.add((kind, size))
+            group = [
+                (r, j) for r, j in rel if j.gpus * (k + 1) > cap and (kind == "whole" or not j.may_span_nodes)
+            ]
+            best = max(best, _area_bound(group, lambda j: 1.0, concurrent))
     return best
 
 
