@@ -235,10 +235,11 @@ def _evaluate(
                 typer.echo("gpuplan: no job has mem_gb: memory is not evaluated", err=True)
                 bar.advance(len(names) * (chunks - 1))
                 continue
-            reports.append(
-                evaluate(jobs, target, names, chunks=chunks, params=per_predictor,
-                         progress=lambda n, what, t=target: bar.advance(n, f"evaluating {t}: {what}"))
-            )  # fmt: skip
+
+            def tick(n: int, what: str, target: str = target) -> None:
+                bar.advance(n, f"evaluating {target}: {what}")
+
+            reports.append(evaluate(jobs, target, names, chunks=chunks, params=per_predictor, progress=tick))
     return reports
 
 

@@ -39,7 +39,7 @@ _MIN_CALIBRATION = 200  # fewer finished jobs than this: no held-out calibration
 def _one_thread() -> Any:
     """One OpenMP thread: on small, shared machines (CI runners) more threads made fitting ~9x slower,
     and one thread gives the same model on every machine."""
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
     return threadpool_limits(limits=1)
 
@@ -84,7 +84,7 @@ class GbmPredictor(Predictor):
         self.encoder_ = FeatureEncoder(self.target)
 
     def _regressor(self) -> Any:
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        from sklearn.ensemble import HistGradientBoostingRegressor  # type: ignore[import-untyped]
 
         p = self.params
         return HistGradientBoostingRegressor(

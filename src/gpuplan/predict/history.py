@@ -152,7 +152,7 @@ def history_stats(
             add(rec.user[r], rec.name[r], values[r])
             r += 1
         user, name = job.user, job_name(job)
-        row = []
+        row: list[float] = []
         for key in ((user, name), (user,), ()):
             row.extend(windows.get(key, empty).stats())
         out[i] = row

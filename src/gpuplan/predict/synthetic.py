@@ -9,6 +9,7 @@ arrivals are Poisson. The same seed gives the same jobs everywhere (numpy's PCG6
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,7 +36,19 @@ _MAX_LIMIT_S = 24 * _H
 _FAIL_SHARE = 0.08
 
 
-def _projects(rng: np.random.Generator, users: int) -> list[dict[str, object]]:
+@dataclass(frozen=True, slots=True)
+class _Project:
+    user: str
+    name: str
+    queue: str
+    util_pct: float
+    duration_s: float  # typical run
+    gpus: int
+    mem_gb: float
+    limit_s: float
+
+
+def _projects(rng: np.random.Generator, users: int) -> list[_Project]:
     families, tasks = list(_FAMILIES), list(_TASKS)
     out = []
     for u in range(users):
@@ -43,13 +56,18 @@ def _projects(rng: np.random.Generator, users: int) -> list[dict[str, object]]:
         for p in range(int(rng.integers(2, 7))):
             fam, task = families[rng.integers(len(families))], tasks[rng.integers(len(tasks))]
             median_s, gpu_choices, mem_factor, util, queue = _TASKS[task]
-            mem = min(_FAMILIES[fam] * mem_factor * math.exp(rng.normal(0, 0.15)), 78.0)
-            out.append({
-                "user": f"user{u:02d}", "name": f"{fam}-{task}-p{p}", "queue": queue, "util": util,
-                "duration_s": median_s * math.exp(rng.normal(0, 0.8)),
-                "gpus": int(gpu_choices[rng.integers(len(gpu_choices))]), "mem_gb": mem,
-                "slack": float(rng.uniform(1.5, 4.0)), "max_limit": max_limit,
-            })  # fmt: skip
+            mem_gb = min(_FAMILIES[fam] * mem_factor * math.exp(rng.normal(0, 0.15)), 78.0)
+            duration_s = median_s * math.exp(rng.normal(0, 0.8))
+            gpus = int(gpu_choices[rng.integers(len(gpu_choices))])
+            slack = float(rng.uniform(1.5, 4.0))
+            limit = (
+                _MAX_LIMIT_S if max_limit else min(math.ceil(duration_s * slack / 1800) * 1800, _MAX_LIMIT_S)
+            )
+            out.append(
+                _Project(
+                    f"user{u:02d}", f"{fam}-{task}-p{p}", queue, util, duration_s, gpus, mem_gb, float(limit)
+                )
+            )
     return out
 
 
@@ -73,35 +91,27 @@ def synth_history(
     failed = rng.random(n_jobs) < _FAIL_SHARE
     fail_at = rng.uniform(0.01, 0.3, n_jobs)
     mem_noise = np.exp(rng.normal(0, 0.08, n_jobs))
-    rows = []
+    runs = []
     for i, k in enumerate(picks):
         p = projects[k]
-        d = float(p["duration_s"]) * dur_noise[i] * (fail_at[i] if failed[i] else 1.0)  # type: ignore[arg-type]
-        rows.append((p, max(round(d), 1), failed[i], min(float(p["mem_gb"]) * mem_noise[i], 80.0)))  # type: ignore[arg-type]
-    gpu_s = sum(int(p["gpus"]) * d for p, d, _, _ in rows)  # type: ignore[call-overload]
+        d = p.duration_s * float(dur_noise[i]) * (float(fail_at[i]) if failed[i] else 1.0)
+        runs.append((p, max(round(d), 1), bool(failed[i]), min(p.mem_gb * float(mem_noise[i]), 80.0)))
+    gpu_s = sum(p.gpus * d for p, d, _, _ in runs)
     rate_per_s = load * total_gpus * n_jobs / gpu_s
     submit = np.cumsum(rng.exponential(1.0 / rate_per_s, n_jobs))
     submit -= submit[0]
-    return [_job(i, float(t), row) for i, (t, row) in enumerate(zip(np.round(submit, 1), rows))]
-
-
-def _job(i: int, submit_s: float, row: tuple[dict[str, object], int, bool, float]) -> Job:
-    p, duration_s, failed, mem_gb = row
-    typical = float(p["duration_s"])  # type: ignore[arg-type]
-    limit = (
-        _MAX_LIMIT_S
-        if p["max_limit"]
-        else min(math.ceil(typical * float(p["slack"]) / 1800) * 1800, _MAX_LIMIT_S)
-    )  # type: ignore[arg-type]
-    return Job(
-        id=f"h{i:06d}",
-        submit_s=submit_s,
-        gpus=int(p["gpus"]),  # type: ignore[call-overload]
-        mem_gb=round(mem_gb, 2),
-        duration_s=float(min(duration_s, limit)),  # the limit kills a run that goes over it
-        requested_s=float(limit),
-        user=str(p["user"]),
-        name=str(p["name"]),
-        gpu_util_pct=float(p["util"]),  # type: ignore[arg-type]
-        meta={"queue": p["queue"], "state": "FAILED" if failed else "COMPLETED"},
-    )
+    return [
+        Job(
+            id=f"h{i:06d}",
+            submit_s=float(t),
+            gpus=p.gpus,
+            mem_gb=round(mem_gb, 2),
+            duration_s=float(min(duration_s, p.limit_s)),  # the limit kills a run that goes over it
+            requested_s=p.limit_s,
+            user=p.user,
+            name=p.name,
+            gpu_util_pct=p.util_pct,
+            meta={"queue": p.queue, "state": "FAILED" if failed_run else "COMPLETED"},
+        )
+        for i, (t, (p, duration_s, failed_run, mem_gb)) in enumerate(zip(np.round(submit, 1).tolist(), runs))
+    ]
