@@ -26,6 +26,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy src/gpuplan --ignore-missing-imports
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

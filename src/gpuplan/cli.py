@@ -43,6 +43,24 @@ TraceClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+PredictOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--predict",
+        help="A model from `gpuplan predict fit` (repeat for duration and memory): policies use its predictions.",
+    ),
+]
+
+
+def apply_predictions(jobs: list[Job], models: Sequence[Path] | None) -> list[Job]:
+    """Jobs whose est_duration_s / est_mem_gb come from the given model files (in order)."""
+    if not models:
+        return jobs
+    from gpuplan.predict import apply_model
+
+    for model in models:
+        jobs = apply_model(jobs, model)
+    return jobs
 
 
 @contextmanager
@@ -210,6 +228,7 @@ def simulate(
     time_unit: Annotated[str, typer.Option("--time-unit", help="Unit of a foreign CSV's times: s, ms, min, h, or per field: submit=s,duration=min.")] = "s",
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many, instead of stopping.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write DIR/report.html with Gantt and utilization plots.")] = None,
+    predict: PredictOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Simulate a trace under one or more policies and backfill modes."""
@@ -226,7 +245,7 @@ def simulate(
             load_cluster(cluster)  # a bad --cluster fails before a long read
         result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
         spec = _cluster_for(cluster, result, sharing)
-        jobs = _runnable(result.jobs)
+        jobs = apply_predictions(_runnable(result.jobs), predict)
         results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
         _emit(results, as_json, f"{trace.name} on {spec.describe()}", out)
 
@@ -466,9 +485,11 @@ def _register_commands() -> None:
     """Commands that live in their own modules (their heavy imports stay inside the command)."""
     from gpuplan.commands.audit import audit
     from gpuplan.commands.plan import plan
+    from gpuplan.commands.predict import predict_app
 
     app.command(name="audit")(audit)
     app.command(name="plan")(plan)
+    app.add_typer(predict_app, name="predict")
 
 
 _register_commands()

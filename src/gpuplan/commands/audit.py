@@ -37,11 +37,12 @@ def audit(
     oracle: Annotated[bool, typer.Option("--oracle", help="What-if policies see the true durations (optimistic; every output says so).")] = False,
     sim_budget: Annotated[float, typer.Option("--sim-budget", min=0.0, help="Seconds the what-if may spend simulating; 0: no limit.")] = DEFAULT_SIM_BUDGET_S,
     out: Annotated[Path | None, typer.Option("--out", help="Write DIR/audit.html and DIR/audit.json.")] = None,
+    predict: Annotated[list[Path] | None, typer.Option("--predict", help="A model from `gpuplan predict fit` (repeatable): the what-if's policies use its predictions.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the audit as one JSON object on stdout.")] = False,
 ) -> None:  # fmt: skip
     """Audit a job history: counts, distributions, the profile matrix, the article's classes, top users
     and queues, what the cluster achieved, and the GPU-hours the best policy would have freed."""
-    from gpuplan.cli import _errors
+    from gpuplan.cli import _errors, apply_predictions
 
     with _errors():
         from gpuplan._progress import LazyProgress
@@ -52,7 +53,7 @@ def audit(
         result = _read(trace, fmt, column_map, time_unit, skip_bad, quiet=as_json)
         _say_read(result)
         spec = _cluster_for(trace, given, result)
-        jobs = result.jobs
+        jobs = apply_predictions(result.jobs, predict)
         runs = sum(1 for j in jobs if j.duration_s is not None) * 8
         with LazyProgress(runs, "simulating", enabled=not as_json) as bar:
             report = audit_jobs(

@@ -43,11 +43,12 @@ def plan(
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many, instead of stopping.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write the plan as JSON: a .json file, or DIR/plan.json.")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Write an HTML report: a .html file, or DIR/report.html.")] = None,
+    predict: Annotated[list[Path] | None, typer.Option("--predict", help="A model from `gpuplan predict fit` (repeatable): estimates come from it.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
 ) -> None:  # fmt: skip
     """Search for the best order of a trace: start from the best built-in policy, improve it by simulation
     (and CP-SAT on small traces), and compare it with FIFO, the article's order and a proven lower bound."""
-    from gpuplan.cli import _errors, _load_jobs
+    from gpuplan.cli import _errors, _load_jobs, apply_predictions
 
     with _errors():
         from gpuplan._progress import LazyProgress
@@ -59,7 +60,7 @@ def plan(
         spec = load_cluster(cluster)
         check_objective(objective)
         get_backfill(backfill)
-        jobs = _load_jobs(trace, fmt, column_map, skip_bad, time_unit)
+        jobs = apply_predictions(_load_jobs(trace, fmt, column_map, skip_bad, time_unit), predict)
         with LazyProgress(100, "planning", enabled=not as_json) as bar:
 
             def tick(share: float, what: str) -> None:
