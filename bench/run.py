@@ -9,6 +9,7 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     issue #3 floor <= 10 s each, aim >= 500,000 rows/s.
   audit-nasa, audit-alibaba: `gpuplan audit` on the real traces in ../shared/data (issue #3: <= 10 s).
   plan: `gpuplan plan` quality vs time on the article scenario and 500 jobs / 64 GPUs (issue #4; ~4 min).
+  predict: fit / predict time of the predictors on 100,000 jobs (issue #5).
 """
 
 from __future__ import annotations
@@ -155,6 +156,12 @@ def _audit_case(name: str, path: Path) -> dict[str, object]:
             "within_floor": took <= 10.0}  # fmt: skip
 
 
+def _predict_case() -> list[dict[str, object]]:
+    from bench_predict import bench_predict
+
+    return bench_predict()
+
+
 def _plan_case() -> list[dict[str, object]]:
     from bench_plan import bench_plan
 
@@ -172,6 +179,7 @@ _OTHER = {
         "audit-alibaba", _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
     ),
     "plan": _plan_case,
+    "predict": _predict_case,
 }
 
 
