@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.errors import GpuplanError, InputError
+from fuzzing import assert_located, mutated_files
+from gpuplan.errors import InputError
 from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace
 from gpuplan.traces.helios import parse_helios_time
 
@@ -159,44 +160,8 @@ SEED = (
 )
 
 
-@st.composite
-def mutated_files(draw: st.DrawFn) -> str:
-    lines = list(SEED)
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(lines) - 1))
-        line = lines[i]
-        kind = draw(st.sampled_from(["cell", "cut", "insert", "random", "drop"]))
-        if kind == "cell":
-            cells = line.rstrip("\n").split(",")
-            cells[draw(st.integers(0, len(cells) - 1))] = draw(st.text(max_size=20))
-            line = ",".join(cells) + "\n"
-        elif kind == "cut":
-            line = line[: draw(st.integers(0, len(line)))]
-        elif kind == "insert":
-            at = draw(st.integers(0, len(line)))
-            line = line[:at] + draw(st.text(max_size=6)) + line[at:]
-        elif kind == "random":
-            line = draw(st.text(max_size=60)) + "\n"
-        else:
-            line = ""
-        lines[i] = line
-    text = "".join(lines)
-    return text.rstrip("\n") if draw(st.booleans()) else text
-
-
-def assert_located(path: Path, read) -> None:  # type: ignore[no-untyped-def]
-    """Only GpuplanError escapes; an InputError names this file and a line, any other error this file."""
-    try:
-        read()
-    except InputError as e:
-        assert e.path == str(path) and e.line is not None
-        assert str(e).startswith(f"{path}:{e.line}:")
-    except GpuplanError as e:
-        assert str(path) in str(e)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated_files(), skip_bad=st.booleans())
+@given(text=mutated_files(SEED, cell_max=20), skip_bad=st.booleans())
 def test_mutated_lines_only_raise_located_errors(text: str, skip_bad: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.csv"

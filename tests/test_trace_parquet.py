@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.errors import GpuplanError, InputError
+from fuzzing import assert_located
+from gpuplan.errors import InputError
 from gpuplan.model import Job
 from gpuplan.traces import ReadOptions, TraceError, read_trace, write_trace
 from gpuplan.traces.parquet import write_parquet
@@ -194,17 +195,6 @@ def _valid_bytes() -> bytes:
 VALID = _valid_bytes()
 
 
-def assert_clean_failure(path: Path, read) -> None:  # type: ignore[no-untyped-def]
-    """Only GpuplanError escapes; an InputError names this file and a row, any other error this file."""
-    try:
-        read()
-    except InputError as e:
-        assert e.path == str(path) and e.line is not None
-        assert str(e).startswith(f"{path}:{e.line}:")
-    except GpuplanError as e:
-        assert str(path) in str(e)
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     edits=st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), min_size=1, max_size=8),
@@ -217,7 +207,7 @@ def test_damaged_files_only_raise_located_errors(edits: list[tuple[int, int]], c
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.parquet"
         path.write_bytes(bytes(data[: len(data) - cut]))
-        assert_clean_failure(path, lambda: read_trace(path))
+        assert_located(path, lambda: read_trace(path))
 
 
 KINDS = [
@@ -248,4 +238,4 @@ def test_random_values_only_raise_located_errors(columns: list[str], data: st.Da
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.parquet"
         pq.write_table(pa.table(frame), path)
-        assert_clean_failure(path, lambda: read_trace(path, options=ReadOptions(skip_bad=skip_bad)))
+        assert_located(path, lambda: read_trace(path, options=ReadOptions(skip_bad=skip_bad)))

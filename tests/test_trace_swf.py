@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplan.errors import GpuplanError, InputError
+from fuzzing import assert_located, mutated_files
+from gpuplan.errors import InputError
 from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace
 from gpuplan.traces.swf import SLOT_MODEL, SwfReader
 
@@ -224,44 +225,8 @@ def _seed_lines() -> list[str]:
 SEED = _seed_lines()
 
 
-@st.composite
-def mutated_files(draw: st.DrawFn) -> str:
-    lines = list(SEED)
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(lines) - 1))
-        line = lines[i]
-        kind = draw(st.sampled_from(["token", "cut", "insert", "random", "drop"]))
-        if kind == "token":
-            tokens = line.split() or [""]
-            tokens[draw(st.integers(0, len(tokens) - 1))] = draw(st.text(max_size=8))
-            line = " ".join(tokens) + "\n"
-        elif kind == "cut":
-            line = line[: draw(st.integers(0, len(line)))]
-        elif kind == "insert":
-            at = draw(st.integers(0, len(line)))
-            line = line[:at] + draw(st.text(max_size=6)) + line[at:]
-        elif kind == "random":
-            line = draw(st.text(max_size=60)) + "\n"
-        else:
-            line = ""
-        lines[i] = line
-    text = "".join(lines)
-    return text.rstrip("\n") if draw(st.booleans()) else text
-
-
-def assert_located(path: Path, read) -> None:  # type: ignore[no-untyped-def]
-    """Only GpuplanError escapes; an InputError names this file and a line, any other error this file."""
-    try:
-        read()
-    except InputError as e:
-        assert e.path == str(path) and e.line is not None
-        assert str(e).startswith(f"{path}:{e.line}:")
-    except GpuplanError as e:
-        assert str(path) in str(e)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated_files(), skip_bad=st.booleans())
+@given(text=mutated_files(SEED, sep=None), skip_bad=st.booleans())
 def test_mutated_lines_only_raise_located_errors(text: str, skip_bad: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.swf"
