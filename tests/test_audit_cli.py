@@ -213,7 +213,7 @@ def _real(path: Path, reader: str) -> None:
 
 def test_real_nasa_swf_audit() -> None:
     _real(NASA, "swf")
-    result = _invoke(NASA, "--json")
+    result = _invoke(NASA, "--json", "--sim-budget", "0")
     d = _json(result)
     assert d["trace"]["format"] == "swf" and d["trace"]["cluster_source"] == "trace"
     assert d["cluster"]["gpus"] == 128
@@ -225,7 +225,7 @@ def test_real_nasa_swf_audit() -> None:
 
 def test_real_alibaba_audit() -> None:
     _real(ALIBABA, "alibaba-gpu-v2023")
-    result = _invoke(ALIBABA, "--json")
+    result = _invoke(ALIBABA, "--json", "--sim-budget", "0")
     d = _json(result)
     assert d["trace"]["format"] == "alibaba-gpu-v2023" and d["cluster"]["gpus"] == 6212
     w = d["what_if"]
