@@ -1,0 +1,64 @@
+"""`make bench` must not rot: each benchmark's code runs here on a tiny size and prints its figures.
+
+No timing is asserted (performance lives in bench/, not in tests): only that the cases run and report
+the keys docs/benchmarks.md reads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(autouse=True)
+def _bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+def test_run_py_prints_json_for_a_case() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "demo-article"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["case"] == "demo-article" and row["runs"] == 24
+    assert {"wall_s", "runs_per_s", "best", "best_utilization", "best_bound_ratio", "peak_rss_mb"} <= set(row)
+
+
+def test_sacct_bench_reads_what_it_wrote(tmp_path: Path) -> None:
+    from bench_traces import bench_sacct
+
+    row = bench_sacct(2_000, tmp_path)
+    assert row["rows"] >= 2_000 and row["jobs"] > 0
+    assert {"seconds", "rows_per_s", "peak_rss_mb", "within_floor"} <= set(row)
+
+
+def test_own_csv_writer_of_the_bench_is_readable(tmp_path: Path) -> None:
+    from gpuplan.traces import read_trace
+    from run import _write_own_csv
+
+    path = tmp_path / "own.csv"
+    _write_own_csv(path, 500)
+    jobs = read_trace(path).jobs
+    assert len(jobs) == 500 and all(j.duration_s is not None for j in jobs)
+
+
+def test_plan_bench_rows() -> None:
+    from bench_plan import bench_plan
+
+    rows = bench_plan(budgets_s=(0.5,), backfills=("none",), cases=("article",))
+    assert len(rows) == 1 and rows[0]["case"] == "article"
+    assert rows[0]["ratio"] >= 1.0 - 1e-9 and rows[0]["fifo_ratio"] >= rows[0]["ratio"] - 1e-9
+
+
+def test_predict_bench_rows() -> None:
+    from bench_predict import bench_predict
+
+    rows = bench_predict(n_jobs=1_500, names=("rolling-median",))
+    assert rows and all({"fit_s", "predict_s", "peak_rss_mb"} <= set(r) for r in rows)
