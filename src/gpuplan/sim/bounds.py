@@ -51,7 +51,9 @@ def _area_bound(rel: list[tuple[float, Job]], width, capacity: float) -> float: 
     best, work = 0.0, 0.0
     for r, j in rel:
         work += width(j) * (j.duration_s or 0.0)
-        best = max(best, r + work / capacity)
+        value = r + work / capacity
+        if value > best:
+            best = value
     return best
 
 
