@@ -133,6 +133,14 @@ class FirstFit(Placer):
     first_wins = True
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
+        if counts is state.node_idle and gpus < len(state.ff_hint):
+            hint = state.ff_hint  # no node before hint[gpus] has `gpus` idle GPUs: start there
+            for n in range(hint[gpus], len(counts)):
+                if counts[n] >= gpus:
+                    hint[gpus] = n
+                    return n
+            hint[gpus] = len(counts)
+            return -1
         for n, k in enumerate(counts):
             if k >= gpus:
                 return n

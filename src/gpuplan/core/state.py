@@ -16,6 +16,7 @@ class ClusterState:
     """
 
     __slots__ = (
+        "ff_hint",
         "gpu_cap_gb",
         "gpu_free_gb",
         "gpu_njobs",
@@ -48,6 +49,9 @@ class ClusterState:
         self.gpu_free_gb = list(self.gpu_cap_gb)
         self.gpu_njobs = [0] * len(self.gpu_node)
         self.node_idle = [len(g) for g in self.node_gpus]
+        # first-fit hint: ff_hint[g] <= the first node with at least g idle GPUs (exclusive clusters).
+        # Lowering a node's idle count never breaks it; `release` lowers the hint when it must.
+        self.ff_hint = [0] * (max(self.node_idle) + 2)
         self.idle_total = len(self.gpu_node)
 
     @property
@@ -89,20 +93,26 @@ class ClusterState:
     def release(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
         """Undo `place` for a job that ended."""
         if not self.sharing:
-            node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
+            node_idle, njobs, node_of, hint = self.node_idle, self.gpu_njobs, self.gpu_node, self.ff_hint
             for g in gpus:
                 njobs[g] -= 1
                 if njobs[g] == 0:
-                    node_idle[node_of[g]] += 1
+                    n = node_of[g]
+                    node_idle[n] += 1
                     self.idle_total += 1
+                    if hint[node_idle[n]] > n:
+                        hint[node_idle[n]] = n
             return
         for g in gpus:
             self.gpu_njobs[g] -= 1
             self.gpu_free_gb[g] += self.take_gb(g, mem_gb)
             if self.gpu_njobs[g] == 0:
-                self.node_idle[self.gpu_node[g]] += 1
+                n = self.gpu_node[g]
+                self.node_idle[n] += 1
                 self.idle_total += 1
                 self.gpu_free_gb[g] = self.gpu_cap_gb[g]  # no drift from float sums
+                if self.ff_hint[self.node_idle[n]] > n:
+                    self.ff_hint[self.node_idle[n]] = n
 
     def gpu_fits(self, gpu: int, mem_gb: float | None) -> bool:
         """Whether one more job with `mem_gb` per GPU fits on `gpu` now."""
@@ -127,6 +137,7 @@ class ClusterState:
         new.gpu_free_gb = self.gpu_free_gb.copy()
         new.gpu_njobs = self.gpu_njobs.copy()
         new.node_idle = self.node_idle.copy()
+        new.ff_hint = self.ff_hint.copy()
         new.idle_total = self.idle_total
         return new
 
