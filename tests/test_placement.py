@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuplan.core.placement import BestFit, get_placer, placer_names
+from gpuplan.core.placement import BestFit, FirstFit, get_placer, placer_names
 from gpuplan.core.state import ClusterState
 from gpuplan.errors import UnknownNameError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
@@ -250,3 +252,34 @@ def test_unknown_placer_lists_valid_names() -> None:
     assert "worst-fit" in msg
     for name in PLACERS:
         assert name in msg
+
+
+# ---- the first-fit hint ------------------------------------------------------------------------------
+
+
+class _PlainFirstFit(FirstFit):
+    """First-fit by a plain scan of every node (no hint): what the hinted scan must reproduce."""
+
+    def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
+        return next((n for n, k in enumerate(counts) if k >= gpus), -1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from([1, 1, 2, 3, 4, 8])), min_size=1, max_size=60))
+def test_first_fit_hint_picks_what_a_plain_scan_picks(ops: list[tuple[bool, int]]) -> None:
+    spec = ClusterSpec("h", tuple(NodeSpec(f"n{i}", 8, GpuSpec("G", 80.0)) for i in range(6)))
+    state = ClusterState(spec)
+    hinted, plain = FirstFit(), _PlainFirstFit()
+    held: list[list[int]] = []
+    for start, gpus in ops:
+        if start or not held:
+            want = plain.find(state, gpus, None)
+            got = hinted.find(state, gpus, None)
+            assert got == want
+            if got is not None:
+                state.place(got, None)
+                held.append(got)
+        else:
+            state.release(held.pop(len(held) // 2), None)
+        copy = state.copy()  # copies carry the hint and stay consistent
+        assert hinted.find(copy, 2, None) == plain.find(copy, 2, None)
