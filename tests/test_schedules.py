@@ -862,3 +862,19 @@ def test_scheduler_job_without_estimate_never_backfills_but_still_runs_in_order(
     assert s.schedule(100.0) == [Started(1, (0, 1))]
     s.finish(1)
     assert s.schedule(110.0) == [Started(2, (0,))]
+
+
+def test_a_job_without_true_duration_is_a_clear_error_everywhere() -> None:
+    from gpuplan.errors import ScheduleError
+    from gpuplan.optimize.cpsat import solve_exact
+
+    cluster = load_cluster("8xA100-80GB")
+    jobs = [Job("done", 0.0, 1, duration_s=10.0), Job("pending", 0.0, 1)]
+    with pytest.raises(
+        ScheduleError, match=r"1 job\(s\) have no true duration \(first: 'pending'\).*fill duration_s"
+    ):
+        simulate(jobs, cluster)
+    with pytest.raises(ScheduleError, match="to solve exactly needs duration_s"):
+        solve_exact(jobs, cluster, "makespan", 0.1)
+    with pytest.raises(ScheduleError, match="no jobs to simulate"):
+        simulate([], cluster)

@@ -124,14 +124,9 @@ def _data(jobs: Sequence[Job]) -> _Data:
 
 
 def _check(jobs: Sequence[Job]) -> None:
-    if not jobs:
-        raise GpuplanError("no jobs to solve: the trace is empty")
-    missing = [j.id for j in jobs if j.duration_s is None or j.duration_s < 0]
-    if missing:
-        raise GpuplanError(
-            f"{len(missing)} job(s) have no true duration (first: {missing[0]!r}); the exact model needs "
-            "duration_s for every job"
-        )
+    from gpuplan.sim.engine import require_durations
+
+    require_durations(jobs, "solve exactly", "drop unfinished jobs or fill duration_s")
 
 
 def _mem(job: Job) -> float | None:

@@ -105,14 +105,9 @@ class Evaluator:
         oracle: bool = False,
         interference: InterferenceModel | None = None,
     ) -> None:
-        if not jobs:
-            raise ScheduleError("no jobs to plan: the trace is empty")
-        missing = [j.id for j in jobs if j.duration_s is None or j.duration_s < 0]
-        if missing:
-            raise ScheduleError(
-                f"{len(missing)} job(s) have no true duration (first: {missing[0]!r}); planning simulates "
-                "the trace: fill duration_s, or plan on the estimates (forecast)"
-            )
+        from gpuplan.sim.engine import require_durations
+
+        require_durations(jobs, "plan", "fill duration_s, or plan on the estimates (--forecast)")
         self.jobs = list(jobs)
         self.cluster = cluster
         self.backfill = get_backfill(backfill) if isinstance(backfill, str) else backfill

@@ -27,7 +27,7 @@ from gpuplan.sim.result import JobRecord, SimResult
 if TYPE_CHECKING:
     from gpuplan.core.interference import InterferenceModel
 
-__all__ = ["ProgressFn", "simulate"]
+__all__ = ["ProgressFn", "require_durations", "simulate"]
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
@@ -51,7 +51,7 @@ def simulate(
     Raises:
         ScheduleError: a job has no true duration (the simulator needs one), or never fits.
     """
-    _check_durations(jobs)
+    require_durations(jobs)
     sched = Scheduler(cluster, policy, backfill, placer, oracle=oracle)
     if interference is None and cluster.sharing:
         from gpuplan.core.interference import InterferenceModel
@@ -76,14 +76,21 @@ def simulate(
     )
 
 
-def _check_durations(jobs: Sequence[Job]) -> None:
+def require_durations(
+    jobs: Sequence[Job], what: str = "simulate", fix: str = "drop unfinished jobs or fill duration_s"
+) -> None:
+    """Every job must have a true duration (what the simulator and exact models replay).
+
+    Raises:
+        ScheduleError: no jobs, or a job without duration_s (the message names the first and the fix).
+    """
     if not jobs:
-        raise ScheduleError("no jobs to simulate: the trace is empty")
+        raise ScheduleError(f"no jobs to {what}: the trace is empty")
     missing = [j.id for j in jobs if j.duration_s is None or j.duration_s < 0]
     if missing:
         raise ScheduleError(
-            f"{len(missing)} job(s) have no true duration (first: {missing[0]!r}); the simulator needs "
-            "duration_s for every job: drop unfinished jobs or fill duration_s"
+            f"{len(missing)} job(s) have no true duration (first: {missing[0]!r}); to {what} needs "
+            f"duration_s for every job: {fix}"
         )
 
 
