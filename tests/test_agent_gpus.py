@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +72,10 @@ def test_fake_gpus_report_the_declared_memory_of_live_processes(spawn: Any) -> N
     }
     os.killpg(a.pid, signal.SIGKILL)
     a.wait()
+    # the group's other members die asynchronously after SIGKILL: poll with a deadline
+    deadline = time.monotonic() + 10.0
+    while backend.snapshot().by_index()[0].mem_used_gb != 0.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert backend.snapshot().by_index()[0].mem_used_gb == 0.0
 
 
