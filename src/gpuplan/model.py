@@ -25,6 +25,8 @@ class Job:
         gpu_util_pct: mean GPU busy percent when run alone (None when unknown).
         command: shell command, for the local agent.
         may_span_nodes: the job may take GPUs from several nodes (an MPI/NCCL multi-node job).
+        duration_includes_sharing: duration_s was measured while the job shared its GPUs (as the
+            Alibaba trace records it): the simulator replays it as is and never slows it again.
         meta: anything else a reader keeps (state, queue, class label ...).
     """
 
@@ -41,6 +43,7 @@ class Job:
     gpu_util_pct: float | None = None
     command: str = ""
     may_span_nodes: bool = False
+    duration_includes_sharing: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:

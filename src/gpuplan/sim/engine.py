@@ -229,6 +229,8 @@ class _Run:
 
     def _rate_of(self, jid: int) -> float:
         assert self.model is not None  # sharing runs always have a model
+        if self.jobs[jid].duration_includes_sharing:
+            return 1.0  # its recorded duration already holds the slowdown it had: never slow it twice
         util = self._util(jid)
         rate = 1.0
         for g in self.sched.alloc[jid]:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.model import Job
-from gpuplan.traces._fields import _FALSE, _FLOAT_FIELDS, _TRUE, REQUIRED_FIELDS
+from gpuplan.traces._fields import _FALSE, _FLOAT_FIELDS, _TRUE, BOOL_FIELDS, REQUIRED_FIELDS
 
 __all__ = ["fast_own_csv_jobs"]
 
-_STRING_FIELDS = ("id", "user", "name", "command", "meta", "may_span_nodes")
+_STRING_FIELDS = ("id", "user", "name", "command", "meta", *BOOL_FIELDS)
 
 
 def fast_own_csv_jobs(path: Path, header: list[str]) -> list[Job] | None:
@@ -76,7 +76,7 @@ def _clean_column(name: str, column: Any) -> list[Any] | None:
             return None
         return column.to_pylist()
     values = column.to_pylist()
-    if name == "may_span_nodes":
+    if name in BOOL_FIELDS:
         lowered = [v.strip().lower() for v in values]
         if any(v not in _TRUE and v not in _FALSE for v in lowered):
             return None

@@ -17,6 +17,7 @@ from gpuplan.errors import InputError
 from gpuplan.model import Job
 
 __all__ = [
+    "BOOL_FIELDS",
     "JOB_FIELDS",
     "REPORTED_FIELDS",
     "REQUIRED_FIELDS",
@@ -56,6 +57,7 @@ _EXPECTED: dict[str, str] = {
     "est_mem_gb": "a finite number of GiB >= 0",
     "gpu_util_pct": "a percent from 0 to 100",
     "may_span_nodes": "true or false",
+    "duration_includes_sharing": "true or false",
     "meta": "a JSON object",
     "user": "a string",
     "name": "a string",
@@ -63,8 +65,10 @@ _EXPECTED: dict[str, str] = {
 }
 _JSON_KINDS: dict[str, tuple[type, str]] = {
     "may_span_nodes": (bool, "not true/false"),
+    "duration_includes_sharing": (bool, "not true/false"),
     "meta": (dict, "not an object"),
 }
+BOOL_FIELDS: tuple[str, ...] = ("may_span_nodes", "duration_includes_sharing")
 _TRUE = {"true", "t", "yes", "y", "1"}
 _FALSE = {"false", "f", "no", "n", "0", ""}
 _DEFAULTS: dict[str, Any] = {
@@ -158,13 +162,13 @@ def _gpus_text(text: str) -> int:
     return _checked_gpus(int(value), text)
 
 
-def _bool_text(text: str) -> bool:
+def _bool_text(field: str, text: str) -> bool:
     s = text.strip().lower()
     if s in _TRUE:
         return True
     if s in _FALSE:
         return False
-    raise FieldError("may_span_nodes", text, "not true/false")
+    raise FieldError(field, text, "not true/false")
 
 
 def _meta_text(text: str) -> dict[str, Any]:
@@ -184,8 +188,8 @@ def _value_from_text(field: str, text: str, unit: str) -> Any:
         return _float_text(field, text, unit)
     if field == "gpus":
         return _gpus_text(text)
-    if field == "may_span_nodes":
-        return _bool_text(text)
+    if field in BOOL_FIELDS:
+        return _bool_text(field, text)
     if field == "meta":
         return _meta_text(text)
     if field == "id" and not text.strip():
@@ -331,7 +335,7 @@ def cell_text(field: str, value: Any) -> str:
         return ""
     if field == "meta":
         return json.dumps(value, ensure_ascii=False, allow_nan=False) if value else ""
-    if field == "may_span_nodes":
+    if field in BOOL_FIELDS:
         return "true" if value else "false"
     if field in _FLOAT_FIELDS:
         return repr(float(value))

@@ -335,6 +335,7 @@ def _pod_job(v: dict[str, Any], ctx: _Context, extra: dict[str, str]) -> Job:
         gpus=v["num_gpu"],
         mem_gb=mem_gb,
         duration_s=v["deletion_time"] - v["scheduled_time"] if ran else None,
+        duration_includes_sharing=True,  # measured on the real cluster, where pods shared GPUs
         meta=meta,
     )
 

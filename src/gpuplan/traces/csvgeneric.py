@@ -45,6 +45,7 @@ RECOGNIZED_COLUMNS: dict[str, tuple[str, ...]] = {
     "gpu_util_pct": ("gpu_util_pct", "gpu_util", "util"),
     "command": ("command", "cmd"),
     "may_span_nodes": ("may_span_nodes", "multi_node"),
+    "duration_includes_sharing": ("duration_includes_sharing",),
 }
 _DELIMITERS = (",", "\t", ";")
 _MAX_LISTED = 10

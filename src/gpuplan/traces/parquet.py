@@ -37,6 +37,7 @@ PARQUET_TYPES: dict[str, str] = {
     "gpu_util_pct": "float64",
     "command": "string",
     "may_span_nodes": "bool",
+    "duration_includes_sharing": "bool",
     "meta": "string",  # a JSON object as text, like the CSV cell
 }
 
