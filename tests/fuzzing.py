@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from hypothesis import strategies as st
 
@@ -14,13 +15,41 @@ def _split(line: str, sep: str | None) -> list[str]:
     return line.rstrip("\n").split(sep) if sep is not None else (line.split() or [""])
 
 
-def mutated_files(seed: Sequence[str], sep: str | None = ",", cell_max: int = 8) -> st.SearchStrategy[str]:
+class Mutated(NamedTuple):
+    """A damaged file and whether one of its damages is known to make it invalid (an error must follow
+    unless bad rows are skipped)."""
+
+    text: str
+    broken: bool
+
+
+Breaker = Callable[[str], "str | None"]
+"""Turns one seed line into a copy that is known to be invalid (None: this line cannot be broken so)."""
+
+
+def break_cell(index: int, value: str, sep: str | None = ",", data: Callable[[str], bool] = bool) -> Breaker:
+    """A Breaker that puts `value` (something the column never accepts) in cell `index` of data lines."""
+
+    def breaker(line: str) -> str | None:
+        cells = _split(line, sep)
+        if not data(line) or len(cells) <= index:
+            return None
+        cells[index] = value
+        return (sep if sep is not None else " ").join(cells) + "\n"
+
+    return breaker
+
+
+def mutated_files(
+    seed: Sequence[str], sep: str | None = ",", cell_max: int = 8, breaker: Breaker | None = None
+) -> st.SearchStrategy[Mutated]:
     """Files made from `seed` lines with 1-4 of them damaged: a cell replaced (cells split by `sep`,
     whitespace when None), the line cut, text inserted, the line replaced by random text, or dropped;
-    the final newline is sometimes missing."""
+    the final newline is sometimes missing. With a `breaker`, sometimes one more line, untouched so far
+    and after an intact line end, is broken by it: such files are `broken`."""
 
     @st.composite
-    def files(draw: st.DrawFn) -> str:
+    def files(draw: st.DrawFn) -> Mutated:
         lines = list(seed)
         for _ in range(draw(st.integers(1, 4))):
             i = draw(st.integers(0, len(lines) - 1))
@@ -40,14 +69,29 @@ def mutated_files(seed: Sequence[str], sep: str | None = ",", cell_max: int = 8)
             else:
                 line = ""
             lines[i] = line
+        broken = breaker is not None and draw(st.booleans()) and _break_one(draw, lines, seed, breaker)
         text = "".join(lines)
-        return text.rstrip("\n") if draw(st.booleans()) else text
+        return Mutated(text.rstrip("\n") if draw(st.booleans()) else text, broken)
 
     return files()
 
 
-def assert_located(path: Path, read: Callable[[], object]) -> None:
-    """Only GpuplanError escapes; an InputError names this file and a line, any other error this file."""
+def _break_one(draw: st.DrawFn, lines: list[str], seed: Sequence[str], breaker: Breaker) -> bool:
+    """Break one line that no other damage touched and that starts a line of its own; False if none can."""
+    ok = [
+        i for i, line in enumerate(lines)
+        if line == seed[i] and (i == 0 or lines[i - 1].endswith("\n")) and breaker(line) is not None
+    ]  # fmt: skip
+    if not ok:
+        return False
+    i = draw(st.sampled_from(ok))
+    lines[i] = breaker(lines[i]) or lines[i]
+    return True
+
+
+def assert_located(path: Path, read: Callable[[], object], must_fail: bool = False) -> None:
+    """Only GpuplanError escapes; an InputError names this file and a line, any other error this file.
+    With `must_fail` (the file is known to be invalid), reading it must raise such an error."""
     try:
         read()
     except InputError as e:
@@ -55,3 +99,5 @@ def assert_located(path: Path, read: Callable[[], object]) -> None:
         assert str(e).startswith(f"{path}:{e.line}:")
     except GpuplanError as e:
         assert str(path) in str(e)
+    else:
+        assert not must_fail, f"{path} is known to be invalid but was read without an error"

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from gpuplan.cli import app, apply_predictions
+from gpuplan.cluster import load_cluster
 from gpuplan.predict import synth_history
+from gpuplan.sim.engine import simulate
 from gpuplan.traces import read_trace, write_trace
 
 runner = CliRunner()
+CLUSTER = "4x8xA100-80GB"
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +45,62 @@ def test_apply_predictions_replaces_estimates(model_and_trace: tuple[Path, Path]
     assert apply_predictions(jobs, None) is jobs
 
 
-@pytest.mark.parametrize("command", ["simulate", "plan", "audit"])
-def test_predict_option_runs(model_and_trace: tuple[Path, Path], command: str) -> None:
-    model, trace = model_and_trace
-    extra = {"simulate": ["-p", "sjf", "-b", "easy"], "plan": ["--time-limit", "1", "--max-evals", "50"],
-             "audit": ["--sim-budget", "2"]}[command]  # fmt: skip
-    args = [command, str(trace), "--cluster", "4x8xA100-80GB", *extra, "--predict", str(model), "--json"]
-    result = runner.invoke(app, args)
+def _json_of(*args: str | Path) -> Any:
+    result = runner.invoke(app, [str(a) for a in args])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_predict_option_changes_what_is_simulated(model_and_trace: tuple[Path, Path]) -> None:
+    model, trace = model_and_trace
+    args = ("simulate", trace, "--cluster", CLUSTER, "-p", "sjf", "-b", "easy", "--json")
+    (with_model,) = _json_of(*args, "--predict", model)
+    (without,) = _json_of(*args)
+    jobs = read_trace(trace).jobs
+    spec = load_cluster(CLUSTER)
+    # the run is the simulation of the jobs with the model's estimates, which differs from the trace's
+    predicted = simulate(apply_predictions(jobs, [model]), spec, "sjf", "easy")
+    plain = simulate(jobs, spec, "sjf", "easy")
+    assert [(r["job_id"], r["start_s"]) for r in with_model["schedule"]] == [
+        (r.job_id, r.start_s) for r in predicted.records
+    ]
+    assert [(r["job_id"], r["start_s"]) for r in without["schedule"]] == [
+        (r.job_id, r.start_s) for r in plain.records
+    ]
+    assert with_model["schedule"] != without["schedule"]
+    assert with_model["mean_jct_s"] == pytest.approx(predicted.metrics.mean_jct_s)
+
+
+def test_predict_option_changes_what_is_planned(model_and_trace: tuple[Path, Path]) -> None:
+    model, trace = model_and_trace
+    args = ("plan", trace, "--cluster", CLUSTER, "--time-limit", "1", "--max-evals", "50", "--json")
+    runs_with = {r["role"]: r for r in _json_of(*args, "--predict", model)["runs"]}
+    runs_without = {r["role"]: r for r in _json_of(*args)["runs"]}
+    # the article's order ranks by estimated duration: the model's estimates change its run ...
+    article = simulate(
+        apply_predictions(read_trace(trace).jobs, [model]), load_cluster(CLUSTER), "article", "easy"
+    )
+    assert runs_with["article order"]["mean_jct_s"] == pytest.approx(article.metrics.mean_jct_s)
+    assert runs_with["article order"]["mean_jct_s"] != pytest.approx(
+        runs_without["article order"]["mean_jct_s"]
+    )
+    # ... while strict FIFO, which reads no estimate, is the same run
+    assert runs_with["FIFO"] == runs_without["FIFO"]
+
+
+def test_predict_option_changes_what_is_audited(model_and_trace: tuple[Path, Path]) -> None:
+    model, trace = model_and_trace
+    args = ("audit", trace, "--cluster", CLUSTER, "--sim-budget", "0", "--json")
+    with_model = {r["policy"]: r for r in _json_of(*args, "--predict", model)["what_if"]["runs"]}
+    without = {r["policy"]: r for r in _json_of(*args)["what_if"]["runs"]}
+    assert with_model.keys() == without.keys() and {r["jobs"] for r in with_model.values()} == {100}
+    # the what-if replays with EASY: its reservations and the duration policies read the estimates
+    changed = [
+        p
+        for p in ("fifo", "sjf", "gpu-time", "article")
+        if with_model[p]["mean_jct_s"] != without[p]["mean_jct_s"]
+    ]
+    assert changed == ["fifo", "sjf", "gpu-time", "article"], changed
 
 
 def test_predict_option_with_a_foreign_file_is_one_line_error(

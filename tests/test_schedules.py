@@ -732,11 +732,31 @@ def test_article_orders_by_class_then_gpus_then_longest() -> None:
 
 
 def test_policy_keys_are_static_and_registry_rejects_unknown_names() -> None:
-    job = _queue()[1]
+    jobs = _queue()
     for name in POLICIES:
         p = get_policy(name)
         assert p.name == name and p.description
-        assert p.key(job, 1, False) == p.key(job, 1, False)
+        keys = [p.key(j, i, False) for i, j in enumerate(jobs)]
+        # a key depends on the job and its trace position only: another instance, having ranked the
+        # jobs in the other order, on copies of the jobs, at a later time, gives the same keys
+        other = get_policy(name)
+        again = [other.key(dataclasses.replace(jobs[i]), i, False) for i in reversed(range(len(jobs)))]
+        assert again[::-1] == keys
+        # equal jobs keep trace order: a twin of q1 at a later position ranks right after it
+        twin = dataclasses.replace(jobs[1], id="twin")
+        assert (
+            sorted([*keys, p.key(twin, 9, False)]).index(p.key(twin, 9, False))
+            == sorted(keys).index(keys[1]) + 1
+        )
+        # the Scheduler keeps the order of the keys it computed at submit, however long the jobs wait
+        s = Scheduler(load_cluster("8xA100-80GB"), name, "none", "first-fit")
+        s.submit(99, Job("blocker", 0.0, 8, duration_s=1e6, est_duration_s=1e6))
+        assert [st.jid for st in s.schedule(0.0)] == [99]
+        for jid, job in enumerate(jobs):
+            s.submit(jid, job)
+        expected = sorted(range(len(jobs)), key=lambda i: (*keys[i], i))
+        for now in (0.0, 10.0, 5e5):
+            assert s.schedule(now) == [] and list(s.waiting_jids()) == expected
     with pytest.raises(UnknownNameError, match="fifo"):
         get_policy("lifo")
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzzing import assert_located, mutated_files
+from fuzzing import Mutated, assert_located, break_cell, mutated_files
 from gpuplan.errors import InputError
 from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace
 from gpuplan.traces.alibaba import GUESSED_MEM_GB, AlibabaGpuReader, gpu_mem_gb, read_node_list
@@ -281,14 +281,25 @@ def _seed_lines() -> list[str]:
 SEED = _seed_lines()
 
 
+def _gpu_pod_row(line: str) -> bool:
+    cells = line.split(",")
+    return len(cells) == 11 and cells[3].isdigit() and int(cells[3]) > 0
+
+
+BREAK_CREATION_TIME = break_cell(8, "soon", data=_gpu_pod_row)  # a GPU pod needs a numeric creation_time
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated_files(SEED), skip_bad=st.booleans())
-def test_mutated_lines_only_raise_located_errors(text: str, skip_bad: bool) -> None:
+@given(mutated=mutated_files(SEED, breaker=BREAK_CREATION_TIME), skip_bad=st.booleans())
+def test_mutated_lines_only_raise_located_errors(mutated: Mutated, skip_bad: bool) -> None:
+    text = mutated.text
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.csv"
         path.write_bytes(text.encode("utf-8", "surrogatepass"))
         read = AlibabaGpuReader(node_list=NODES).read
-        assert_located(path, lambda: read(path, ReadOptions(skip_bad=skip_bad)))
+        assert_located(
+            path, lambda: read(path, ReadOptions(skip_bad=skip_bad)), mutated.broken and not skip_bad
+        )
 
 
 # ---- the real openb trace -------------------------------------------------------------------------

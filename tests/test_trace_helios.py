@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzzing import assert_located, mutated_files
+from fuzzing import Mutated, assert_located, break_cell, mutated_files
 from gpuplan.errors import InputError
 from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace
 from gpuplan.traces.helios import parse_helios_time
@@ -160,10 +160,17 @@ SEED = (
 )
 
 
+BREAK_SUBMIT = break_cell(
+    8, "yesterday", data=lambda line: len(line.split(",")) == 12 and not line.startswith("job_id")
+)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated_files(SEED, cell_max=20), skip_bad=st.booleans())
-def test_mutated_lines_only_raise_located_errors(text: str, skip_bad: bool) -> None:
+@given(mutated=mutated_files(SEED, cell_max=20, breaker=BREAK_SUBMIT), skip_bad=st.booleans())
+def test_mutated_lines_only_raise_located_errors(mutated: Mutated, skip_bad: bool) -> None:
+    text = mutated.text
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.csv"
         path.write_bytes(text.encode("utf-8", "surrogatepass"))
-        assert_located(path, lambda: read_trace(path, fmt="helios", options=ReadOptions(skip_bad=skip_bad)))
+        read = lambda: read_trace(path, fmt="helios", options=ReadOptions(skip_bad=skip_bad))  # noqa: E731
+        assert_located(path, read, mutated.broken and not skip_bad)

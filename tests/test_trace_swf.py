@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzzing import assert_located, mutated_files
+from fuzzing import Mutated, assert_located, break_cell, mutated_files
 from gpuplan.errors import InputError
 from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace
 from gpuplan.traces.swf import SLOT_MODEL, SwfReader
@@ -223,15 +223,20 @@ def _seed_lines() -> list[str]:
 
 
 SEED = _seed_lines()
+BREAK_SUBMIT = break_cell(
+    1, "x1", sep=None, data=lambda line: not line.lstrip().startswith(";") and len(line.split()) == 18
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated_files(SEED, sep=None), skip_bad=st.booleans())
-def test_mutated_lines_only_raise_located_errors(text: str, skip_bad: bool) -> None:
+@given(mutated=mutated_files(SEED, sep=None, breaker=BREAK_SUBMIT), skip_bad=st.booleans())
+def test_mutated_lines_only_raise_located_errors(mutated: Mutated, skip_bad: bool) -> None:
+    text = mutated.text
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.swf"
         path.write_bytes(text.encode("utf-8", "surrogatepass"))  # a lone surrogate is not UTF-8
-        assert_located(path, lambda: read_trace(path, options=ReadOptions(skip_bad=skip_bad)))
+        read = lambda: read_trace(path, options=ReadOptions(skip_bad=skip_bad))  # noqa: E731
+        assert_located(path, read, mutated.broken and not skip_bad)
 
 
 @settings(max_examples=60, deadline=None)
