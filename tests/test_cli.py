@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,9 +111,19 @@ def test_demo_json_runs_every_policy_and_backfill(demo_run: tuple[list[dict[str,
     assert plan["makespan_s"] >= plan["lower_bound_s"] - 1e-6
     assert all(r["jobs"] == 80 for r in runs)
     _assert_sane(runs, oracle=False)
-    report = out / "report.html"
-    assert report.is_file()
-    assert report.stat().st_size > 1000
+    _assert_report_shows(out / "report.html", all_runs)
+
+
+def _assert_report_shows(report: Path, runs: list[dict[str, Any]]) -> None:
+    """The report carries every run the JSON printed, with the same makespan, and Plotly inline."""
+    page = report.read_text(encoding="utf-8")
+    block = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert block is not None, "no report-data block"
+    data = json.loads(block.group(1))
+    shown = {(r["policy"], r["backfill"]): r["metrics"]["makespan_s"] for r in data["runs"]}
+    assert shown == pytest.approx({(r["policy"], r["backfill"]): r["makespan_s"] for r in runs})
+    assert [r["is_best"] for r in data["runs"]].count(True) == 1
+    assert "Plotly" in page and "<script src=" not in page  # self-contained: nothing fetched
 
 
 def test_demo_quality_claims(demo_run: tuple[list[dict[str, Any]], Path]) -> None:
@@ -219,17 +230,55 @@ def test_simulate_bad_cluster_file(tmp_path: Path) -> None:
     _one_line_error(_invoke("simulate", CLI_FIX / "bad_row.csv", "--cluster", bad), "bad.toml", "gpus")
 
 
+def _gpu_overlaps(schedule: list[dict[str, Any]]) -> int:
+    """Pairs of jobs that held one GPU at the same time."""
+    by_gpu: dict[str, list[tuple[float, float]]] = {}
+    for r in schedule:
+        for g in r["gpus"]:
+            by_gpu.setdefault(g, []).append((r["start_s"], r["end_s"]))
+    return sum(
+        1
+        for spans in by_gpu.values()
+        for i, a in enumerate(spans)
+        for b in spans[i + 1 :]
+        if a[0] < b[1] and b[0] < a[1]
+    )
+
+
 def test_simulate_sharing_with_memory(article_trace: Path) -> None:
-    result = _invoke("simulate", article_trace, "--sharing", "-p", "article", "-b", "easy", "--json")
-    runs = _runs(result)
-    assert len(runs) == 1
-    assert runs[0]["jobs"] == 80
-    _assert_sane(runs, oracle=False)
+    args = ("simulate", article_trace, "-p", "article", "-b", "easy", "--json")
+    (shared,) = _runs(_invoke(*args, "--sharing"))
+    (exclusive,) = _runs(_invoke(*args))
+    assert shared["jobs"] == exclusive["jobs"] == 80
+    _assert_sane([shared], oracle=False)
+    # the option took effect: jobs share GPUs (and run slower next to a neighbour), which exclusive never does
+    assert _gpu_overlaps(shared["schedule"]) > 0
+    assert _gpu_overlaps(exclusive["schedule"]) == 0
+    duration = {j.id: j.duration_s for j in read_trace(article_trace).jobs}
+    assert all(
+        r["end_s"] - r["start_s"] == pytest.approx(duration[r["job_id"]]) for r in exclusive["schedule"]
+    )
+    assert any(r["end_s"] - r["start_s"] > duration[r["job_id"]] + 1e-6 for r in shared["schedule"])
+    assert shared["makespan_s"] != exclusive["makespan_s"]
 
 
 def test_simulate_oracle_flag(article_trace: Path) -> None:
-    runs = _runs(_invoke("simulate", article_trace, "--oracle", "-p", "sjf", "--json"))
-    _assert_sane(runs, oracle=True)
+    # sjf + strict order: jobs start in the order of the durations the policy sees
+    args = ("simulate", article_trace, "-p", "sjf", "-b", "none", "--json")
+    (oracle,) = _runs(_invoke(*args, "--oracle"))
+    (plain,) = _runs(_invoke(*args))
+    _assert_sane([oracle], oracle=True)
+    assert plain["oracle"] is False
+    jobs = {j.id: j for j in read_trace(article_trace).jobs}
+
+    def starts_in_order_of(schedule: list[dict[str, Any]], attr: str) -> bool:
+        ranked = sorted(schedule, key=lambda r: (getattr(jobs[r["job_id"]], attr), r["job_id"]))
+        starts = [r["start_s"] for r in ranked]
+        return starts == sorted(starts)
+
+    assert starts_in_order_of(oracle["schedule"], "duration_s")
+    assert not starts_in_order_of(plain["schedule"], "duration_s")  # the estimates are not the truth
+    assert starts_in_order_of(plain["schedule"], "est_duration_s")
 
 
 # --- listings ---------------------------------------------------------------------------------------

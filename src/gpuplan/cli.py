@@ -43,6 +43,13 @@ TraceClusterOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ScheduleOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--schedule-out",
+        help="Write every job's start, end and GPUs as JSONL (one row per job per run); --json then leaves them out.",
+    ),
+]
 PredictOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -229,6 +236,7 @@ def simulate(
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many, instead of stopping.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write DIR/report.html with Gantt and utilization plots.")] = None,
     predict: PredictOpt = None,
+    schedule_out: ScheduleOutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Simulate a trace under one or more policies and backfill modes."""
@@ -247,7 +255,14 @@ def simulate(
         spec = _cluster_for(cluster, result, sharing)
         jobs = apply_predictions(_runnable(result.jobs), predict)
         results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
-        _emit(results, as_json, f"{trace.name} on {spec.describe()}", out)
+        _emit(
+            results,
+            as_json,
+            f"{trace.name} on {spec.describe()}",
+            out,
+            schedules=True,
+            schedule_out=schedule_out,
+        )
 
 
 def _runnable(jobs: list[Job]) -> list[Job]:
@@ -262,12 +277,22 @@ def _runnable(jobs: list[Job]) -> list[Job]:
     return runnable
 
 
-def _emit(results: Sequence[SimResult], as_json: bool, subtitle: str, out: Path | None) -> None:
+def _emit(
+    results: Sequence[SimResult],
+    as_json: bool,
+    subtitle: str,
+    out: Path | None,
+    schedules: bool = False,
+    schedule_out: Path | None = None,
+) -> None:
+    """Print the runs (table or JSON), write the report; `schedules`: per-job schedules in the JSON."""
     notes = _notes(results)
     for w in sorted({w for r in results for w in r.warnings}):
         typer.echo(f"gpuplan: warning: {w}", err=True)
+    rows = schedule_json(results, schedule_out) if schedules and (as_json or schedule_out) else None
     if as_json:
-        typer.echo(json.dumps([r.summary() for r in results], indent=2))
+        runs = [r.summary() if rows is None else {**r.summary(), **rows[i]} for i, r in enumerate(results)]
+        typer.echo(json.dumps(runs, indent=2))
     else:
         _print_table(results, subtitle)
         for n in notes:
@@ -276,6 +301,28 @@ def _emit(results: Sequence[SimResult], as_json: bool, subtitle: str, out: Path 
         path = _report(results, out, "gpuplan: policies compared", subtitle, notes)
         if not as_json:
             typer.echo(f"report: {path}")
+
+
+def schedule_json(results: Sequence[SimResult], schedule_out: Path | None) -> list[dict[str, Any]]:
+    """Per run, what `--json` says of its per-job schedule: the rows inline, or where they went.
+
+    With `schedule_out` every run's rows go to that JSONL file; without it they go inline unless there
+    are more than INLINE_MAX_ROWS in all (then a note on stderr names --schedule-out)."""
+    from gpuplan.sim.schedule_io import INLINE_MAX_ROWS, inline_schedules, schedule_rows, write_schedule_jsonl
+
+    if schedule_out is not None:
+        n = write_schedule_jsonl(results, schedule_out)
+        typer.echo(f"gpuplan: schedule: {n} job rows written to {schedule_out}", err=True)
+        return [{"schedule": None, "schedule_file": str(schedule_out)} for _ in results]
+    if inline_schedules(results):
+        return [{"schedule": schedule_rows(r)} for r in results]
+    total = sum(len(r.records) for r in results)
+    typer.echo(
+        f"gpuplan: per-job schedules left out of --json ({total} job rows > {INLINE_MAX_ROWS}): "
+        "write them with --schedule-out FILE",
+        err=True,
+    )
+    return [{"schedule": None} for _ in results]
 
 
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan.py)

@@ -44,11 +44,12 @@ def plan(
     out: Annotated[Path | None, typer.Option("--out", help="Write the plan as JSON: a .json file, or DIR/plan.json.")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Write an HTML report: a .html file, or DIR/report.html.")] = None,
     predict: Annotated[list[Path] | None, typer.Option("--predict", help="A model from `gpuplan predict fit` (repeatable): estimates come from it.")] = None,
+    schedule_out: Annotated[Path | None, typer.Option("--schedule-out", help="Write the plan's per-job start, end and GPUs as JSONL; --json then leaves them out.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
 ) -> None:  # fmt: skip
     """Search for the best order of a trace: start from the best built-in policy, improve it by simulation
     (and CP-SAT on small traces), and compare it with FIFO, the article's order and a proven lower bound."""
-    from gpuplan.cli import _errors, _load_jobs, apply_predictions
+    from gpuplan.cli import _errors, _load_jobs, apply_predictions, schedule_json
 
     with _errors():
         from gpuplan._progress import LazyProgress
@@ -74,8 +75,9 @@ def plan(
         notes = _notes(result)
         for w in sorted({w for r in shown for w in r.warnings}):
             typer.echo(f"gpuplan: warning: {w}", err=True)
+        schedule = schedule_json([result.result], schedule_out)[0] if as_json or schedule_out else {}
         if as_json:
-            typer.echo(json.dumps(_json(result, shown), indent=2, allow_nan=False))
+            typer.echo(json.dumps({**_json(result, shown), **schedule}, indent=2, allow_nan=False))
         else:
             _print_table(result, shown, f"{trace.name} on {spec.describe()}")
             for n in notes:
