@@ -533,10 +533,12 @@ def _register_commands() -> None:
     from gpuplan.commands.audit import audit
     from gpuplan.commands.plan import plan
     from gpuplan.commands.predict import predict_app
+    from gpuplan.commands.serve import serve
 
     app.command(name="audit")(audit)
     app.command(name="plan")(plan)
     app.add_typer(predict_app, name="predict")
+    app.command(name="serve")(serve)
 
 
 _register_commands()

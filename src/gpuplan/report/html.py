@@ -14,6 +14,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,18 @@ from plotly.subplots import make_subplots
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.result import JobRecord, SimResult
 
-__all__ = ["GANTT_MAX_RECORDS", "UTIL_MAX_POINTS", "render_report", "report_data", "write_report"]
+__all__ = [
+    "GANTT_MAX_RECORDS",
+    "PAGE_CSS",
+    "PLOT_CONFIG",
+    "UTIL_MAX_POINTS",
+    "ReportParts",
+    "gantt_figure",
+    "render_report",
+    "report_data",
+    "report_parts",
+    "write_report",
+]
 
 GANTT_MAX_RECORDS = 5000
 """A Gantt draws at most this many records of a run (the first by start time)."""
@@ -75,6 +87,60 @@ def report_data(results: Sequence[SimResult]) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
+class ReportParts:
+    """The pieces of the report for another page to embed (the live dashboard's what-if view).
+
+    Attributes:
+        data: `report_data` of the runs (sorted by makespan, best marked).
+        summary_html: the summary table with its legend.
+        compare: the makespan and utilization bars, a Plotly figure dict.
+        util: utilization over time, one line per run, a Plotly figure dict.
+        runs: the runs in the order of ``data["runs"]`` (for `gantt_figure`).
+        best: index of the best run in ``runs``.
+    """
+
+    data: dict[str, Any]
+    summary_html: str
+    compare: dict[str, Any]
+    util: dict[str, Any]
+    runs: list[SimResult]
+    best: int
+
+
+def report_parts(results: Sequence[SimResult]) -> ReportParts:
+    """The summary table and comparison figures of ``results``, as `render_report` draws them.
+
+    Raises:
+        GpuplanError: ``results`` is empty; there is nothing to report.
+    """
+    if not results:
+        raise GpuplanError("no runs to report: results is empty; pass at least one SimResult")
+    runs = _sorted_runs(results)
+    data = report_data(runs)
+    labels = [e["label"] for e in data["runs"]]
+    best = next(i for i, e in enumerate(data["runs"]) if e["is_best"])
+    return ReportParts(
+        data=data,
+        summary_html=_summary_table(data),
+        compare=_plain(_compare_figure(runs, data)),
+        util=_plain(_util_figure(runs, labels, best)),
+        runs=runs,
+        best=best,
+    )
+
+
+def _plain(fig: go.Figure) -> dict[str, Any]:
+    """A figure as plain JSON types (plotly's encoder turns numpy arrays into lists)."""
+    plain: dict[str, Any] = json.loads(fig.to_json())
+    return plain
+
+
+def gantt_figure(result: SimResult) -> dict[str, Any]:
+    """The Gantt of one run as a Plotly figure dict (its first GANTT_MAX_RECORDS jobs by start)."""
+    return _gantt_figure(result, _gantt_records(result))
+
+
 def render_report(
     results: Sequence[SimResult], *, title: str, subtitle: str = "", notes: Sequence[str] = ()
 ) -> str:
@@ -89,20 +155,15 @@ def render_report(
     Raises:
         GpuplanError: ``results`` is empty; there is nothing to report.
     """
-    if not results:
-        raise GpuplanError("no runs to report: results is empty; pass at least one SimResult")
-    runs = _sorted_runs(results)
-    data = report_data(runs)
-    labels = [e["label"] for e in data["runs"]]
-    best = next(i for i, e in enumerate(data["runs"]) if e["is_best"])
+    parts = report_parts(results)
     body = "\n".join(
         [
             _header(title, subtitle, notes),
-            _section("Summary", _summary_table(data)),
-            _section("Makespan and utilization", _figure_block("fig-compare", _compare_figure(runs, data))),
-            _section("Utilization over time", _figure_block("fig-util", _util_figure(runs, labels, best))),
-            _section("Gantt per run", _gantt_section(runs, data, best)),
-            _json_script("report-data", data),
+            _section("Summary", parts.summary_html),
+            _section("Makespan and utilization", _figure_block("fig-compare", parts.compare)),
+            _section("Utilization over time", _figure_block("fig-util", parts.util)),
+            _section("Gantt per run", _gantt_section(parts.runs, parts.data, parts.best)),
+            _json_script("report-data", parts.data),
         ]
     )
     return _page(title, body)
@@ -321,8 +382,9 @@ def _json_text_script(element_id: str, text: str) -> str:
     return f'<script type="application/json" id="{element_id}">{safe}</script>'
 
 
-def _figure_block(div_id: str, fig: go.Figure) -> str:
-    return f'<div id="{div_id}" class="plot"></div>\n{_json_text_script(f"{div_id}-data", fig.to_json())}'
+def _figure_block(div_id: str, fig: dict[str, Any]) -> str:
+    text = json.dumps(fig)
+    return f'<div id="{div_id}" class="plot"></div>\n{_json_text_script(f"{div_id}-data", text)}'
 
 
 # --------------------------------------------------------------------------- figures
@@ -649,6 +711,11 @@ table.summary { border-collapse: collapse; width: 100%; font-variant-numeric: ta
 .truncated, .warning { color: #f1a54e; margin: 4px 0; }
 .plot { width: 100%; }
 """
+
+PAGE_CSS = _CSS
+"""The report's style sheet, shared with the live dashboard's pages."""
+PLOT_CONFIG = _PLOT_CONFIG
+"""Plotly config of every chart (no logo, responsive)."""
 
 _JS = """
 (function () {

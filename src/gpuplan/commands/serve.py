@@ -1,0 +1,118 @@
+"""`gpuplan serve`: the live dashboard and `/metrics` (FastAPI + uvicorn, imported only here)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuplan.errors import GpuplanError
+
+__all__ = ["gpuplan_home", "serve"]
+
+_FAKE = "fake:"
+
+
+def gpuplan_home() -> Path:
+    """`$GPUPLAN_HOME`, else `$XDG_STATE_HOME/gpuplan`, else `~/.local/state/gpuplan`."""
+    if os.environ.get("GPUPLAN_HOME"):
+        return Path(os.environ["GPUPLAN_HOME"])
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "gpuplan"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_token(home: Path) -> str | None:
+    path = home / "token"
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise GpuplanError(
+            f"{path}: cannot read the agent's token ({e.strerror}); fix its permissions"
+        ) from e
+    return token or None
+
+
+def _source(spec: str, policy: str, backfill: str):  # type: ignore[no-untyped-def]
+    from gpuplan.cluster import load_cluster
+    from gpuplan.core.backfill import get_backfill
+    from gpuplan.core.policies import get_policy
+    from gpuplan.web.live import FakeNode, demo_jobs
+
+    get_policy(policy)
+    get_backfill(backfill)
+    if not spec.startswith(_FAKE):
+        raise GpuplanError(f"--source {spec!r}: give fake:PRESET_OR_TOML, e.g. fake:8xA100-80GB")
+    node = FakeNode(load_cluster(spec[len(_FAKE) :]))
+    node.policy, node.backfill = policy, backfill
+    for job in demo_jobs(node.cluster):
+        node.run(job)
+    return node
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback is said on stderr.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    source: Annotated[str, typer.Option("--source", help="Where readings come from: fake:PRESET_OR_TOML (a fake device set with demo jobs).")] = "fake:8xA100-80GB",
+    policy: Annotated[str, typer.Option("--policy", help="Policy the queue view plans with.")] = "fifo",
+    backfill: Annotated[str, typer.Option("--backfill", help="Backfill mode the queue view plans with.")] = "easy",
+    traces: Annotated[Path, typer.Option("--traces", help="What-if paths must lie under this folder.")] = Path("."),
+    price: Annotated[list[str] | None, typer.Option("--price", help="USD per GPU-hour of a model, MODEL=USD (repeat).")] = None,
+    watts: Annotated[list[str] | None, typer.Option("--watts", help="Power of a model, MODEL=BUSY or MODEL=BUSY/IDLE, in W (repeat).")] = None,
+    sample_s: Annotated[float, typer.Option("--sample-seconds", help="Seconds between two live samples.")] = 1.0,
+    window_min: Annotated[float, typer.Option("--window-minutes", help="Minutes of history the node view shows.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the address and settings as one JSON line, then serve.")] = False,
+) -> None:  # fmt: skip
+    """The live dashboard: node, queue and what-if views, /metrics for Prometheus, /healthz."""
+    from gpuplan.cli import _errors
+
+    with _errors():
+        if sample_s <= 0 or window_min <= 0:
+            raise GpuplanError("--sample-seconds and --window-minutes must be > 0")
+        if not traces.is_dir():
+            raise GpuplanError(f"--traces {traces}: not a folder")
+        from gpuplan.web.app import ServeConfig, create_app
+        from gpuplan.web.savings import parse_costs
+
+        home = gpuplan_home()
+        config = ServeConfig(
+            source=_source(source, policy, backfill),
+            token=_read_token(home),
+            trace_root=traces.resolve(),
+            costs=parse_costs(price or [], watts or []),
+            sample_s=sample_s,
+            window_s=window_min * 60.0,
+        )
+        app = create_app(config)
+    _announce(host, port, config.source.label, config.token is not None, as_json)
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool) -> None:
+    url = f"http://{host}:{port}/"
+    if not _is_loopback(host):
+        typer.echo(
+            f"gpuplan: warning: listening on {host}, not loopback: anyone who reaches it sees the node",
+            err=True,
+        )
+    mode = "mutating endpoints need the agent's token" if has_token else "read-only (no agent token)"
+    if as_json:
+        typer.echo(json.dumps({"url": url, "host": host, "port": port, "source": label, "token": has_token}))
+    else:
+        typer.echo(f"gpuplan serve: {url} ({label}; {mode})")

@@ -1,0 +1,409 @@
+"""The FastAPI app of `gpuplan serve`: node, queue and what-if views, SSE, `/metrics`, `/healthz`.
+
+Read-only by default: the only endpoints that change anything (cancel a job) need the agent's
+token as `Authorization: Bearer TOKEN`; without a token file they are refused. Every page loads
+Plotly from `/static/`, served from the installed plotly package; nothing comes from the internet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import math
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import plotly
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuplan.errors import GpuplanError
+from gpuplan.web.history import History, snapshot_json
+from gpuplan.web.live import LiveSource
+from gpuplan.web.metrics import LiveCollector
+from gpuplan.web.pages import docs_page, node_page, queue_page, whatif_page
+from gpuplan.web.queueplan import QueuePlan, plan_queue
+from gpuplan.web.savings import DEFAULT_COSTS, GpuCost, parse_costs
+from gpuplan.web.whatif import MAX_UPLOAD_BYTES, WhatIfRequest, WhatIfStore, run_whatif
+
+__all__ = ["QUEUE_GANTT_JOBS", "ServeConfig", "create_app"]
+
+QUEUE_GANTT_JOBS = 300
+"""The queue view's Gantt draws the first this-many planned jobs (the table pages through all)."""
+
+_STATIC = Path(__file__).parent / "static"
+_PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+_PLOTLY_URL = f"/static/plotly-{plotly.__version__}.min.js"  # versioned: cached for good
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    """How the app runs.
+
+    Attributes:
+        source: where live readings and the queue come from.
+        token: the agent's token; None makes every mutating endpoint refuse.
+        trace_root: what-if paths must lie under this folder.
+        costs: price and watts per GPU model.
+        sample_s: seconds between two samples of the node (and two SSE events).
+        window_s: how much history the node view shows.
+    """
+
+    source: LiveSource
+    token: str | None = None
+    trace_root: Path = field(default_factory=Path.cwd)
+    costs: dict[str, GpuCost] = field(default_factory=lambda: dict(DEFAULT_COSTS))
+    sample_s: float = 1.0
+    window_s: float = 600.0
+
+
+class _State:
+    """What the routes share: the config, the node history, cached plans and what-if runs."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.history = History(config.window_s)
+        self.whatifs = WhatIfStore()
+        self.version = 0
+        self.changed = asyncio.Event()
+        self._plan: tuple[tuple[Any, ...], QueuePlan] | None = None
+        self._plan_lock = threading.Lock()  # the table and the Gantt ask at once: plan once
+
+    def sample(self) -> None:
+        self.history.add(self.config.source.snapshot())
+        self.version += 1
+
+    def plan(self) -> QueuePlan:
+        src = self.config.source
+        rows = src.queue()
+        now = time.time()
+        # replan when the queue changes, and at most once a minute otherwise (remaining times shift)
+        key = (tuple((r.job_id, r.state) for r in rows), int(now // 60))
+        with self._plan_lock:
+            if self._plan is None or self._plan[0] != key:
+                self._plan = (key, plan_queue(rows, src.cluster, src.policy, src.backfill, now))
+            return self._plan[1]
+
+
+def _state(request: Request) -> _State:
+    state: _State = request.app.state.gpuplan
+    return state
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    """The dashboard app for `config` (see the module docstring)."""
+    shared = _State(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(_sampler(shared))
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    app = FastAPI(
+        title="gpuplan",
+        description="Live GPU node, queue and what-if dashboard of gpuplan.",
+        lifespan=lifespan,
+        docs_url=None,  # FastAPI's Swagger page loads its JS from a CDN; /docs below is offline
+        redoc_url=None,
+    )
+    app.state.gpuplan = shared
+    shared.sample()
+    _pages(app)
+    _static(app)
+    _node_api(app)
+    _queue_api(app)
+    _whatif_api(app)
+    _metrics_api(app, config)
+    _mutating_api(app)
+    return app
+
+
+async def _sampler(shared: _State) -> None:
+    while True:
+        await asyncio.sleep(shared.config.sample_s)
+        try:
+            shared.sample()
+        except Exception as e:  # a monitor loop never dies on one bad reading
+            print(f"gpuplan serve: sampling failed: {e}")
+        shared.changed.set()
+        shared.changed = asyncio.Event()
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _page_context(request: Request) -> dict[str, Any]:
+    src = _state(request).config.source
+    return {"label": src.label, "is_fake": src.is_fake, "plotly_url": _PLOTLY_URL}
+
+
+def _pages(app: FastAPI) -> None:
+    @app.get("/", include_in_schema=False)
+    def index() -> RedirectResponse:
+        return RedirectResponse("/node")
+
+    @app.get("/node", response_class=HTMLResponse, summary="Node view: per-GPU and per-process, live")
+    def node(request: Request) -> str:
+        return node_page(**_page_context(request))
+
+    @app.get(
+        "/queue", response_class=HTMLResponse, summary="Queue view: running and waiting jobs, planned order"
+    )
+    def queue(request: Request) -> str:
+        src = _state(request).config.source
+        return queue_page(**_page_context(request), policy=src.policy, backfill=src.backfill)
+
+    @app.get("/whatif", response_class=HTMLResponse, summary="What-if view: compare policies on a trace")
+    def whatif(request: Request) -> str:
+        from gpuplan.cluster import preset_names
+        from gpuplan.core.backfill import backfill_names
+        from gpuplan.core.placement import placer_names
+        from gpuplan.core.policies import policy_names
+
+        costs = _state(request).config.costs
+        return whatif_page(
+            **_page_context(request),
+            clusters=preset_names(),
+            policies=policy_names(),
+            backfills=backfill_names(),
+            placers=placer_names(),
+            prices=",".join(f"{m}={c.usd_per_h}" for m, c in costs.items() if c.usd_per_h is not None),
+            watts=",".join(f"{m}={c.busy_w:g}/{c.idle_w:g}" for m, c in costs.items()),
+        )
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    def docs(request: Request) -> str:
+        return docs_page(request.app.openapi(), **_page_context(request))
+
+    @app.get("/healthz", summary="Liveness: ok and where the readings come from")
+    def healthz(request: Request) -> dict[str, Any]:
+        src = _state(request).config.source
+        return {"ok": True, "source": src.label, "fake": src.is_fake, "gpus": src.cluster.total_gpus}
+
+
+def _static(app: FastAPI) -> None:
+    forever = {"Cache-Control": "public, max-age=31536000, immutable"}
+
+    @app.get(_PLOTLY_URL, include_in_schema=False)
+    def plotly_js() -> FileResponse:
+        return FileResponse(_PLOTLY_JS, media_type="application/javascript", headers=forever)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        if name == "dashboard.css":
+            from gpuplan.report.html import PAGE_CSS
+
+            extra = (_STATIC / "dashboard.css").read_text(encoding="utf-8")
+            return Response(PAGE_CSS + extra, media_type="text/css")
+        if name != "dashboard.js":
+            raise HTTPException(404, f"no static file {name!r}")
+        return FileResponse(_STATIC / name, media_type="application/javascript")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(status_code=204)  # browsers ask for one; a 404 would be a console error
+
+
+# --------------------------------------------------------------------------- node
+
+
+def _node_api(app: FastAPI) -> None:
+    @app.get("/api/node", summary="Per-GPU history of the last minutes and the latest readings")
+    def node(request: Request) -> dict[str, Any]:
+        shared = _state(request)
+        latest = shared.history.latest()
+        return {
+            "label": shared.config.source.label,
+            "fake": shared.config.source.is_fake,
+            "window_s": shared.config.window_s,
+            "series": shared.history.series(),
+            "latest": None if latest is None else snapshot_json(latest),
+        }
+
+    @app.get("/api/node/stream", summary="Server-sent events: one snapshot per sample")
+    async def stream(request: Request) -> StreamingResponse:
+        shared = _state(request)
+
+        async def events() -> AsyncIterator[str]:
+            while not await request.is_disconnected():
+                latest = shared.history.latest()
+                if latest is not None:
+                    yield f"data: {json.dumps(snapshot_json(latest))}\n\n"
+                try:
+                    await asyncio.wait_for(shared.changed.wait(), timeout=15.0)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+# --------------------------------------------------------------------------- queue
+
+
+def _queue_api(app: FastAPI) -> None:
+    @app.get("/api/queue", summary="One page of the queue in planned order, with expected starts")
+    def queue(
+        request: Request,
+        offset: int = Query(0, ge=0),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        shared = _state(request)
+        page = shared.plan().page(offset, limit)
+        src = shared.config.source
+        page.update(policy=src.policy, backfill=src.backfill, fake=src.is_fake)
+        return page
+
+    @app.get("/api/queue/gantt", summary="Gantt of the first planned jobs (hours from now)")
+    def gantt(request: Request) -> dict[str, Any]:
+        from gpuplan.report.html import gantt_figure
+
+        plan = _state(request).plan()
+        if plan.result is None:
+            return {"figure": None, "jobs": 0, "error": plan.error}
+        records = plan.result.records[:QUEUE_GANTT_JOBS]
+        return {
+            "figure": gantt_figure(replace(plan.result, records=records)),
+            "jobs": len(records),
+            "error": None,
+        }
+
+
+# --------------------------------------------------------------------------- what-if
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _inside(root: Path, text: str) -> Path:
+    path = (root / text).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise GpuplanError(f"{text}: paths must lie under the server's trace folder {root} (--traces)")
+    return path
+
+
+def _whatif_api(app: FastAPI) -> None:
+    @app.post(
+        "/api/whatif", summary="Simulate policies on a trace (a path, or the request body as an upload)"
+    )
+    async def whatif(
+        request: Request,
+        path: str = "",
+        name: str = "upload.csv",
+        cluster: str = "8xA100-80GB",
+        policies: str = "fifo",
+        backfills: str = "easy",
+        placer: str = "first-fit",
+        oracle: bool = False,
+        skip_bad: bool = False,
+        prices: str = "",
+        watts: str = "",
+    ) -> JSONResponse:
+        shared = _state(request)
+        body = await request.body()
+        try:
+            if len(body) > MAX_UPLOAD_BYTES:
+                raise GpuplanError(f"{name}: the upload is over the {MAX_UPLOAD_BYTES:,}-byte limit")
+            req = WhatIfRequest(
+                trace_path=_inside(shared.config.trace_root, path) if path and not body else None,
+                upload=body or None,
+                upload_name=name,
+                cluster=cluster,
+                policies=_names(policies) or ["fifo"],
+                backfills=_names(backfills) or ["easy"],
+                placer=placer,
+                oracle=oracle,
+                skip_bad=skip_bad,
+            )
+            costs = _merged_costs(shared.config.costs, prices, watts)
+            result = await asyncio.to_thread(run_whatif, req, costs, shared.whatifs)
+        except GpuplanError as e:
+            return JSONResponse({"error": str(e), "kind": type(e).__name__}, status_code=400)
+        return JSONResponse(_finite(result))
+
+    @app.get("/api/whatif/{key}/gantt/{run}", summary="The Gantt of one run of a what-if")
+    def gantt(request: Request, key: str, run: int) -> dict[str, Any]:
+        from gpuplan.report.html import gantt_figure
+
+        runs = _state(request).whatifs.get(key)
+        if runs is None:
+            raise HTTPException(404, f"no what-if {key!r} (only the last few are kept): run it again")
+        if not 0 <= run < len(runs):
+            raise HTTPException(404, f"what-if {key} has runs 0..{len(runs) - 1}, not {run}")
+        r = runs[run]
+        return {"label": r.label, "records": len(r.records), "figure": gantt_figure(r)}
+
+
+def _merged_costs(base: dict[str, GpuCost], prices: str, watts: str) -> dict[str, GpuCost]:
+    return parse_costs(_names(prices), _names(watts), base)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON cannot carry NaN or infinity: they become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _metrics_api(app: FastAPI, config: ServeConfig) -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LiveCollector(config.source))
+
+    @app.get(
+        "/metrics", summary="Prometheus text format: DCGM-named GPU gauges, per-process and queue metrics"
+    )
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+# --------------------------------------------------------------------------- mutating
+
+
+def _require_token(request: Request) -> None:
+    token = _state(request).config.token
+    if token is None:
+        raise HTTPException(403, "read-only server: no agent token file, so nothing can be changed from here")
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        raise HTTPException(
+            403, "give the agent's token as 'Authorization: Bearer TOKEN' (file $GPUPLAN_HOME/token)"
+        )
+
+
+def _mutating_api(app: FastAPI) -> None:
+    @app.post("/api/jobs/{job_id}/cancel", summary="Cancel a job (needs the agent's token)")
+    def cancel(request: Request, job_id: str) -> dict[str, Any]:
+        _require_token(request)
+        src = _state(request).config.source
+        cancel_job = getattr(src, "cancel", None)
+        if cancel_job is None:
+            raise HTTPException(501, f"{src.label}: this source cannot cancel jobs")
+        if not cancel_job(job_id):
+            raise HTTPException(404, f"no job {job_id!r} in the queue")
+        return {"cancelled": job_id}

@@ -1,0 +1,151 @@
+"""`/metrics`: the node and its queue in Prometheus text format (prometheus-client).
+
+Per-GPU gauges keep the DCGM exporter's names, units and labels where they mean the same
+(`DCGM_FI_DEV_GPU_UTIL` %, `DCGM_FI_DEV_FB_USED` / `_FREE` MiB, `DCGM_FI_DEV_POWER_USAGE` W,
+`DCGM_FI_DEV_GPU_TEMP` °C; labels `gpu`, `UUID`, `modelName`, `Hostname`), so dashboards built
+for dcgm-exporter read them. What DCGM lacks is under `gpuplan_`: per-process and per-job GPU
+memory and utilization, queue length, jobs by state, and a histogram of queue wait.
+A reading the device does not give is left out for that GPU only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuplan.web.live import GpuReading, LiveSource, ProcessReading, QueueRow
+
+__all__ = ["DCGM_SERIES", "WAIT_BUCKETS_S", "LiveCollector"]
+
+_MIB_PER_GB = 1024.0  # readings are GiB (the gpuplan convention); DCGM reports MiB
+WAIT_BUCKETS_S = (10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
+
+DCGM_SERIES: dict[str, tuple[str, Callable[[GpuReading], float | None]]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("GPU utilization (in %).", lambda g: g.util_pct),
+    "DCGM_FI_DEV_FB_USED": (
+        "Framebuffer memory used (in MiB).",
+        lambda g: None if g.mem_used_gb is None else g.mem_used_gb * _MIB_PER_GB,
+    ),
+    "DCGM_FI_DEV_FB_FREE": (
+        "Framebuffer memory free (in MiB).",
+        lambda g: None if g.mem_used_gb is None else (g.mem_total_gb - g.mem_used_gb) * _MIB_PER_GB,
+    ),
+    "DCGM_FI_DEV_POWER_USAGE": ("Power draw (in W).", lambda g: g.power_w),
+    "DCGM_FI_DEV_GPU_TEMP": ("GPU temperature (in C).", lambda g: g.temp_c),
+}
+_GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
+_PROC_LABELS = ("gpu", "UUID", "pid", "job_id", "user")
+_JOB_LABELS = ("job_id", "user", "name")
+STATES = ("running", "waiting")
+
+
+class LiveCollector(Collector):
+    """Reads the source on every scrape (one snapshot, one queue read per scrape)."""
+
+    def __init__(self, source: LiveSource, clock: Callable[[], float] = time.time) -> None:
+        self.source = source
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.source.snapshot()
+        rows = self.source.queue()
+        yield from _gpu_metrics(snap.gpus)
+        uuid = {g.index: g.uuid for g in snap.gpus}
+        yield from _process_metrics(snap.processes, uuid)
+        yield from _job_metrics(snap.processes)
+        yield from _queue_metrics(rows, self.clock())
+        info = GaugeMetricFamily("gpuplan_fake_devices", "1 when the readings come from a fake device set.")
+        info.add_metric([], 1.0 if self.source.is_fake else 0.0)
+        yield info
+
+
+def _gpu_metrics(gpus: tuple[GpuReading, ...]) -> Iterator[Metric]:
+    for name, (doc, read) in DCGM_SERIES.items():
+        fam = GaugeMetricFamily(name, doc, labels=_GPU_LABELS)
+        for g in gpus:
+            value = read(g)
+            if value is not None:
+                fam.add_metric([str(g.index), g.uuid, g.model, g.node], value)
+        yield fam
+
+
+def _process_metrics(procs: tuple[ProcessReading, ...], uuid: dict[int, str]) -> Iterator[Metric]:
+    mem = GaugeMetricFamily(
+        "gpuplan_process_gpu_memory_used_mib",
+        "GPU memory one process holds on one GPU (MiB).",
+        labels=_PROC_LABELS,
+    )
+    util = GaugeMetricFamily(
+        "gpuplan_process_gpu_util_percent",
+        "GPU utilization of one process on one GPU (%).",
+        labels=_PROC_LABELS,
+    )
+    for p in procs:
+        labels = [str(p.gpu), uuid.get(p.gpu, ""), str(p.pid), p.job_id, p.user]
+        if p.mem_gb is not None:
+            mem.add_metric(labels, p.mem_gb * _MIB_PER_GB)
+        if p.util_pct is not None:
+            util.add_metric(labels, p.util_pct)
+    yield mem
+    yield util
+
+
+def _job_metrics(procs: tuple[ProcessReading, ...]) -> Iterator[Metric]:
+    mem = GaugeMetricFamily(
+        "gpuplan_job_gpu_memory_used_mib",
+        "GPU memory a job holds, summed over its GPUs (MiB).",
+        labels=_JOB_LABELS,
+    )
+    util = GaugeMetricFamily(
+        "gpuplan_job_gpu_util_percent", "Mean GPU utilization over a job's GPUs (%).", labels=_JOB_LABELS
+    )
+    by_job: dict[tuple[str, str, str], list[ProcessReading]] = defaultdict(list)
+    for p in procs:
+        if p.job_id:
+            by_job[(p.job_id, p.user, p.name)].append(p)
+    for key, ps in sorted(by_job.items()):
+        mems = [p.mem_gb for p in ps if p.mem_gb is not None]
+        utils = [p.util_pct for p in ps if p.util_pct is not None]
+        if mems:
+            mem.add_metric(list(key), sum(mems) * _MIB_PER_GB)
+        if utils:
+            util.add_metric(list(key), sum(utils) / len(utils))
+    yield mem
+    yield util
+
+
+def _queue_metrics(rows: list[QueueRow], now: float) -> Iterator[Metric]:
+    counts: dict[str, int] = dict.fromkeys(STATES, 0)
+    for r in rows:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    length = GaugeMetricFamily("gpuplan_queue_length", "Jobs waiting to start.")
+    length.add_metric([], counts.get("waiting", 0))
+    yield length
+    by_state = GaugeMetricFamily("gpuplan_jobs", "Jobs by state.", labels=["state"])
+    for state, n in sorted(counts.items()):
+        by_state.add_metric([state], n)
+    yield by_state
+    yield _wait_histogram(rows, now)
+
+
+def _wait_histogram(rows: list[QueueRow], now: float) -> Metric:
+    """Queue wait of the jobs in the queue now: start - submit when started, else now - submit."""
+    waits = [max(0.0, (r.start_s if r.start_s is not None else now) - r.submit_s) for r in rows]
+    buckets: list[tuple[str, Any]] = []
+    for edge in WAIT_BUCKETS_S:
+        buckets.append((_edge(edge), sum(1 for w in waits if w <= edge)))
+    buckets.append(("+Inf", len(waits)))
+    hist = HistogramMetricFamily(
+        "gpuplan_job_wait_seconds", "Queue wait of current jobs (running: until start; waiting: so far)."
+    )
+    hist.add_metric([], buckets, sum_value=sum(waits))
+    return hist
+
+
+def _edge(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)

@@ -1,0 +1,146 @@
+"""The HTML shells of the dashboard's views; /static/dashboard.js fills them from the JSON API."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["docs_page", "node_page", "queue_page", "whatif_page"]
+
+_VIEWS = (("node", "/node", "Node"), ("queue", "/queue", "Queue"), ("whatif", "/whatif", "What-if"))
+
+
+def _shell(view: str, title: str, body: str, *, label: str, is_fake: bool, plotly_url: str) -> str:
+    links = "".join(
+        f'<a href="{href}"{" class=active" if key == view else ""}>{name}</a>' for key, href, name in _VIEWS
+    )
+    links += '<a href="/metrics">/metrics</a><a href="/docs">API</a>'
+    banner_cls = "source fake" if is_fake else "source"
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>gpuplan · {html.escape(title)}</title>\n"
+        '<link rel="stylesheet" href="/static/dashboard.css">\n'
+        + (f'<script id="plotly-js" src="{plotly_url}" async></script>\n' if plotly_url else "")
+        + '<script src="/static/dashboard.js" defer></script>\n</head>\n'
+        f'<body data-view="{view}">\n<nav><strong>gpuplan</strong>{links}</nav>\n'
+        f'<p id="source" class="{banner_cls}">{html.escape(label)}</p>\n'
+        f"<h1>{html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def node_page(*, label: str, is_fake: bool, plotly_url: str) -> str:
+    """Per-GPU readings, utilization and memory over the last minutes, per-process table; live."""
+    body = """
+<p class="muted">Live: <span id="live-status">connecting…</span> · last update <span id="last-update">—</span></p>
+<section><h2>GPUs</h2>
+<table class="summary" id="gpu-table"><thead><tr><th>GPU</th><th>Model</th><th>Node</th>
+<th class="num">Util %</th><th class="num">Memory GB</th><th class="num">Power W</th><th class="num">Temp °C</th>
+</tr></thead><tbody></tbody></table></section>
+<section><h2>Utilization over time (%)</h2><div id="node-util" class="plot"></div></section>
+<section><h2>Memory used over time (GB)</h2><div id="node-mem" class="plot"></div></section>
+<section><h2>Processes</h2>
+<table class="summary" id="proc-table"><thead><tr><th>GPU</th><th>PID</th><th>Job</th><th>User</th><th>Name</th>
+<th class="num">Memory GB</th><th class="num">Util %</th></tr></thead><tbody></tbody></table>
+<p class="muted" id="proc-empty" hidden>No process on any GPU.</p></section>"""
+    return _shell("node", "Node", body, label=label, is_fake=is_fake, plotly_url=plotly_url)
+
+
+def queue_page(*, label: str, is_fake: bool, plotly_url: str, policy: str, backfill: str) -> str:
+    """Running and waiting jobs in planned order, expected starts, a Gantt of the first planned jobs."""
+    body = f"""
+<p class="muted">Planned order: policy <b>{html.escape(policy)}</b>, backfill <b>{html.escape(backfill)}</b>.
+Expected times assume each job runs as long as its estimate (1 h where it has none, marked *).</p>
+<p id="queue-counts" class="muted"></p>
+<p id="queue-error" class="warning" hidden></p>
+<section><h2>Planned start (first jobs; hours from now)</h2><p class="muted" id="queue-gantt-note"></p>
+<div id="queue-gantt" class="plot gantt"></div></section>
+<section><h2>Jobs</h2>
+<div class="pager"><button id="page-prev">◀ Prev</button> <span id="page-info"></span>
+<button id="page-next">Next ▶</button></div>
+<table class="summary" id="queue-table"><thead><tr><th class="num">#</th><th>Job</th><th>State</th><th>Name</th>
+<th>User</th><th class="num">GPUs</th><th class="num">Mem GB</th><th>Submitted</th><th>Expected start</th>
+<th>Expected end</th></tr></thead><tbody></tbody></table>
+<p class="muted" id="queue-empty" hidden>The queue is empty: no job is running or waiting.</p></section>"""
+    return _shell("queue", "Queue", body, label=label, is_fake=is_fake, plotly_url=plotly_url)
+
+
+def _options(names: Sequence[str], selected: str) -> str:
+    return "".join(
+        f'<option value="{html.escape(n)}"{" selected" if n == selected else ""}>{html.escape(n)}</option>'
+        for n in names
+    )
+
+
+def _checks(group: str, names: Sequence[str], checked: Sequence[str]) -> str:
+    return "".join(
+        f'<label class="check"><input type="checkbox" name="{group}" value="{html.escape(n)}"'
+        f"{' checked' if n in checked else ''}> {html.escape(n)}</label>"
+        for n in names
+    )
+
+
+def whatif_page(
+    *,
+    label: str,
+    is_fake: bool,
+    plotly_url: str,
+    clusters: Sequence[str],
+    policies: Sequence[str],
+    backfills: Sequence[str],
+    placers: Sequence[str],
+    prices: str,
+    watts: str,
+) -> str:
+    """A form (trace upload or path, cluster, policies) and the comparison it produces."""
+    body = f"""
+<section><h2>Trace and cluster</h2>
+<form id="whatif-form">
+<p><label>Upload a trace <input type="file" id="wf-file"></label> or a path on the server
+<input type="text" id="wf-path" placeholder="traces/jobs.csv" size="40"></p>
+<p><label>Cluster <select id="wf-cluster">{_options([*clusters, "trace"], "8xA100-80GB")}</select></label>
+<label>Placer <select id="wf-placer">{_options(placers, "first-fit")}</select></label>
+<label class="check"><input type="checkbox" id="wf-oracle"> oracle (true durations)</label>
+<label class="check"><input type="checkbox" id="wf-skip-bad"> skip bad rows</label></p>
+<p>Policies {_checks("policy", policies, policies)}</p>
+<p>Backfill {_checks("backfill", backfills, ["easy"])}</p>
+<p><label>Price USD per GPU-hour <input type="text" id="wf-prices" value="{html.escape(prices)}" size="40"></label>
+<label>Watts busy/idle <input type="text" id="wf-watts" value="{html.escape(watts)}" size="40"></label></p>
+<p><button type="submit" id="wf-run">Run what-if</button> <span id="wf-status" class="muted"></span></p>
+</form></section>
+<p id="whatif-error" class="error" hidden></p>
+<div id="whatif-result" hidden>
+<section><h2>Comparison</h2><p id="whatif-caption" class="muted"></p><ul id="whatif-notes" class="notes"></ul>
+<div id="whatif-table"></div></section>
+<section><h2>Saved against FIFO</h2><p id="savings-caption" class="muted"></p>
+<table class="summary" id="savings-table"><thead><tr><th>Run</th><th>Placer</th><th class="num">GPU-hours saved</th>
+<th class="num">USD saved</th><th class="num">kWh saved</th></tr></thead><tbody></tbody></table>
+<p id="savings-costs" class="muted"></p></section>
+<section><h2>Makespan and utilization</h2><div id="whatif-compare" class="plot"></div></section>
+<section><h2>Utilization over time</h2><div id="whatif-util" class="plot"></div></section>
+<section><h2>Gantt</h2><label class="picker">Run <select id="whatif-gantt-select"></select></label>
+<p class="muted" id="whatif-gantt-note"></p><div id="whatif-gantt" class="plot gantt"></div></section>
+</div>"""
+    return _shell("whatif", "What-if", body, label=label, is_fake=is_fake, plotly_url=plotly_url)
+
+
+def docs_page(schema: dict[str, Any], *, label: str, is_fake: bool, plotly_url: str) -> str:
+    """The API from the OpenAPI schema, as a plain table (FastAPI's Swagger page needs a CDN)."""
+    rows = []
+    for path, ops in sorted(schema.get("paths", {}).items()):
+        for method, op in ops.items():
+            params = ", ".join(p["name"] for p in op.get("parameters", []))
+            rows.append(
+                f"<tr><td>{method.upper()}</td><td><code>{html.escape(path)}</code></td>"
+                f"<td>{html.escape(op.get('summary', ''))}</td><td>{html.escape(params)}</td></tr>"
+            )
+    body = (
+        '<p class="muted">The machine-readable schema: <a href="/openapi.json">/openapi.json</a>. '
+        "POST endpoints that change anything need <code>Authorization: Bearer TOKEN</code> "
+        "(the agent's token file).</p>"
+        '<table class="summary" id="api-table"><thead><tr><th>Method</th><th>Path</th><th>What</th>'
+        f"<th>Parameters</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    del plotly_url  # no chart here
+    return _shell("docs", "API", body, label=label, is_fake=is_fake, plotly_url="")

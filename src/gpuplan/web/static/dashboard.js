@@ -1,0 +1,203 @@
+// gpuplan dashboard: fills the server-rendered shells from the JSON API. No framework, no CDN.
+(function () {
+  "use strict";
+  var CONFIG = { displaylogo: false, responsive: true };
+  var DARK = {
+    paper_bgcolor: "#1b1f26", plot_bgcolor: "#1b1f26", font: { color: "#d6dae0" },
+    margin: { l: 60, r: 20, t: 20, b: 40 }, legend: { bgcolor: "rgba(0,0,0,0)" },
+    xaxis: { gridcolor: "#2c323c", type: "date" }, yaxis: { gridcolor: "#2c323c", rangemode: "tozero" },
+  };
+
+  function $(id) { return document.getElementById(id); }
+  function esc(v) {
+    return String(v === null || v === undefined ? "" : v).replace(/[&<>"]/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c];
+    });
+  }
+  function num(v, digits) { return v === null || v === undefined ? "n/a" : Number(v).toFixed(digits); }
+  function when(s) { return s === null || s === undefined ? "—" : new Date(s * 1000).toLocaleString(); }
+  function getJSON(url) {
+    return fetch(url).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) { throw new Error(body.error || body.detail || r.statusText); }
+        return body;
+      });
+    });
+  }
+  // Plotly (4.8 MB) loads async so tables draw before it has been parsed; charts wait for it.
+  var plotlyReady = new Promise(function (resolve, reject) {
+    var tag = $("plotly-js");
+    if (window.Plotly || !tag) { resolve(); return; }
+    tag.addEventListener("load", function () { resolve(); });
+    tag.addEventListener("error", function () { reject(new Error("cannot load Plotly")); });
+  });
+  function layout(extra) { return Object.assign(JSON.parse(JSON.stringify(DARK)), extra || {}); }
+
+  // ------------------------------------------------------------------ node view
+  function gpuRows(snap) {
+    $("gpu-table").tBodies[0].innerHTML = snap.gpus.map(function (g) {
+      return '<tr data-gpu="' + g.index + '"><td>' + g.index + "</td><td>" + esc(g.model) + "</td><td>" +
+        esc(g.node) + '</td><td class="num util">' + num(g.util_pct, 0) + '</td><td class="num mem">' +
+        num(g.mem_used_gb, 1) + " / " + num(g.mem_total_gb, 0) + '</td><td class="num power">' +
+        num(g.power_w, 0) + '</td><td class="num temp">' + num(g.temp_c, 0) + "</td></tr>";
+    }).join("");
+  }
+  function procRows(snap) {
+    $("proc-table").tBodies[0].innerHTML = snap.processes.map(function (p) {
+      return '<tr data-pid="' + p.pid + '" data-gpu="' + p.gpu + '"><td>' + p.gpu + "</td><td>" + p.pid +
+        "</td><td>" + esc(p.job_id) + "</td><td>" + esc(p.user) + "</td><td>" + esc(p.name) +
+        '</td><td class="num mem">' + num(p.mem_gb, 2) + '</td><td class="num util">' + num(p.util_pct, 0) +
+        "</td></tr>";
+    }).join("");
+    $("proc-empty").hidden = snap.processes.length > 0;
+  }
+  function lines(series, key) {
+    var xs = series.time_s.map(function (t) { return new Date(t * 1000); });
+    return series[key].map(function (ys, i) {
+      return { type: "scatter", mode: "lines", name: "GPU " + i, x: xs.slice(), y: ys.slice() };
+    });
+  }
+  function node() {
+    Promise.all([getJSON("/api/node"), plotlyReady]).then(function (both) {
+      var data = both[0];
+      var maxMem = Math.max.apply(null, (data.latest ? data.latest.gpus : []).map(function (g) { return g.mem_total_gb; }).concat([1]));
+      Plotly.newPlot("node-util", lines(data.series, "util_pct"), layout({ height: 320, yaxis: { gridcolor: "#2c323c", range: [0, 105] } }), CONFIG);
+      Plotly.newPlot("node-mem", lines(data.series, "mem_used_gb"), layout({ height: 320, yaxis: { gridcolor: "#2c323c", range: [0, maxMem * 1.05] } }), CONFIG);
+      if (data.latest) { gpuRows(data.latest); procRows(data.latest); }
+      var source = new EventSource("/api/node/stream");
+      source.onopen = function () { $("live-status").textContent = "connected"; };
+      source.onerror = function () { $("live-status").textContent = "reconnecting…"; };
+      source.onmessage = function (ev) {
+        var snap = JSON.parse(ev.data);
+        gpuRows(snap);
+        procRows(snap);
+        var t = new Date(snap.time_s * 1000);
+        var idx = snap.gpus.map(function (_, i) { return i; });
+        var keep = Math.max(10, Math.round(data.window_s));
+        Plotly.extendTraces("node-util", { x: idx.map(function () { return [t]; }), y: snap.gpus.map(function (g) { return [g.util_pct]; }) }, idx, keep);
+        Plotly.extendTraces("node-mem", { x: idx.map(function () { return [t]; }), y: snap.gpus.map(function (g) { return [g.mem_used_gb]; }) }, idx, keep);
+        $("last-update").textContent = t.toLocaleTimeString();
+      };
+      window.gpuplanStream = source;
+    });
+  }
+
+  // ------------------------------------------------------------------ queue view
+  var PAGE = 100;
+  function queueTable(offset) {
+    var started = performance.now();
+    return getJSON("/api/queue?offset=" + offset + "&limit=" + PAGE).then(function (q) {
+      $("queue-counts").textContent = q.running + " running, " + q.waiting + " waiting" + (q.note ? " (" + q.note + ")" : "");
+      $("queue-error").hidden = !q.error;
+      $("queue-error").textContent = q.error || "";
+      $("queue-table").tBodies[0].innerHTML = q.rows.map(function (r) {
+        var mark = r.estimate_guessed ? " *" : "";
+        return '<tr data-job="' + esc(r.job_id) + '" class="' + r.state + '"><td class="num">' + r.rank + "</td><td>" +
+          esc(r.job_id) + "</td><td>" + r.state + "</td><td>" + esc(r.name) + "</td><td>" + esc(r.user) +
+          '</td><td class="num">' + r.gpus + '</td><td class="num">' + num(r.mem_gb, 1) + "</td><td>" +
+          when(r.submit_s) + "</td><td>" + when(r.expected_start_s) + mark + "</td><td>" + when(r.expected_end_s) + mark + "</td></tr>";
+      }).join("");
+      $("queue-empty").hidden = q.total > 0;
+      var last = Math.min(q.offset + q.rows.length, q.total);
+      $("page-info").textContent = q.total ? "jobs " + (q.offset + 1) + "–" + last + " of " + q.total : "no jobs";
+      $("page-prev").disabled = q.offset === 0;
+      $("page-next").disabled = last >= q.total;
+      $("page-prev").onclick = function () { queueTable(Math.max(0, q.offset - PAGE)); };
+      $("page-next").onclick = function () { queueTable(q.offset + PAGE); };
+      window.gpuplanQueueMs = performance.now() - started;
+    });
+  }
+  function queue() {
+    var t0 = performance.now();
+    queueTable(0).then(function () {
+      window.gpuplanFirstRenderMs = performance.now() - t0;
+      document.body.dataset.rendered = "table";
+    });
+    Promise.all([getJSON("/api/queue/gantt"), plotlyReady]).then(function (both) {
+      var g = both[0];
+      if (!g.figure) {
+        $("queue-gantt-note").textContent = g.error || "Nothing planned: the queue is empty.";
+        document.body.dataset.gantt = "empty";
+        return;
+      }
+      $("queue-gantt-note").textContent = "The first " + g.jobs + " planned jobs.";
+      Plotly.newPlot("queue-gantt", g.figure.data, g.figure.layout, CONFIG).then(function () {
+        document.body.dataset.gantt = "drawn";
+      });
+    });
+  }
+
+  // ------------------------------------------------------------------ what-if view
+  function checked(name) {
+    return Array.prototype.filter.call(document.querySelectorAll('input[name="' + name + '"]'), function (c) {
+      return c.checked;
+    }).map(function (c) { return c.value; }).join(",");
+  }
+  function showSavings(s) {
+    $("savings-caption").textContent = s.baseline ? "Baseline: " + s.baseline + " (first submit to last end, whole cluster held)." : "No FIFO run to compare with.";
+    $("savings-table").tBodies[0].innerHTML = s.rows.map(function (r) {
+      return "<tr><td>" + esc(r.label) + "</td><td>" + esc(r.placer) + '</td><td class="num">' + num(r.gpu_hours_saved, 1) +
+        '</td><td class="num">' + num(r.usd_saved, 0) + '</td><td class="num">' + num(r.kwh_saved, 1) + "</td></tr>";
+    }).join("");
+    $("savings-costs").textContent = Object.keys(s.costs).map(function (m) {
+      var c = s.costs[m];
+      return m + ": " + (c.usd_per_h === null ? "no price" : "$" + c.usd_per_h + "/GPU-h") + ", " + c.busy_w + " W busy, " + c.idle_w + " W idle (" + c.source + ")";
+    }).join("; ");
+  }
+  function showGantt(key, run) {
+    $("whatif-gantt-note").textContent = "drawing…";
+    return getJSON("/api/whatif/" + key + "/gantt/" + run).then(function (g) {
+      $("whatif-gantt-note").textContent = g.label + ": " + g.records + " jobs";
+      return Plotly.react("whatif-gantt", g.figure.data, g.figure.layout, CONFIG);
+    });
+  }
+  function showResult(res) {
+    $("whatif-result").hidden = false;
+    $("whatif-caption").textContent = res.trace.source + " (" + res.trace.format + ", " + res.trace.jobs + " jobs) on " + res.cluster.describe;
+    $("whatif-notes").innerHTML = res.notes.map(function (n) { return "<li>" + esc(n) + "</li>"; }).join("");
+    $("whatif-table").innerHTML = res.summary_html;  // rendered and escaped by gpuplan.report.html
+    showSavings(res.savings);
+    var select = $("whatif-gantt-select");
+    select.innerHTML = res.data.runs.map(function (r, i) {
+      return '<option value="' + i + '"' + (i === res.best ? " selected" : "") + ">" + esc(r.label) + "</option>";
+    }).join("");
+    select.onchange = function () { showGantt(res.id, select.value); };
+    return Promise.all([
+      Plotly.react("whatif-compare", res.figures.compare.data, res.figures.compare.layout, CONFIG),
+      Plotly.react("whatif-util", res.figures.util.data, res.figures.util.layout, CONFIG),
+      showGantt(res.id, res.best),
+    ]);
+  }
+  function whatif() {
+    $("whatif-form").addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var file = $("wf-file").files[0];
+      var params = new URLSearchParams({
+        cluster: $("wf-cluster").value, placer: $("wf-placer").value,
+        policies: checked("policy"), backfills: checked("backfill"),
+        oracle: $("wf-oracle").checked, skip_bad: $("wf-skip-bad").checked,
+        prices: $("wf-prices").value, watts: $("wf-watts").value,
+        path: file ? "" : $("wf-path").value, name: file ? file.name : "",
+      });
+      $("wf-status").textContent = "simulating…";
+      $("whatif-error").hidden = true;
+      document.body.dataset.whatif = "running";
+      fetch("/api/whatif?" + params.toString(), { method: "POST", body: file || null })
+        .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
+        .then(function (res) {
+          $("wf-status").textContent = "";
+          if (!res.ok) {
+            $("whatif-result").hidden = true;
+            $("whatif-error").hidden = false;
+            $("whatif-error").textContent = res.body.error || res.body.detail || "the what-if failed";
+            document.body.dataset.whatif = "error";
+            return;
+          }
+          return plotlyReady.then(function () { return showResult(res.body); }).then(function () { document.body.dataset.whatif = "done"; });
+        });
+    });
+  }
+
+  var view = document.body.dataset.view;
+  if (view === "node") { node(); } else if (view === "queue") { queue(); } else if (view === "whatif") { whatif(); }
+})();

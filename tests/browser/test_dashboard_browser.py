@@ -1,0 +1,148 @@
+"""Each dashboard view in headless Chromium: charts with the right GPUs and jobs, live updates,
+a what-if submitted and its table read, bad input shown, 10,000 jobs paged. Screenshots go to
+out/browser/. A page error, a console error or a failed request fails the test."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import LiveServer, Watch, shot
+
+from gpuplan.synth import synth_article
+from gpuplan.traces import write_trace
+from gpuplan.web.app import QUEUE_GANTT_JOBS
+from gpuplan.web.live import FakeJob
+
+BAD_ROWS = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "bad_row.csv"
+TIMEOUT_MS = 20_000
+
+
+def _count(page: Any, selector: str) -> int:
+    return int(page.locator(selector).count())
+
+
+def _traces(page: Any, div: str) -> int:
+    return int(page.evaluate(f"document.getElementById('{div}')._fullData.length"))
+
+
+def _bars(page: Any, div: str) -> int:
+    """Bars drawn in a bar chart: the sum of its traces' point counts."""
+    return int(page.evaluate(f"document.getElementById('{div}')._fullData.reduce((n, t) => n + t.x.length, 0)"))
+
+
+def test_node_view_live(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
+    live = served["busy"]
+    node = live.node
+    page.goto(live.url + "/node")
+    page.wait_for_function("document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS)
+    assert _traces(page, "node-util") == _traces(page, "node-mem") == node.cluster.total_gpus == 8
+    assert _count(page, "#gpu-table tbody tr") == 8
+    assert _count(page, "#proc-table tbody tr") == len(node.snapshot().processes) == 4
+    assert "FAKE device set" in page.locator("#source").inner_text()
+    page.wait_for_function("document.getElementById('live-status').textContent === 'connected'", timeout=TIMEOUT_MS)
+    points = page.evaluate("document.getElementById('node-util')._fullData[0].x.length")
+    try:
+        node.set_util(6, 93.0)
+        node.run(FakeJob("live-1", (7,), 30.0, 50.0, "alice", "late"))
+        page.wait_for_function(
+            "document.querySelector('#gpu-table tr[data-gpu=\"6\"] .util').textContent === '93'", timeout=TIMEOUT_MS
+        )
+        page.wait_for_function("document.querySelectorAll('#proc-table tbody tr').length === 5", timeout=TIMEOUT_MS)
+        page.wait_for_function(
+            f"document.getElementById('node-util')._fullData[0].x.length > {points}", timeout=TIMEOUT_MS
+        )
+        assert "alice" in page.locator("#proc-table tr[data-gpu='7']").inner_text()
+        shot(page, artifacts, "node")
+    finally:
+        node.set_util(6, None)
+        node.finish("live-1")
+    watch.check()
+
+
+def test_queue_view(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
+    live = served["busy"]
+    rows = live.node.queue()
+    page.goto(live.url + "/queue")
+    page.wait_for_selector("body[data-rendered='table'][data-gantt='drawn']", timeout=TIMEOUT_MS)
+    assert _count(page, "#queue-table tbody tr") == len(rows) == 15
+    states = page.locator("#queue-table tbody tr td:nth-child(3)").all_inner_texts()
+    assert states == ["running"] * 3 + ["waiting"] * 12  # running first, then the planned order
+    starts = page.locator("#queue-table tbody tr td:nth-child(9)").all_inner_texts()
+    assert all(s.strip() not in ("", "—") for s in starts), starts
+    # one bar per job and GPU: every job of the queue is planned on this 8-GPU node
+    assert _bars(page, "queue-gantt") == sum(r.gpus for r in rows)
+    assert page.locator("#page-info").inner_text() == f"jobs 1–15 of {len(rows)}"
+    shot(page, artifacts, "queue")
+    watch.check()
+
+
+def test_queue_with_10000_jobs_pages(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
+    live = served["big"]
+    started = time.perf_counter()
+    page.goto(live.url + "/queue")
+    page.wait_for_selector("body[data-rendered='table']", timeout=TIMEOUT_MS)
+    wall_ms = (time.perf_counter() - started) * 1000
+    table_ms = page.evaluate("window.gpuplanFirstRenderMs")
+    nav_ms = page.evaluate("performance.now()")
+    print(f"\n10,000-job queue: table drawn {nav_ms:.0f} ms after navigation start ({table_ms:.0f} ms fetch+render; {wall_ms:.0f} ms wall from goto)")
+    assert page.locator("#page-info").inner_text() == "jobs 1–100 of 10000"
+    assert _count(page, "#queue-table tbody tr") == 100
+    page.click("#page-next")
+    page.wait_for_function("document.getElementById('page-info').textContent.startsWith('jobs 101–200')", timeout=TIMEOUT_MS)
+    assert page.locator("#queue-table tbody tr td:nth-child(1)").first.inner_text() == "101"
+    page.wait_for_selector("body[data-gantt='drawn']", timeout=TIMEOUT_MS)
+    assert f"first {QUEUE_GANTT_JOBS} planned jobs" in page.locator("#queue-gantt-note").inner_text()
+    shot(page, artifacts, "queue-10000")
+    watch.check()
+
+
+def test_empty_node_and_queue(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
+    live = served["empty"]
+    page.goto(live.url + "/node")
+    page.wait_for_function("document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS)
+    assert _count(page, "#proc-table tbody tr") == 0
+    assert page.locator("#proc-empty").is_visible()
+    shot(page, artifacts, "node-empty")
+    page.goto(live.url + "/queue")
+    page.wait_for_selector("body[data-rendered='table'][data-gantt='empty']", timeout=TIMEOUT_MS)
+    assert page.locator("#queue-empty").is_visible()
+    assert page.locator("#page-info").inner_text() == "no jobs"
+    shot(page, artifacts, "queue-empty")
+    watch.check()
+
+
+def test_whatif_table_charts_and_bad_rows(
+    page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path, tmp_path: Path
+) -> None:
+    trace = tmp_path / "article.csv"
+    jobs = synth_article(0)
+    write_trace(jobs, trace)
+    page.goto(served["busy"].url + "/whatif")
+    policies = page.locator("input[name='policy']").count()
+    assert policies == 8
+    page.set_input_files("#wf-file", str(trace))
+    page.click("#wf-run")
+    page.wait_for_selector("body[data-whatif='done']", timeout=60_000)
+    runs = policies + 1  # every policy with EASY backfill, and FIFO without backfill as the baseline
+    assert _count(page, "#whatif-table table.summary tbody tr") == runs + 1  # + the lower-bound row
+    assert _count(page, "#savings-table tbody tr") == runs
+    assert "article.csv" in page.locator("#whatif-caption").inner_text()
+    fifo_row = page.locator("#savings-table tbody tr", has_text="fifo+none").inner_text()
+    assert "\t0.0\t" in fifo_row  # the baseline saves nothing against itself
+    assert _traces(page, "whatif-util") == runs
+    assert _bars(page, "whatif-compare") == 2 * runs  # makespan and utilization bars per run
+    page.wait_for_function("document.getElementById('whatif-gantt-note').textContent.endsWith('80 jobs')", timeout=TIMEOUT_MS)
+    assert _bars(page, "whatif-gantt") == sum(j.gpus for j in jobs)
+    shot(page, artifacts, "whatif")
+
+    watch.allowed.add(("/api/whatif", 400))
+    page.set_input_files("#wf-file", str(BAD_ROWS))
+    page.click("#wf-run")
+    page.wait_for_selector("body[data-whatif='error']", timeout=TIMEOUT_MS)
+    error = page.locator("#whatif-error").inner_text()
+    assert "bad_row.csv:3" in error and "gpus" in error and "'two'" in error, error
+    assert not page.locator("#whatif-result").is_visible()
+    shot(page, artifacts, "whatif-bad-rows")
+    watch.check()
