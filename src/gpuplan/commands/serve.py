@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpuplan.errors import GpuplanError
 
-__all__ = ["gpuplan_home", "serve"]
+if TYPE_CHECKING:
+    from gpuplan.agent.paths import AgentPaths
+    from gpuplan.web.live import NodeSource
 
-_FAKE = "fake:"
-
-
-def gpuplan_home() -> Path:
-    """`$GPUPLAN_HOME`, else `$XDG_STATE_HOME/gpuplan`, else `~/.local/state/gpuplan`."""
-    if os.environ.get("GPUPLAN_HOME"):
-        return Path(os.environ["GPUPLAN_HOME"])
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "gpuplan"
+__all__ = ["serve"]
 
 
 def _is_loopback(host: str) -> bool:
@@ -34,40 +27,36 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _read_token(home: Path) -> str | None:
-    path = home / "token"
+def _token(paths: AgentPaths) -> str | None:
+    from gpuplan.agent.paths import read_token
+
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        return read_token(paths) or None
     except FileNotFoundError:
         return None
     except OSError as e:
         raise GpuplanError(
-            f"{path}: cannot read the agent's token ({e.strerror}); fix its permissions"
+            f"{paths.token}: cannot read the agent's token ({e.strerror}); fix its permissions"
         ) from e
-    return token or None
 
 
-def _source(spec: str, policy: str, backfill: str):  # type: ignore[no-untyped-def]
-    from gpuplan.cluster import load_cluster
+def _source(gpus: str, paths: AgentPaths, policy: str, backfill: str) -> NodeSource:
+    from gpuplan.agent.gpus import open_backend
     from gpuplan.core.backfill import get_backfill
     from gpuplan.core.policies import get_policy
-    from gpuplan.web.live import FakeNode, demo_jobs
+    from gpuplan.web.live import NodeSource
 
     get_policy(policy)
     get_backfill(backfill)
-    if not spec.startswith(_FAKE):
-        raise GpuplanError(f"--source {spec!r}: give fake:PRESET_OR_TOML, e.g. fake:8xA100-80GB")
-    node = FakeNode(load_cluster(spec[len(_FAKE) :]))
-    node.policy, node.backfill = policy, backfill
-    for job in demo_jobs(node.cluster):
-        node.run(job)
-    return node
+    # the fake set's id is the agent's home, as the agent itself opens it: both see the same jobs
+    backend = open_backend(gpus, set_id=str(paths.home))
+    return NodeSource(backend, paths, gpus, policy, backfill)
 
 
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback is said on stderr.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    source: Annotated[str, typer.Option("--source", help="Where readings come from: fake:PRESET_OR_TOML (a fake device set with demo jobs).")] = "fake:8xA100-80GB",
+    gpus: Annotated[str, typer.Option("--gpus", help="GPU backend, as the agent's: nvml or fake:PRESET_OR_TOML (the fake device set).")] = "fake:8xA100-80GB",
     policy: Annotated[str, typer.Option("--policy", help="Policy the queue view plans with.")] = "fifo",
     backfill: Annotated[str, typer.Option("--backfill", help="Backfill mode the queue view plans with.")] = "easy",
     traces: Annotated[Path, typer.Option("--traces", help="What-if paths must lie under this folder.")] = Path("."),
@@ -85,13 +74,14 @@ def serve(
             raise GpuplanError("--sample-seconds and --window-minutes must be > 0")
         if not traces.is_dir():
             raise GpuplanError(f"--traces {traces}: not a folder")
+        from gpuplan.agent.paths import AgentPaths
         from gpuplan.web.app import ServeConfig, create_app
         from gpuplan.web.savings import parse_costs
 
-        home = gpuplan_home()
+        paths = AgentPaths.from_env()
         config = ServeConfig(
-            source=_source(source, policy, backfill),
-            token=_read_token(home),
+            source=_source(gpus, paths, policy, backfill),
+            token=_token(paths),
             trace_root=traces.resolve(),
             costs=parse_costs(price or [], watts or []),
             sample_s=sample_s,

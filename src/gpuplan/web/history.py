@@ -6,12 +6,12 @@ import threading
 from collections import deque
 from typing import Any
 
-from gpuplan.web.live import Snapshot
+from gpuplan.web.live import NodeStatus
 
 __all__ = ["History", "snapshot_json"]
 
 
-def snapshot_json(snap: Snapshot) -> dict[str, Any]:
+def snapshot_json(snap: NodeStatus) -> dict[str, Any]:
     """A snapshot as the JSON the pages and the SSE stream carry."""
     return {
         "time_s": snap.time_s,
@@ -51,17 +51,17 @@ class History:
         if window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.window_s = window_s
-        self._snaps: deque[Snapshot] = deque()
+        self._snaps: deque[NodeStatus] = deque()
         self._lock = threading.Lock()
 
-    def add(self, snap: Snapshot) -> None:
+    def add(self, snap: NodeStatus) -> None:
         """Keep `snap`; drop what is older than the window before it."""
         with self._lock:
             self._snaps.append(snap)
             while self._snaps and self._snaps[0].time_s < snap.time_s - self.window_s:
                 self._snaps.popleft()
 
-    def latest(self) -> Snapshot | None:
+    def latest(self) -> NodeStatus | None:
         with self._lock:
             return self._snaps[-1] if self._snaps else None
 

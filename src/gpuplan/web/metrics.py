@@ -18,14 +18,14 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuplan.web.live import GpuReading, LiveSource, ProcessReading, QueueRow
+from gpuplan.web.live import GpuStatus, LiveSource, ProcStatus, QueueRow
 
 __all__ = ["DCGM_SERIES", "WAIT_BUCKETS_S", "LiveCollector"]
 
 _MIB_PER_GB = 1024.0  # readings are GiB (the gpuplan convention); DCGM reports MiB
 WAIT_BUCKETS_S = (10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
 
-DCGM_SERIES: dict[str, tuple[str, Callable[[GpuReading], float | None]]] = {
+DCGM_SERIES: dict[str, tuple[str, Callable[[GpuStatus], float | None]]] = {
     "DCGM_FI_DEV_GPU_UTIL": ("GPU utilization (in %).", lambda g: g.util_pct),
     "DCGM_FI_DEV_FB_USED": (
         "Framebuffer memory used (in MiB).",
@@ -55,6 +55,10 @@ class LiveCollector(Collector):
         snap = self.source.snapshot()
         rows = self.source.queue()
         yield from _gpu_metrics(snap.gpus)
+        lost = GaugeMetricFamily("gpuplan_gpu_lost", "1 when the GPU stopped answering.", labels=_GPU_LABELS)
+        for g in snap.gpus:
+            lost.add_metric([str(g.index), g.uuid, g.model, g.node], 1.0 if g.lost else 0.0)
+        yield lost
         uuid = {g.index: g.uuid for g in snap.gpus}
         yield from _process_metrics(snap.processes, uuid)
         yield from _job_metrics(snap.processes)
@@ -64,7 +68,7 @@ class LiveCollector(Collector):
         yield info
 
 
-def _gpu_metrics(gpus: tuple[GpuReading, ...]) -> Iterator[Metric]:
+def _gpu_metrics(gpus: tuple[GpuStatus, ...]) -> Iterator[Metric]:
     for name, (doc, read) in DCGM_SERIES.items():
         fam = GaugeMetricFamily(name, doc, labels=_GPU_LABELS)
         for g in gpus:
@@ -74,7 +78,7 @@ def _gpu_metrics(gpus: tuple[GpuReading, ...]) -> Iterator[Metric]:
         yield fam
 
 
-def _process_metrics(procs: tuple[ProcessReading, ...], uuid: dict[int, str]) -> Iterator[Metric]:
+def _process_metrics(procs: tuple[ProcStatus, ...], uuid: dict[int, str]) -> Iterator[Metric]:
     mem = GaugeMetricFamily(
         "gpuplan_process_gpu_memory_used_mib",
         "GPU memory one process holds on one GPU (MiB).",
@@ -95,7 +99,7 @@ def _process_metrics(procs: tuple[ProcessReading, ...], uuid: dict[int, str]) ->
     yield util
 
 
-def _job_metrics(procs: tuple[ProcessReading, ...]) -> Iterator[Metric]:
+def _job_metrics(procs: tuple[ProcStatus, ...]) -> Iterator[Metric]:
     mem = GaugeMetricFamily(
         "gpuplan_job_gpu_memory_used_mib",
         "GPU memory a job holds, summed over its GPUs (MiB).",
@@ -104,7 +108,7 @@ def _job_metrics(procs: tuple[ProcessReading, ...]) -> Iterator[Metric]:
     util = GaugeMetricFamily(
         "gpuplan_job_gpu_util_percent", "Mean GPU utilization over a job's GPUs (%).", labels=_JOB_LABELS
     )
-    by_job: dict[tuple[str, str, str], list[ProcessReading]] = defaultdict(list)
+    by_job: dict[tuple[str, str, str], list[ProcStatus]] = defaultdict(list)
     for p in procs:
         if p.job_id:
             by_job[(p.job_id, p.user, p.name)].append(p)

@@ -8,12 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import LiveServer, Watch, shot
+from conftest import BUSY_JOBS, LiveServer, Watch, shot
 
 from gpuplan.synth import synth_article
 from gpuplan.traces import write_trace
 from gpuplan.web.app import QUEUE_GANTT_JOBS
-from gpuplan.web.live import FakeJob
 
 BAD_ROWS = Path(__file__).resolve().parents[1] / "fixtures" / "cli" / "bad_row.csv"
 TIMEOUT_MS = 20_000
@@ -29,41 +28,45 @@ def _traces(page: Any, div: str) -> int:
 
 def _bars(page: Any, div: str) -> int:
     """Bars drawn in a bar chart: the sum of its traces' point counts."""
-    return int(page.evaluate(f"document.getElementById('{div}')._fullData.reduce((n, t) => n + t.x.length, 0)"))
+    return int(
+        page.evaluate(f"document.getElementById('{div}')._fullData.reduce((n, t) => n + t.x.length, 0)")
+    )
 
 
 def test_node_view_live(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
     live = served["busy"]
-    node = live.node
+    home = live.home
     page.goto(live.url + "/node")
     page.wait_for_function("document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS)
-    assert _traces(page, "node-util") == _traces(page, "node-mem") == node.cluster.total_gpus == 8
+    assert _traces(page, "node-util") == _traces(page, "node-mem") == 8
     assert _count(page, "#gpu-table tbody tr") == 8
-    assert _count(page, "#proc-table tbody tr") == len(node.snapshot().processes) == 4
-    assert "FAKE device set" in page.locator("#source").inner_text()
+    assert _count(page, "#proc-table tbody tr") == sum(len(g) for g, *_ in BUSY_JOBS) == 4
+    assert "FAKE device set fake:8xA100-80GB" in page.locator("#source").inner_text()
+    assert page.locator("#gpu-table tr[data-gpu='2'] .mem").inner_text() == "24.0 / 80"
     page.wait_for_function("document.getElementById('live-status').textContent === 'connected'", timeout=TIMEOUT_MS)
-    points = page.evaluate("document.getElementById('node-util')._fullData[0].x.length")
+    points = page.evaluate("document.getElementById('node-util')._fullData[6].x.length")
+    jid = home.run((6,), 33.0, 55.0, name="late", user="alice")  # a job starts: the page sees it, no reload
     try:
-        node.set_util(6, 93.0)
-        node.run(FakeJob("live-1", (7,), 30.0, 50.0, "alice", "late"))
         page.wait_for_function(
-            "document.querySelector('#gpu-table tr[data-gpu=\"6\"] .util').textContent === '93'", timeout=TIMEOUT_MS
+            "document.querySelector('#gpu-table tr[data-gpu=\"6\"] .mem').textContent === '33.0 / 80'", timeout=TIMEOUT_MS
         )
         page.wait_for_function("document.querySelectorAll('#proc-table tbody tr').length === 5", timeout=TIMEOUT_MS)
+        row = page.locator("#proc-table tr[data-gpu='6']").inner_text()
+        assert "alice" in row and str(jid) in row and "late" in row, row
         page.wait_for_function(
-            f"document.getElementById('node-util')._fullData[0].x.length > {points}", timeout=TIMEOUT_MS
+            f"document.getElementById('node-util')._fullData[6].x.length > {points}", timeout=TIMEOUT_MS
         )
-        assert "alice" in page.locator("#proc-table tr[data-gpu='7']").inner_text()
+        assert 55.0 in page.evaluate("document.getElementById('node-util')._fullData[6].y")
         shot(page, artifacts, "node")
     finally:
-        node.set_util(6, None)
-        node.finish("live-1")
+        home.stop(jid)
+    page.wait_for_function("document.querySelectorAll('#proc-table tbody tr').length === 4", timeout=TIMEOUT_MS)
     watch.check()
 
 
 def test_queue_view(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
     live = served["busy"]
-    rows = live.node.queue()
+    rows = live.home.source().queue()
     page.goto(live.url + "/queue")
     page.wait_for_selector("body[data-rendered='table'][data-gantt='drawn']", timeout=TIMEOUT_MS)
     assert _count(page, "#queue-table tbody tr") == len(rows) == 15
@@ -78,7 +81,9 @@ def test_queue_view(page: Any, served: dict[str, LiveServer], watch: Watch, arti
     watch.check()
 
 
-def test_queue_with_10000_jobs_pages(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
+def test_queue_with_10000_jobs_pages(
+    page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path
+) -> None:
     live = served["big"]
     started = time.perf_counter()
     page.goto(live.url + "/queue")
@@ -86,11 +91,15 @@ def test_queue_with_10000_jobs_pages(page: Any, served: dict[str, LiveServer], w
     wall_ms = (time.perf_counter() - started) * 1000
     table_ms = page.evaluate("window.gpuplanFirstRenderMs")
     nav_ms = page.evaluate("performance.now()")
-    print(f"\n10,000-job queue: table drawn {nav_ms:.0f} ms after navigation start ({table_ms:.0f} ms fetch+render; {wall_ms:.0f} ms wall from goto)")
+    print(
+        f"\n10,000-job queue: table drawn {nav_ms:.0f} ms after navigation start ({table_ms:.0f} ms fetch+render; {wall_ms:.0f} ms wall from goto)"
+    )
     assert page.locator("#page-info").inner_text() == "jobs 1–100 of 10000"
     assert _count(page, "#queue-table tbody tr") == 100
     page.click("#page-next")
-    page.wait_for_function("document.getElementById('page-info').textContent.startsWith('jobs 101–200')", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "document.getElementById('page-info').textContent.startsWith('jobs 101–200')", timeout=TIMEOUT_MS
+    )
     assert page.locator("#queue-table tbody tr td:nth-child(1)").first.inner_text() == "101"
     page.wait_for_selector("body[data-gantt='drawn']", timeout=TIMEOUT_MS)
     assert f"first {QUEUE_GANTT_JOBS} planned jobs" in page.locator("#queue-gantt-note").inner_text()
@@ -98,10 +107,14 @@ def test_queue_with_10000_jobs_pages(page: Any, served: dict[str, LiveServer], w
     watch.check()
 
 
-def test_empty_node_and_queue(page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path) -> None:
+def test_empty_node_and_queue(
+    page: Any, served: dict[str, LiveServer], watch: Watch, artifacts: Path
+) -> None:
     live = served["empty"]
     page.goto(live.url + "/node")
-    page.wait_for_function("document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS
+    )
     assert _count(page, "#proc-table tbody tr") == 0
     assert page.locator("#proc-empty").is_visible()
     shot(page, artifacts, "node-empty")
@@ -133,7 +146,9 @@ def test_whatif_table_charts_and_bad_rows(
     assert "\t0.0\t" in fifo_row  # the baseline saves nothing against itself
     assert _traces(page, "whatif-util") == runs
     assert _bars(page, "whatif-compare") == 2 * runs  # makespan and utilization bars per run
-    page.wait_for_function("document.getElementById('whatif-gantt-note').textContent.endsWith('80 jobs')", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "document.getElementById('whatif-gantt-note').textContent.endsWith('80 jobs')", timeout=TIMEOUT_MS
+    )
     assert _bars(page, "whatif-gantt") == sum(j.gpus for j in jobs)
     shot(page, artifacts, "whatif")
 
