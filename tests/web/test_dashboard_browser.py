@@ -37,20 +37,27 @@ def test_node_view_live(page: Any, served: dict[str, LiveServer], watch: Watch, 
     live = served["busy"]
     home = live.home
     page.goto(live.url + "/node")
-    page.wait_for_function("document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "document.querySelectorAll('#node-util .scatterlayer g.trace').length === 8", timeout=TIMEOUT_MS
+    )
     assert _traces(page, "node-util") == _traces(page, "node-mem") == 8
     assert _count(page, "#gpu-table tbody tr") == 8
     assert _count(page, "#proc-table tbody tr") == sum(len(g) for g, *_ in BUSY_JOBS) == 4
     assert "FAKE device set fake:8xA100-80GB" in page.locator("#source").inner_text()
     assert page.locator("#gpu-table tr[data-gpu='2'] .mem").inner_text() == "24.0 / 80"
-    page.wait_for_function("document.getElementById('live-status').textContent === 'connected'", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "document.getElementById('live-status').textContent === 'connected'", timeout=TIMEOUT_MS
+    )
     points = page.evaluate("document.getElementById('node-util')._fullData[6].x.length")
     jid = home.run((6,), 33.0, 55.0, name="late", user="alice")  # a job starts: the page sees it, no reload
     try:
         page.wait_for_function(
-            "document.querySelector('#gpu-table tr[data-gpu=\"6\"] .mem').textContent === '33.0 / 80'", timeout=TIMEOUT_MS
+            "document.querySelector('#gpu-table tr[data-gpu=\"6\"] .mem').textContent === '33.0 / 80'",
+            timeout=TIMEOUT_MS,
         )
-        page.wait_for_function("document.querySelectorAll('#proc-table tbody tr').length === 5", timeout=TIMEOUT_MS)
+        page.wait_for_function(
+            "document.querySelectorAll('#proc-table tbody tr').length === 5", timeout=TIMEOUT_MS
+        )
         row = page.locator("#proc-table tr[data-gpu='6']").inner_text()
         assert "alice" in row and str(jid) in row and "late" in row, row
         page.wait_for_function(
@@ -60,7 +67,9 @@ def test_node_view_live(page: Any, served: dict[str, LiveServer], watch: Watch, 
         shot(page, artifacts, "node")
     finally:
         home.stop(jid)
-    page.wait_for_function("document.querySelectorAll('#proc-table tbody tr').length === 4", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        "document.querySelectorAll('#proc-table tbody tr').length === 4", timeout=TIMEOUT_MS
+    )
     watch.check()
 
 

@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.web.history import History, snapshot_json
-from gpuplan.web.live import LiveSource
+from gpuplan.web.live import AgentUnavailable, LiveSource
 from gpuplan.web.metrics import LiveCollector
 from gpuplan.web.pages import docs_page, node_page, queue_page, whatif_page
 from gpuplan.web.queueplan import QueuePlan, plan_queue
@@ -397,13 +397,20 @@ def _require_token(request: Request) -> None:
 
 
 def _mutating_api(app: FastAPI) -> None:
-    @app.post("/api/jobs/{job_id}/cancel", summary="Cancel a job (needs the agent's token)")
+    @app.post("/api/jobs/{job_id}/cancel", summary="Cancel a job through the agent (needs the agent's token)")
     def cancel(request: Request, job_id: str) -> dict[str, Any]:
         _require_token(request)
         src = _state(request).config.source
-        cancel_job = getattr(src, "cancel", None)
-        if cancel_job is None:
-            raise HTTPException(501, f"{src.label}: this source cannot cancel jobs")
-        if not cancel_job(job_id):
-            raise HTTPException(404, f"no job {job_id!r} in the queue")
-        return {"cancelled": job_id}
+        try:
+            return src.ask_agent({"op": "cancel", "id": _job_number(job_id)})
+        except AgentUnavailable as e:
+            raise HTTPException(503, str(e)) from None
+        except GpuplanError as e:
+            raise HTTPException(400, str(e)) from None
+
+
+def _job_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise HTTPException(404, f"no job {text!r}: agent job ids are numbers") from None

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from gpuplan.agent.store import JobRow
 
 __all__ = [
+    "AgentUnavailable",
     "GpuStatus",
     "LiveSource",
     "NodeSource",
@@ -30,6 +32,10 @@ __all__ = [
     "QueueRow",
     "cluster_of",
 ]
+
+
+class AgentUnavailable(GpuplanError):
+    """No agent answers for this node (none running, or its client is not installed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,15 @@ class LiveSource(ABC):
     @abstractmethod
     def queue(self) -> list[QueueRow]:
         """Running and waiting jobs, in submit order."""
+
+    def ask_agent(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request to the agent that runs the queue (cancel, ...) and return its reply.
+
+        Raises:
+            AgentUnavailable: no agent runs (or this source has none).
+            GpuplanError: the agent refused the request; the message is the agent's.
+        """
+        raise AgentUnavailable(f"{self.label}: no agent to ask")
 
 
 # --------------------------------------------------------------------------- the node
@@ -209,6 +224,21 @@ class NodeSource(LiveSource):
             temp_c=g.temp_c,
             lost=g.lost,
         )
+
+    def ask_agent(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not self.paths.socket.exists():
+            raise AgentUnavailable(
+                f"no agent running at {self.paths.home} (no socket {self.paths.socket}); "
+                "start one with `gpuplan agent start`"
+            )
+        try:
+            from gpuplan.agent.protocol import AgentNotRunningError, call
+        except ImportError as e:  # the agent's client is not part of this install
+            raise AgentUnavailable(f"cannot talk to the agent: {e}") from e
+        try:
+            return call(self.paths.socket, request)
+        except AgentNotRunningError as e:
+            raise AgentUnavailable(str(e)) from e
 
     def queue(self) -> list[QueueRow]:
         from gpuplan.agent.store import ACTIVE_STATES

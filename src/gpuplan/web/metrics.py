@@ -5,11 +5,13 @@ Per-GPU gauges keep the DCGM exporter's names, units and labels where they mean 
 `DCGM_FI_DEV_GPU_TEMP` °C; labels `gpu`, `UUID`, `modelName`, `Hostname`), so dashboards built
 for dcgm-exporter read them. What DCGM lacks is under `gpuplan_`: per-process and per-job GPU
 memory and utilization, queue length, jobs by state, and a histogram of queue wait.
+Grafana dashboard on these names: docs/grafana-dashboard.json.
 A reading the device does not give is left out for that GPU only.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -50,6 +52,7 @@ class LiveCollector(Collector):
     def __init__(self, source: LiveSource, clock: Callable[[], float] = time.time) -> None:
         self.source = source
         self.clock = clock
+        self._waits = _WaitHistogram()
 
     def collect(self) -> Iterator[Metric]:
         snap = self.source.snapshot()
@@ -63,6 +66,7 @@ class LiveCollector(Collector):
         yield from _process_metrics(snap.processes, uuid)
         yield from _job_metrics(snap.processes)
         yield from _queue_metrics(rows, self.clock())
+        yield self._waits.observe(rows)
         info = GaugeMetricFamily("gpuplan_fake_devices", "1 when the readings come from a fake device set.")
         info.add_metric([], 1.0 if self.source.is_fake else 0.0)
         yield info
@@ -134,21 +138,44 @@ def _queue_metrics(rows: list[QueueRow], now: float) -> Iterator[Metric]:
     for state, n in sorted(counts.items()):
         by_state.add_metric([state], n)
     yield by_state
-    yield _wait_histogram(rows, now)
-
-
-def _wait_histogram(rows: list[QueueRow], now: float) -> Metric:
-    """Queue wait of the jobs in the queue now: start - submit when started, else now - submit."""
-    waits = [max(0.0, (r.start_s if r.start_s is not None else now) - r.submit_s) for r in rows]
-    buckets: list[tuple[str, Any]] = []
-    for edge in WAIT_BUCKETS_S:
-        buckets.append((_edge(edge), sum(1 for w in waits if w <= edge)))
-    buckets.append(("+Inf", len(waits)))
-    hist = HistogramMetricFamily(
-        "gpuplan_job_wait_seconds", "Queue wait of current jobs (running: until start; waiting: so far)."
+    oldest = GaugeMetricFamily(
+        "gpuplan_queue_oldest_wait_seconds", "How long the longest-waiting job has waited."
     )
-    hist.add_metric([], buckets, sum_value=sum(waits))
-    return hist
+    oldest.add_metric([], max((now - r.submit_s for r in rows if r.state == "waiting"), default=0.0))
+    yield oldest
+
+
+class _WaitHistogram:
+    """Queue wait (start - submit) of every job seen started, counted once per job: a cumulative
+    histogram, so `rate()` and `histogram_quantile()` work as on any Prometheus histogram. A job that
+    starts and ends between two scrapes is not seen."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._counts = [0] * len(WAIT_BUCKETS_S)
+        self._count = 0
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, rows: list[QueueRow]) -> Metric:
+        with self._lock:
+            for r in rows:
+                if r.start_s is None or r.job_id in self._seen:
+                    continue
+                self._seen.add(r.job_id)
+                wait = max(0.0, r.start_s - r.submit_s)
+                self._count += 1
+                self._sum += wait
+                for i, edge in enumerate(WAIT_BUCKETS_S):
+                    if wait <= edge:
+                        self._counts[i] += 1
+            buckets: list[tuple[str, Any]] = [(_edge(e), n) for e, n in zip(WAIT_BUCKETS_S, self._counts)]
+            buckets.append(("+Inf", self._count))
+            hist = HistogramMetricFamily(
+                "gpuplan_job_wait_seconds", "Queue wait of jobs seen started (start - submit)."
+            )
+            hist.add_metric([], buckets, sum_value=self._sum)
+            return hist
 
 
 def _edge(value: float) -> str:

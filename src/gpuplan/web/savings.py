@@ -76,17 +76,17 @@ def parse_costs(
     for text in prices:
         model, value = _pair(text, "--price", "A100-80GB=5.12")
         usd = _number(value, "--price", text)
-        costs[model] = replace(cost_of(model, costs), usd_per_h=usd, source="--price given")
+        entry = cost_of(model, costs)
+        if usd != entry.usd_per_h:  # the same value keeps its documented source
+            costs[model] = replace(entry, usd_per_h=usd, source="--price given")
     for text in watts:
         model, value = _pair(text, "--watts", "A100-80GB=400/50")
         busy, _, idle = value.partition("/")
         entry = cost_of(model, costs)
-        costs[model] = replace(
-            entry,
-            busy_w=_number(busy, "--watts", text),
-            idle_w=_number(idle, "--watts", text) if idle else entry.idle_w,
-            source="--watts given",
-        )
+        busy_w = _number(busy, "--watts", text)
+        idle_w = _number(idle, "--watts", text) if idle else entry.idle_w
+        if (busy_w, idle_w) != (entry.busy_w, entry.idle_w):
+            costs[model] = replace(entry, busy_w=busy_w, idle_w=idle_w, source="--watts given")
     return costs
 
 
@@ -111,7 +111,8 @@ def _fifo(results: Sequence[SimResult]) -> SimResult | None:
     """The baseline: FIFO without backfill when present, else the first FIFO run."""
     fifo = [r for r in results if r.policy == "fifo" and not r.oracle]
     plain = [r for r in fifo if r.backfill == "none"]
-    return (plain or fifo or [None])[0]
+    chosen = plain or fifo
+    return chosen[0] if chosen else None
 
 
 def _held(r: SimResult, cluster: ClusterSpec, costs: dict[str, GpuCost]) -> tuple[float | None, float]:

@@ -1,0 +1,259 @@
+"""The dashboard's HTTP API without a browser: /metrics parsed with prometheus-client's parser while
+jobs run on the fake device set, the read-only default and the token, the what-if API, paths."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FakeAgentHome
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuplan.synth import synth_article
+from gpuplan.traces import write_trace
+from gpuplan.web.app import ServeConfig, create_app
+from gpuplan.web.metrics import DCGM_SERIES
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+MIB = 1024.0
+
+
+def _client(home: FakeAgentHome, trace_root: Path, **config: Any) -> TestClient:
+    token = config.pop("token", None)
+    return TestClient(create_app(ServeConfig(home.source(), token=token, trace_root=trace_root, **config)))
+
+
+@pytest.fixture
+def client(agent_home: FakeAgentHome, tmp_path: Path) -> Iterator[TestClient]:
+    with _client(agent_home, tmp_path) as c:
+        yield c
+
+
+def _scrape(client: TestClient) -> dict[str, list[Any]]:
+    resp = client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain")
+    out: dict[str, list[Any]] = {}
+    for fam in text_string_to_metric_families(resp.text):
+        out.setdefault(fam.name, []).extend(fam.samples)
+    return out
+
+
+def _by(samples: list[Any], **labels: str) -> list[float]:
+    return [s.value for s in samples if all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_metrics_while_jobs_run_on_the_fake_device_set(agent_home: FakeAgentHome, client: TestClient) -> None:
+    first = agent_home.run((0, 1), 30.0, 70.0, name="train", user="ana")
+    agent_home.enqueue(3)
+    m = _scrape(client)
+    for name in DCGM_SERIES:
+        assert len(m[name]) == 8, name
+        assert {"gpu", "UUID", "modelName", "Hostname"} <= set(m[name][0].labels)
+    assert _by(m["DCGM_FI_DEV_FB_USED"], gpu="0") == [30.0 * MIB]
+    assert _by(m["DCGM_FI_DEV_FB_FREE"], gpu="0") == [50.0 * MIB]
+    assert _by(m["DCGM_FI_DEV_GPU_UTIL"], gpu="1") == [70.0]
+    assert _by(m["gpuplan_process_gpu_memory_used_mib"], job_id=str(first), user="ana") == [30.0 * MIB] * 2
+    assert _by(m["gpuplan_job_gpu_memory_used_mib"], job_id=str(first)) == [60.0 * MIB]
+    assert _by(m["gpuplan_job_gpu_util_percent"], job_id=str(first)) == [70.0]
+    assert _by(m["gpuplan_queue_length"]) == [3.0]
+    assert _by(m["gpuplan_jobs"], state="running") == [1.0]
+    assert _by(m["gpuplan_jobs"], state="waiting") == [3.0]
+    waits = {s.name: s.value for s in m["gpuplan_job_wait_seconds"] if "le" not in s.labels}
+    assert waits["gpuplan_job_wait_seconds_count"] == 1.0  # the running job, waited 60 s
+    assert waits["gpuplan_job_wait_seconds_sum"] == pytest.approx(60.0, abs=1.0)
+    assert _by(m["gpuplan_job_wait_seconds"], le="60") == [1.0]
+    assert _by(m["gpuplan_job_wait_seconds"], le="10") == [0.0]
+    assert _by(m["gpuplan_queue_oldest_wait_seconds"])[0] == pytest.approx(3600.0, abs=60.0)
+    assert _by(m["gpuplan_fake_devices"]) == [1.0]
+
+    # the node changes: a second job starts on GPU 1 (shared), the first ends
+    second = agent_home.run((1,), 12.5, 20.0, name="eval", user="bo")
+    m = _scrape(client)
+    assert _by(m["DCGM_FI_DEV_FB_USED"], gpu="1") == [42.5 * MIB]
+    assert _by(m["gpuplan_process_gpu_memory_used_mib"], job_id=str(second)) == [12.5 * MIB]
+    agent_home.stop(first)
+    m = _scrape(client)
+    assert _by(m["gpuplan_process_gpu_memory_used_mib"], job_id=str(first)) == []
+    assert _by(m["DCGM_FI_DEV_FB_USED"], gpu="0") == [0.0]
+    assert _by(m["DCGM_FI_DEV_FB_USED"], gpu="1") == [12.5 * MIB]
+    assert _by(m["gpuplan_jobs"], state="running") == [1.0]
+    # cumulative: both started jobs counted once, the ended one too
+    assert _by(m["gpuplan_job_wait_seconds"], le="+Inf") == [2.0]
+
+
+def test_metrics_of_a_lost_gpu_and_unsupported_fields(tmp_path: Path) -> None:
+    home = FakeAgentHome(tmp_path / "home", spec="fake:8xA100-80GB,lost=3,unsupported=power_w")
+    try:
+        home.run((3,), 10.0)
+        home.run((4,), 10.0)
+        with _client(home, tmp_path) as client:
+            m = _scrape(client)
+    finally:
+        home.close()
+    assert _by(m["gpuplan_gpu_lost"], gpu="3") == [1.0]
+    assert _by(m["gpuplan_gpu_lost"], gpu="4") == [0.0]
+    assert _by(m["DCGM_FI_DEV_GPU_UTIL"], gpu="3") == []  # not available: left out, not zero
+    assert len(m["DCGM_FI_DEV_GPU_UTIL"]) == 7  # the other GPUs still report
+    assert m.get("DCGM_FI_DEV_POWER_USAGE", []) == []  # unsupported on every GPU
+    assert _by(m["DCGM_FI_DEV_FB_USED"], gpu="4") == [10.0 * MIB]
+    assert _by(m["gpuplan_process_gpu_memory_used_mib"], gpu="3") == []
+
+
+# --------------------------------------------------------------------------- pages and reads
+
+
+def test_pages_static_and_health(client: TestClient) -> None:
+    for path in ("/node", "/queue", "/whatif", "/docs"):
+        resp = client.get(path)
+        assert resp.status_code == 200, path
+        assert "FAKE device set fake:8xA100-80GB; no agent running" in resp.text
+        assert "http://" not in resp.text and "https://" not in resp.text  # nothing from the internet
+    health = client.get("/healthz").json()
+    assert health["ok"] is True and health["fake"] is True and health["gpus"] == 8
+    assert client.get("/favicon.ico").status_code == 204
+    plotly_url = client.get("/node").text.split('id="plotly-js" src="')[1].split('"')[0]
+    js = client.get(plotly_url)
+    assert js.status_code == 200 and len(js.content) > 1_000_000
+    assert "immutable" in js.headers["cache-control"]
+    assert client.get("/static/nope.js").status_code == 404
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/metrics", "/healthz", "/api/node", "/api/queue", "/api/whatif"} <= set(paths)
+    assert "/api/jobs/{job_id}/cancel" in client.get("/docs").text
+
+
+def test_node_api_history_and_queue(agent_home: FakeAgentHome, client: TestClient) -> None:
+    agent_home.run((5,), 8.0, name="x", user="u")
+    agent_home.enqueue(2, gpus_cycle=(8,))
+    node = client.get("/api/node").json()
+    assert len(node["series"]["util_pct"]) == 8
+    assert node["latest"]["gpus"][5]["mem_used_gb"] in (0, 8.0)  # sampled before or after the start
+    q = client.get("/api/queue?offset=0&limit=2").json()
+    assert (q["total"], q["running"], q["waiting"], len(q["rows"])) == (3, 1, 2, 2)
+    assert [r["state"] for r in q["rows"]] == ["running", "waiting"]
+    # the 8-GPU jobs wait for the running job (1 h planning estimate, marked) then run one after the other
+    rows = client.get("/api/queue?offset=0&limit=10").json()["rows"]
+    assert rows[0]["estimate_guessed"] is True
+    assert rows[1]["expected_start_s"] == pytest.approx(rows[0]["expected_end_s"], abs=1.0)
+    assert rows[2]["expected_start_s"] == pytest.approx(rows[1]["expected_end_s"], abs=1.0)
+    gantt = client.get("/api/queue/gantt").json()
+    assert gantt["jobs"] == 3
+    assert sum(len(t["x"]) for t in gantt["figure"]["data"]) == 1 + 8 + 8
+    assert client.get("/api/queue?limit=0").status_code == 422
+
+
+# --------------------------------------------------------------------------- read-only and the token
+
+
+def test_read_only_without_a_token(client: TestClient) -> None:
+    resp = client.post("/api/jobs/1/cancel")
+    assert resp.status_code == 403
+    assert "read-only" in resp.json()["detail"]
+
+
+def test_mutating_endpoint_needs_the_agents_token(tmp_path: Path) -> None:
+    home = FakeAgentHome(tmp_path / "home", token=True)
+    token = home.paths.token.read_text().strip()
+    try:
+        with _client(home, tmp_path, token=token) as client:
+            assert client.post("/api/jobs/1/cancel").status_code == 403
+            wrong = {"Authorization": "Bearer " + "0" * 64}
+            assert client.post("/api/jobs/1/cancel", headers=wrong).status_code == 403
+            right = {"Authorization": f"Bearer {token}"}
+            resp = client.post("/api/jobs/1/cancel", headers=right)
+    finally:
+        home.close()
+    # past the token check: no agent runs at this home, and the answer says so
+    assert resp.status_code == 503
+    assert "no agent running" in resp.json()["detail"]
+
+
+# --------------------------------------------------------------------------- what-if
+
+
+@pytest.fixture
+def article(tmp_path: Path) -> Path:
+    path = tmp_path / "article.csv"
+    write_trace(synth_article(0), path)
+    return path
+
+
+def test_whatif_by_path(client: TestClient, article: Path) -> None:
+    resp = client.post(
+        "/api/whatif", params={"path": article.name, "policies": "fifo,sjf,article", "backfills": "easy"}
+    )
+    assert resp.status_code == 200, resp.text
+    res = resp.json()
+    labels = [r["label"] for r in res["data"]["runs"]]
+    assert sorted(labels) == ["article+easy", "fifo+easy", "fifo+none", "sjf+easy"]
+    assert res["trace"] == {"source": "article.csv", "format": "csv", "jobs": 80, "skipped": 0}
+    saved = {r["label"]: r for r in res["savings"]["rows"]}
+    assert res["savings"]["baseline"] == "fifo+none"
+    assert saved["fifo+none"]["gpu_hours_saved"] == 0.0
+    best = res["data"]["runs"][res["best"]]
+    fifo = next(r for r in res["data"]["runs"] if r["label"] == "fifo+none")
+    expected_h = (fifo["metrics"]["makespan_s"] - best["metrics"]["makespan_s"]) * 8 / 3600
+    assert saved[best["label"]]["gpu_hours_saved"] == pytest.approx(expected_h, abs=1e-3)
+    assert saved[best["label"]]["usd_saved"] == pytest.approx(expected_h * 5.12, abs=0.02)
+    assert "<table" in res["summary_html"]
+    gantt = client.get(f"/api/whatif/{res['id']}/gantt/{res['best']}").json()
+    assert sum(len(t["x"]) for t in gantt["figure"]["data"]) == sum(j.gpus for j in synth_article(0))
+    assert client.get(f"/api/whatif/{res['id']}/gantt/99").status_code == 404
+
+
+def test_whatif_upload_bad_rows_named(client: TestClient) -> None:
+    body = (FIXTURES / "cli" / "bad_row.csv").read_bytes()
+    resp = client.post("/api/whatif", params={"name": "bad_row.csv"}, content=body)
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err.startswith("bad_row.csv:3:") and "gpus" in err and "'two'" in err, err
+    assert "/tmp" not in err  # the server's temporary path is not the user's file name
+    skipped = client.post("/api/whatif", params={"name": "bad_row.csv", "skip_bad": "true"}, content=body)
+    assert skipped.status_code == 200
+    assert any("skipped 1 bad row" in n for n in skipped.json()["notes"])
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"path": "../../etc/passwd"}, "must lie under the server's trace folder"),
+        ({}, "no trace given"),
+        ({"path": "article.csv", "cluster": "nope"}, "valid names"),
+        ({"path": "article.csv", "policies": "bogus"}, "unknown policy 'bogus'"),
+        ({"path": "article.csv", "prices": "A100-80GB=cheap"}, "'cheap' is not a number"),
+        ({"path": "missing.csv"}, "no such trace file"),
+    ],
+)
+def test_whatif_bad_requests(client: TestClient, article: Path, params: dict[str, str], message: str) -> None:
+    resp = client.post("/api/whatif", params=params)
+    assert resp.status_code == 400
+    assert message in resp.json()["error"], resp.json()
+
+
+def test_sse_stream_sends_snapshots(client: TestClient) -> None:
+    with client.stream("GET", "/api/node/stream") as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        line = next(line for line in resp.iter_lines() if line.startswith("data: "))
+    snap = json.loads(line.removeprefix("data: "))
+    assert len(snap["gpus"]) == 8 and snap["gpus"][0]["uuid"] == "FAKE-0"
+
+
+def test_grafana_dashboard_uses_only_exposed_series(agent_home: FakeAgentHome, client: TestClient) -> None:
+    agent_home.run((0,), 10.0, name="g")
+    agent_home.enqueue(1)
+    exposed = set(_scrape(client))
+    dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {n for e in exprs for n in re.findall(r"\b(?:DCGM_FI_[A-Z_]+|gpuplan_[a-z_]+)\b", e)}
+    families = {re.sub(r"_(bucket|count|sum)$", "", n) if n.startswith("gpuplan_job_wait") else n for n in used}
+    assert families <= exposed, families - exposed
+    assert set(DCGM_SERIES) <= used  # every DCGM gauge has a panel
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])

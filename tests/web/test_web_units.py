@@ -1,0 +1,115 @@
+"""Savings against FIFO by hand, cost options, the node history window, `gpuplan serve`'s errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuplan.cli import app
+from gpuplan.errors import GpuplanError
+from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+from gpuplan.sim.result import Metrics, SimResult
+from gpuplan.web.history import History
+from gpuplan.web.live import GpuStatus, NodeStatus
+from gpuplan.web.savings import DEFAULT_COSTS, parse_costs, savings_vs_fifo
+
+CLUSTER = ClusterSpec("2xA100", (NodeSpec("n", 2, GpuSpec("A100-80GB", 80.0)),))
+
+
+def _run(policy: str, backfill: str, makespan_s: float, gpu_hours: float) -> SimResult:
+    m = Metrics(1, makespan_s, gpu_hours * 3600 / (2 * makespan_s), 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, gpu_hours)
+    return SimResult(policy, backfill, "first-fit", False, CLUSTER, m, [], [], ["n/gpu0", "n/gpu1"])
+
+
+def test_savings_by_hand() -> None:
+    fifo = _run("fifo", "none", 10 * 3600.0, 12.0)  # 2 GPUs held 10 h, 12 GPU-h busy, 8 idle
+    best = _run("sjf", "easy", 7 * 3600.0, 12.0)  # held 7 h: 14 GPU-h, 12 busy, 2 idle
+    costs = parse_costs(["A100-80GB=2"], ["A100-80GB=300/100"])
+    out = savings_vs_fifo([best, fifo], CLUSTER, costs)
+    rows = {r["label"]: r for r in out["rows"]}
+    assert out["baseline"] == "fifo+none"
+    assert rows["sjf+easy"]["gpu_hours_saved"] == pytest.approx(6.0)  # 3 h x 2 GPUs
+    assert rows["sjf+easy"]["usd_saved"] == pytest.approx(12.0)  # 6 GPU-h x $2
+    # FIFO: 12 h x 300 W + 8 h x 100 W = 4.4 kWh; sjf: 12 x 300 + 2 x 100 = 3.8 kWh
+    assert rows["sjf+easy"]["kwh_saved"] == pytest.approx(0.6)
+    assert rows["fifo+none"] == {
+        **rows["fifo+none"],
+        "gpu_hours_saved": 0.0,
+        "usd_saved": 0.0,
+        "kwh_saved": 0.0,
+    }
+    assert out["costs"]["A100-80GB"]["source"] == "--watts given"
+
+
+def test_savings_without_fifo_or_price() -> None:
+    assert savings_vs_fifo([_run("sjf", "easy", 3600.0, 1.0)], CLUSTER, DEFAULT_COSTS)["rows"] == []
+    h200 = ClusterSpec("h", (NodeSpec("h", 1, GpuSpec("H200-141GB", 141.0)),))
+    runs = [_run("fifo", "none", 7200.0, 1.0), _run("sjf", "easy", 3600.0, 1.0)]
+    rows = savings_vs_fifo(runs, h200, DEFAULT_COSTS)["rows"]
+    assert [r["usd_saved"] for r in rows] == [None, None]  # no default price for the H200: none invented
+    assert rows[1]["gpu_hours_saved"] == pytest.approx(1.0)
+
+
+def test_parse_costs_keeps_unchanged_sources_and_rejects_bad_values() -> None:
+    same = parse_costs(["A100-80GB=5.12"], [])
+    assert same["A100-80GB"] == DEFAULT_COSTS["A100-80GB"]  # the same price keeps its documented source
+    assert parse_costs(["T4=0.5"], [])["T4"].usd_per_h == 0.5
+    for prices, watts, message in (
+        (["A100-80GB"], [], "is not MODEL=VALUE"),
+        (["A100-80GB=-1"], [], "finite number >= 0"),
+        ([], ["A100-80GB=lots"], "'lots' is not a number"),
+        ([], ["A100-80GB=400/x"], "'x' is not a number"),
+    ):
+        with pytest.raises(GpuplanError, match=message):
+            parse_costs(prices, watts)
+
+
+def _snap(t: float, util: float) -> NodeStatus:
+    return NodeStatus(t, (GpuStatus(0, "u0", "A100-80GB", "n", 80.0, util, 1.0),), ())
+
+
+def test_history_keeps_its_window() -> None:
+    h = History(window_s=10.0)
+    for t in range(21):
+        h.add(_snap(float(t), float(t)))
+    series = h.series()
+    assert series["time_s"] == [float(t) for t in range(10, 21)]
+    assert series["util_pct"] == [[float(t) for t in range(10, 21)]]
+    latest = h.latest()
+    assert latest is not None and latest.time_s == 20.0
+    with pytest.raises(ValueError, match="window_s"):
+        History(0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--price", "A100-80GB"], "--price: 'A100-80GB' is not MODEL=VALUE"),
+        (["--traces", "/no/such/dir"], "--traces /no/such/dir: not a folder"),
+        (["--gpus", "fake:nope"], "unknown"),
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--sample-seconds", "0"], "must be > 0"),
+    ],
+)
+def test_serve_bad_options_one_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(app, ["serve", *args])
+    assert result.exit_code == 2
+    err = result.stderr.strip()
+    assert err.startswith("gpuplan: error: ") and message in err and "\n" not in err, err
+
+
+def test_serve_says_when_it_is_not_on_loopback(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuplan.commands.serve import _announce
+
+    _announce("127.0.0.1", 8000, "FAKE", False, as_json=True)
+    out = capsys.readouterr()
+    assert out.err == "" and '"url": "http://127.0.0.1:8000/"' in out.out
+    _announce("0.0.0.0", 8000, "FAKE", True, as_json=False)
+    out = capsys.readouterr()
+    assert "listening on 0.0.0.0, not loopback" in out.err
+    assert "mutating endpoints need the agent's token" in out.out
