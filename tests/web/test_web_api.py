@@ -253,7 +253,9 @@ def test_grafana_dashboard_uses_only_exposed_series(agent_home: FakeAgentHome, c
     dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     used = {n for e in exprs for n in re.findall(r"\b(?:DCGM_FI_[A-Z_]+|gpuplan_[a-z_]+)\b", e)}
-    families = {re.sub(r"_(bucket|count|sum)$", "", n) if n.startswith("gpuplan_job_wait") else n for n in used}
+    families = {
+        re.sub(r"_(bucket|count|sum)$", "", n) if n.startswith("gpuplan_job_wait") else n for n in used
+    }
     assert families <= exposed, families - exposed
     assert set(DCGM_SERIES) <= used  # every DCGM gauge has a panel
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
