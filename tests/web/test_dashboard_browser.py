@@ -55,9 +55,12 @@ def test_node_view_live(page: Any, served: dict[str, LiveServer], watch: Watch, 
             "document.querySelector('#gpu-table tr[data-gpu=\"6\"] .mem').textContent === '33.0 / 80'",
             timeout=TIMEOUT_MS,
         )
+        # the process shows up first, its job once the store row (written after the launch) is read
         page.wait_for_function(
-            "document.querySelectorAll('#proc-table tbody tr').length === 5", timeout=TIMEOUT_MS
+            "[...document.querySelectorAll('#proc-table tr[data-gpu=\"6\"]')].some(r => r.textContent.includes('alice'))",
+            timeout=TIMEOUT_MS,
         )
+        assert _count(page, "#proc-table tbody tr") == 5
         row = page.locator("#proc-table tr[data-gpu='6']").inner_text()
         assert "alice" in row and str(jid) in row and "late" in row, row
         page.wait_for_function(
