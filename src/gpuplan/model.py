@@ -22,11 +22,17 @@ class Job:
         est_mem_gb: an estimate of mem_gb.
         requested_s: the user's time limit (None when unlimited or unknown).
         user, name: who and what, as the source trace says.
-        gpu_util_pct: mean GPU busy percent when run alone (None when unknown).
+        gpu_util_pct: mean GPU busy percent when run alone, over its whole duration (None when unknown).
         command: shell command, for the local agent.
         may_span_nodes: the job may take GPUs from several nodes (an MPI/NCCL multi-node job).
         duration_includes_sharing: duration_s was measured while the job shared its GPUs (as the
             Alibaba trace records it): the simulator replays it as is and never slows it again.
+        startup_s: seconds at the start of duration_s before the job's own setup (process start,
+            imports): CPU work, never slowed by GPU sharing (None: unknown, counted as 0).
+        init_s: seconds after startup_s before the job's GPU work (model build, data loading): never
+            contends for GPU compute, but takes longer while the job shares its GPU (the sharing model's
+            init_stretch; docs/interference.md). None: unknown, counted as 0. The rest of duration_s
+            is the GPU phase, where sharing jobs slow each other down.
         meta: anything else a reader keeps (state, queue, class label ...).
     """
 
@@ -44,6 +50,8 @@ class Job:
     command: str = ""
     may_span_nodes: bool = False
     duration_includes_sharing: bool = False
+    startup_s: float | None = None
+    init_s: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:
@@ -53,6 +61,12 @@ class Job:
         if self.est_duration_s is not None:
             return self.est_duration_s
         return self.requested_s
+
+    def gpu_phase_s(self) -> float | None:
+        """Seconds of the GPU phase: duration_s less startup_s and init_s (unknown = 0), at least 0."""
+        if self.duration_s is None:
+            return None
+        return max(0.0, self.duration_s - (self.startup_s or 0.0) - (self.init_s or 0.0))
 
     def planning_mem_gb(self, oracle: bool = False) -> float | None:
         """The per-GPU memory a policy may use: the truth for oracle runs, else the estimate."""

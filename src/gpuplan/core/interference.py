@@ -1,15 +1,17 @@
 """How jobs that share one GPU slow each other down: the rate model the simulator uses, and its calibration.
 
-A job i that shares a GPU with neighbours j runs its GPU work at
+A job has three phases: start-up (process start, imports: CPU work, never slowed), init (model build
+before its GPU loop: slowed by a factor 1 + init_stretch while any other job shares its GPU) and its GPU
+phase. In its GPU phase, a job i whose neighbours j are also in their GPU phase runs at
 
     slowdown_i = 1 + Σ_j max(0, alpha + beta · u_j · (1 + gamma · (1 − u_i)))
     rate_i     = 1 / slowdown_i
 
-where u is a job's busy fraction (0..1) while it runs alone. beta says how much a busy neighbour costs,
-gamma how much more it costs a latency-bound job (one with a low u_i, whose many short kernels queue
-behind the neighbour's), and alpha (negative when fitted on the H200 data) is a threshold: a neighbour
-that is rarely busy costs nothing. `InterferenceModel.from_colocation` fits the three numbers to measured
-pairs; `InterferenceModel.default()` ships the fit on the H200 file. See docs/interference.md.
+where u is a job's busy fraction (0..1) during its GPU phase, alone. beta says how much a busy neighbour
+costs, gamma how much more it costs a latency-bound job (one with a low u_i, whose many short kernels
+queue behind the neighbour's), and alpha (negative when fitted on the H200 data) is a threshold: a
+neighbour that is rarely busy costs nothing. `InterferenceModel.from_colocation` fits the four numbers to
+measured pairs; `InterferenceModel.default()` ships the fit on the H200 file. See docs/interference.md.
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ __all__ = [
     "simulate_pair",
 ]
 
-# Fitted 2026-11-30 by InterferenceModel.from_colocation on ../shared/data/h200/colocation.json (one
-# NVIDIA H200, measured 2026-11-30, 4 pairs): RMSE 0.0204 over the 8 measured slowdowns, max relative
-# error 2.2 %; leave-one-pair-out RMSE 0.131, max relative error 14.4 %, mean 5.3 %.
-DEFAULT_ALPHA = -0.24220529348485267
-DEFAULT_BETA = 1.3779498019397332
-DEFAULT_GAMMA = 1.8633373878756931
+# Fitted by InterferenceModel.from_colocation on ../shared/data/h200/colocation.json (one NVIDIA H200,
+# measured 2026-11-30, 4 pairs), the three-phase job model (docs/interference.md): see
+# docs/interference.md for the errors (in-sample and leave-one-pair-out).
+DEFAULT_ALPHA = -0.24652494570468517
+DEFAULT_BETA = 1.3932596107651798
+DEFAULT_GAMMA = 1.9254878689455492
+DEFAULT_INIT_STRETCH = 0.6662650752428716
 
-MODEL_FORM = "slowdown_i = 1 + sum_j max(0, alpha + beta * u_j * (1 + gamma * (1 - u_i))); rate = 1/slowdown"
+MODEL_FORM = (
+    "GPU phase: slowdown_i = 1 + sum_j max(0, alpha + beta * u_j * (1 + gamma * (1 - u_i))), rate = 1/slowdown; "
+    "init phase: rate = 1 / (1 + init_stretch) while sharing"
+)
+PARAMETER_NAMES = ("alpha", "beta", "gamma", "init_stretch")
 
 # Search box of the fit; the H200 fit and every leave-one-out fit lie well inside it.
 _BOUNDS: tuple[tuple[float, float], ...] = ((-1.0, 2.0), (0.0, 5.0), (0.0, 10.0))
@@ -80,11 +87,14 @@ class InterferenceModel:
         alpha: per-neighbour offset (negative: a threshold below which a neighbour costs nothing).
         beta: cost of a 100 % busy neighbour to a compute-bound job, above alpha.
         gamma: how much more a latency-bound job (own busy % near 0) suffers than a compute-bound one.
+        init_stretch: a job's init phase takes 1 + init_stretch times as long while another job shares
+            its GPU (0: init never slowed).
     """
 
     alpha: float
     beta: float
     gamma: float
+    init_stretch: float = 0.0
 
     DEFAULT_UTIL_PCT: ClassVar[float] = 100.0  # a job of unknown util is assumed to be a busy neighbour
 
@@ -98,6 +108,10 @@ class InterferenceModel:
         if not neighbour_utils_pct:
             return 1.0
         return 1.0 / (1.0 + self._excess(util_pct, neighbour_utils_pct))
+
+    def init_rate(self, shared: bool) -> float:
+        """Progress rate of a job in its init phase: 1 alone, 1 / (1 + init_stretch) while sharing its GPU."""
+        return 1.0 / (1.0 + self.init_stretch) if shared else 1.0
 
     def slowdown(self, util_pct: float, neighbour_utils_pct: Sequence[float]) -> float:
         """Instantaneous slowdown (>= 1) of a job sharing a GPU: 1 / `rate`."""
@@ -118,21 +132,29 @@ class InterferenceModel:
 
     @property
     def parameters(self) -> dict[str, float]:
-        """The three coefficients by name."""
-        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma}
+        """The four coefficients by name."""
+        return {
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "gamma": self.gamma,
+            "init_stretch": self.init_stretch,
+        }
 
     @classmethod
     def default(cls) -> InterferenceModel:
         """The model fitted on the H200 colocation measurements (see DEFAULT_ALPHA and docs/interference.md)."""
-        return cls(DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_GAMMA)
+        return cls(DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_GAMMA, DEFAULT_INIT_STRETCH)
 
     @classmethod
     def from_colocation(cls, path: str | Path) -> tuple[InterferenceModel, CalibrationReport]:
         """Fit the model to a colocation JSON file (schema: ../shared/data/README.md, h200/colocation.json).
 
-        Each measured pair is simulated piecewise (both jobs start at 0, run their init uncontended, then
-        their run phase at the modelled rate while the other is also in its run phase, alone otherwise)
-        and the squared error of predicted vs measured slowdowns is minimised by a deterministic grid search.
+        First init_stretch, in closed form: how much longer each paired job took to reach its timed loop
+        (pair wall_s − run_s against solo wall_s − run_s), per second of its solo init_s (least squares,
+        at least 0). Then each measured pair is simulated piecewise (both jobs start at 0; job k starts its
+        loop after its start-up, solo wall_s − init_s − run_s, and its init stretched by 1 + init_stretch;
+        each loop runs at the modelled rate while the other is also in its loop, alone otherwise) and the
+        squared error of predicted vs measured slowdowns is minimised by a deterministic grid search.
 
         Raises:
             ColocationError: the file is unreadable, not JSON, or a key is missing or holds a bad value
@@ -174,7 +196,7 @@ class CalibrationReport:
     Attributes:
         source: the colocation file.
         model_form: the formula fitted.
-        parameters: alpha, beta, gamma.
+        parameters: alpha, beta, gamma, init_stretch.
         utils_pct: run-phase busy % used for each kind (see `run_phase_util_pct`).
         rows: one per measured pair, in file order.
         rmse: root mean square of predicted − measured slowdown over every job of every pair.
@@ -197,9 +219,15 @@ class CalibrationReport:
 
 @dataclass(frozen=True, slots=True)
 class _Solo:
+    startup_s: float
     init_s: float
     run_s: float
     util_pct: float
+
+    @property
+    def pre_s(self) -> float:
+        """Solo seconds from process start to the timed loop."""
+        return self.startup_s + self.init_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +238,8 @@ class _Pair:
     solo_b: _Solo
     slowdown_a: float
     slowdown_b: float
+    pre_a_s: float  # measured seconds from process start to the loop, in the pair (wall_s_a − run_s_a)
+    pre_b_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,50 +295,68 @@ def _pair_slowdowns(
 
 
 def _rates(params: Sequence[Any], u_self: float, u_other: float) -> Any:
-    alpha, beta, gamma = params
+    alpha, beta, gamma = params[:3]
     return 1.0 / (1.0 + np.maximum(0.0, alpha + beta * u_other * (1.0 + gamma * (1.0 - u_self))))
 
 
-def _predict(params: Sequence[Any], pair: _Pair) -> tuple[Any, Any]:
+def _loop_start_s(solo: _Solo, stretch: float) -> float:
+    """When a paired job (both started at 0, sharing throughout) reaches its loop: start-up, stretched init."""
+    return solo.startup_s + solo.init_s * (1.0 + stretch)
+
+
+def _predict(params: Sequence[Any], stretch: float, pair: _Pair) -> tuple[Any, Any]:
     ua, ub = pair.solo_a.util_pct / 100.0, pair.solo_b.util_pct / 100.0
     return _pair_slowdowns(
-        pair.solo_a.init_s,
+        _loop_start_s(pair.solo_a, stretch),
         pair.solo_a.run_s,
         _rates(params, ua, ub),
-        pair.solo_b.init_s,
+        _loop_start_s(pair.solo_b, stretch),
         pair.solo_b.run_s,
         _rates(params, ub, ua),
     )
 
 
-def _sse(params: Sequence[Any], pairs: Sequence[_Pair]) -> Any:
+def _sse(params: Sequence[Any], stretch: float, pairs: Sequence[_Pair]) -> Any:
     total: Any = 0.0
     for pair in pairs:
-        pred_a, pred_b = _predict(params, pair)
+        pred_a, pred_b = _predict(params, stretch, pair)
         total = total + (pred_a - pair.slowdown_a) ** 2 + (pred_b - pair.slowdown_b) ** 2
     return total
 
 
-def _fit(pairs: Sequence[_Pair]) -> tuple[float, float, float]:
-    """Least squares over the search box: a coarse grid, then grids zooming in on the best point."""
+def _fit_stretch(pairs: Sequence[_Pair]) -> float:
+    """Least squares of (pair pre − solo pre) = stretch · solo init_s over every job of every pair, at least 0."""
+    num = den = 0.0
+    for pair in pairs:
+        for solo, pre_s in ((pair.solo_a, pair.pre_a_s), (pair.solo_b, pair.pre_b_s)):
+            num += (pre_s - solo.pre_s) * solo.init_s
+            den += solo.init_s * solo.init_s
+    return max(0.0, num / den) if den > 0.0 else 0.0
+
+
+def _fit(pairs: Sequence[_Pair]) -> tuple[float, float, float, float]:
+    """init_stretch in closed form, then alpha, beta, gamma by least squares over the search box: a coarse
+    grid, then grids zooming in on the best point."""
+    stretch = _fit_stretch(pairs)
     lo = np.array([b[0] for b in _BOUNDS])
     hi = np.array([b[1] for b in _BOUNDS])
-    best = _grid_argmin(pairs, [np.linspace(lo[i], hi[i], _COARSE_POINTS) for i in range(3)])
+    best = _grid_argmin(pairs, stretch, [np.linspace(lo[i], hi[i], _COARSE_POINTS) for i in range(3)])
     span = (hi - lo) / (_COARSE_POINTS - 1)
     offsets = np.linspace(-2.0, 2.0, _ZOOM_POINTS)
     for _ in range(_ZOOM_PASSES):
-        best = _grid_argmin(pairs, [np.clip(best[i] + span[i] * offsets, lo[i], hi[i]) for i in range(3)])
+        axes = [np.clip(best[i] + span[i] * offsets, lo[i], hi[i]) for i in range(3)]
+        best = _grid_argmin(pairs, stretch, axes)
         span = span * _ZOOM_SHRINK
-    return float(best[0]), float(best[1]), float(best[2])
+    return float(best[0]), float(best[1]), float(best[2]), stretch
 
 
-def _grid_argmin(pairs: Sequence[_Pair], axes: list[FloatArray]) -> FloatArray:
+def _grid_argmin(pairs: Sequence[_Pair], stretch: float, axes: list[FloatArray]) -> FloatArray:
     grid = [g.ravel() for g in np.meshgrid(*axes, indexing="ij")]
-    k = int(np.argmin(_sse(grid, pairs)))  # first minimum on ties: deterministic
+    k = int(np.argmin(_sse(grid, stretch, pairs)))  # first minimum on ties: deterministic
     return np.array([g[k] for g in grid])
 
 
-def _report(source: str, data: _Colocation, params: tuple[float, float, float]) -> CalibrationReport:
+def _report(source: str, data: _Colocation, params: tuple[float, float, float, float]) -> CalibrationReport:
     loo = _leave_one_out(data.pairs)
     rows = tuple(
         _pair_fit(pair, params, None if loo is None else loo[i]) for i, pair in enumerate(data.pairs)
@@ -321,7 +369,7 @@ def _report(source: str, data: _Colocation, params: tuple[float, float, float]) 
     return CalibrationReport(
         source=source,
         model_form=MODEL_FORM,
-        parameters=dict(zip(("alpha", "beta", "gamma"), params, strict=True)),
+        parameters=dict(zip(PARAMETER_NAMES, params, strict=True)),
         utils_pct={kind: solo.util_pct for kind, solo in data.solo.items()},
         rows=rows,
         rmse=_rmse(predicted, measured),
@@ -339,13 +387,15 @@ def _leave_one_out(pairs: Sequence[_Pair]) -> list[tuple[float, float]] | None:
     out = []
     for i, pair in enumerate(pairs):
         params = _fit([p for j, p in enumerate(pairs) if j != i])
-        pred_a, pred_b = _predict(params, pair)
+        pred_a, pred_b = _predict(params, params[3], pair)
         out.append((float(pred_a), float(pred_b)))
     return out
 
 
-def _pair_fit(pair: _Pair, params: tuple[float, float, float], loo: tuple[float, float] | None) -> PairFit:
-    pred_a, pred_b = (float(x) for x in _predict(params, pair))
+def _pair_fit(
+    pair: _Pair, params: tuple[float, float, float, float], loo: tuple[float, float] | None
+) -> PairFit:
+    pred_a, pred_b = (float(x) for x in _predict(params, params[3], pair))
     return PairFit(
         a=pair.a,
         b=pair.b,
@@ -420,7 +470,15 @@ def _solo(path: Path, where: str, rec: Any) -> _Solo:
     run_s = _number(path, rec, where, "run_s", _POSITIVE, lambda x: x > 0)
     init_s = _number(path, rec, where, "init_s", _NON_NEGATIVE, lambda x: x >= 0)
     util = _number(path, rec, where, "mean_gpu_util", _PERCENT, lambda x: 0 <= x <= 100)
-    return _Solo(init_s, run_s, run_phase_util_pct({"mean_gpu_util": util, "wall_s": wall_s, "run_s": run_s}))
+    if init_s + run_s > wall_s:
+        raise ColocationError(
+            path,
+            f"{where}.wall_s",
+            f"value {wall_s!r} is less than init_s + run_s",
+            "at least init_s + run_s",
+        )
+    util_run = run_phase_util_pct({"mean_gpu_util": util, "wall_s": wall_s, "run_s": run_s})
+    return _Solo(wall_s - init_s - run_s, init_s, run_s, util_run)
 
 
 def _pair(path: Path, where: str, rec: Any, solo: dict[str, _Solo]) -> _Pair:
@@ -428,7 +486,22 @@ def _pair(path: Path, where: str, rec: Any, solo: dict[str, _Solo]) -> _Pair:
     a, b = (_kind(path, rec, where, key, solo) for key in ("a", "b"))
     slow_a = _number(path, rec, where, "slowdown_a", _POSITIVE, lambda x: x > 0)
     slow_b = _number(path, rec, where, "slowdown_b", _POSITIVE, lambda x: x > 0)
-    return _Pair(a, b, solo[a], solo[b], slow_a, slow_b)
+    pre_a, pre_b = (_pair_pre_s(path, rec, where, side) for side in ("a", "b"))
+    return _Pair(a, b, solo[a], solo[b], slow_a, slow_b, pre_a, pre_b)
+
+
+def _pair_pre_s(path: Path, rec: dict[str, Any], where: str, side: str) -> float:
+    """Measured seconds from process start to the loop of one side of a pair: wall_s_x − run_s_x."""
+    wall_s = _number(path, rec, where, f"wall_s_{side}", _POSITIVE, lambda x: x > 0)
+    run_s = _number(path, rec, where, f"run_s_{side}", _POSITIVE, lambda x: x > 0)
+    if run_s > wall_s:
+        raise ColocationError(
+            path,
+            f"{where}.wall_s_{side}",
+            f"value {wall_s!r} is less than run_s_{side}",
+            f"at least run_s_{side}",
+        )
+    return wall_s - run_s
 
 
 def _kind(path: Path, rec: dict[str, Any], where: str, key: str, solo: dict[str, _Solo]) -> str:

@@ -2,8 +2,9 @@
 
 No fixed time step: the clock jumps from event to event (arrivals and finishes). At every instant the
 finishes are handled first, then the arrivals, then one scheduling pass starts every job the policy
-allows. With GPU sharing, a job's progress rate comes from the interference model and its finish time
-moves whenever a neighbour starts or ends on one of its GPUs.
+allows. With GPU sharing, a job runs through three phases (start-up, init, GPU work: `Job.startup_s`,
+`Job.init_s`, the rest of its duration); its progress rate in each comes from the interference model, and
+its phase ends move whenever a neighbour starts, reaches its GPU phase or ends on one of its GPUs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = ["ProgressFn", "require_durations", "simulate"]
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
+_GPU_PHASE = 2  # phases of a sharing job: 0 start-up, 1 init, 2 GPU work
 
 
 def simulate(
@@ -144,7 +146,9 @@ class _Run:
         # sharing only: progress bookkeeping per running job
         self.gpu_jobs: list[set[int]] = [set() for _ in sched.state.gpu_node]
         self.rate: dict[int, float] = {}
-        self.work_left: dict[int, float] = {}
+        self.phases_left: dict[int, list[float]] = {}  # solo seconds left of [start-up, init, GPU work]
+        self.phase: dict[int, int] = {}  # index of the current phase in phases_left
+        self.gpu_util: dict[int, float] = {}  # busy % during the GPU phase
         self.last_t: dict[int, float] = {}
         self.version: dict[int, int] = {}
         self.start_t: dict[int, float] = {}
@@ -161,8 +165,10 @@ class _Run:
             now = t_next
             while heap and heap[0][0] <= now:
                 _, _, jid, ver = heappop(heap)
-                if not self.sharing or version.get(jid, 0) == ver:
+                if not self.sharing:
                     self._finish(jid, now)
+                elif version.get(jid, -1) == ver:
+                    self._phase_end(jid, now)
             while arrivals[ai] <= now:
                 job = jobs[order[ai]]
                 sched.submit(order[ai], job, book_mem_gb=_booked_mem(job, sched.oracle))
@@ -182,10 +188,31 @@ class _Run:
         if not self.sharing:
             heapq.heappush(self.heap, (now + dur, next(self.seq), jid, 0))
             return
-        self.work_left[jid], self.last_t[jid], self.rate[jid], self.version[jid] = dur, now, 1.0, 0
+        job = self.jobs[jid]
+        gpu_s = job.gpu_phase_s() or 0.0
+        self.phases_left[jid] = [min(job.startup_s or 0.0, dur), min(job.init_s or 0.0, dur), gpu_s]
+        self.phase[jid] = self._next_phase(jid, 0)
+        self.gpu_util[jid] = _gpu_phase_util(self._util(jid), dur, gpu_s)
+        self.last_t[jid], self.rate[jid], self.version[jid] = now, 1.0, 0
         for g in st.gpus:
             self.gpu_jobs[g].add(jid)
         self._rerate(self._neighbours(st.gpus), now, force=jid)
+
+    def _next_phase(self, jid: int, first: int) -> int:
+        """The first phase from `first` on with work left (the GPU phase when none has)."""
+        left = self.phases_left[jid]
+        return next((k for k in range(first, _GPU_PHASE) if left[k] > 0.0), _GPU_PHASE)
+
+    def _phase_end(self, jid: int, now: float) -> None:
+        """A sharing job's current phase is done: finish it, or move it on and rerate its GPUs' jobs."""
+        phase = self.phase[jid]
+        if phase == _GPU_PHASE:
+            self._finish(jid, now)
+            return
+        self.phases_left[jid][phase] = 0.0
+        self.last_t[jid] = now
+        self.phase[jid] = self._next_phase(jid, phase + 1)
+        self._rerate(self._neighbours(self.sched.alloc[jid]), now, force=jid)
 
     def _finish(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
@@ -200,8 +227,8 @@ class _Run:
         if self.sharing:
             for g in gpus:
                 self.gpu_jobs[g].discard(jid)
-            for d in (self.rate, self.work_left, self.last_t, self.version):
-                del d[jid]
+            del self.rate[jid], self.phases_left[jid], self.phase[jid], self.gpu_util[jid]
+            del self.last_t[jid], self.version[jid]
             self._rerate(self._neighbours(gpus), now)
 
     def _neighbours(self, gpus: tuple[int, ...]) -> set[int]:
@@ -211,32 +238,38 @@ class _Run:
         return out
 
     def _rerate(self, affected: set[int], now: float, force: int = -1) -> None:
-        """New progress rates for jobs whose GPU neighbours changed; move their finish events."""
+        """New progress rates for jobs whose GPU neighbours changed; move their phase-end events."""
         for a in sorted(affected):
-            self.work_left[a] -= (now - self.last_t[a]) * self.rate[a]
+            left = self.phases_left[a]
+            phase = self.phase[a]
+            left[phase] = max(left[phase] - (now - self.last_t[a]) * self.rate[a], 0.0)
             self.last_t[a] = now
             new = self._rate_of(a)
             if new == self.rate[a] and a != force:
                 continue
             self.rate[a] = new
             self.version[a] += 1
-            left = max(self.work_left[a], 0.0)
-            heapq.heappush(self.heap, (now + left / new, next(self.seq), a, self.version[a]))
+            heapq.heappush(self.heap, (now + left[phase] / new, next(self.seq), a, self.version[a]))
             plan = self.sched.plan[a]
             if plan < _INF:
-                done = (self.jobs[a].duration_s or 0.0) - left
+                done = (self.jobs[a].duration_s or 0.0) - sum(left)
                 self.sched.set_expected_end(a, now + max(plan - done, 0.0) / new)
 
     def _rate_of(self, jid: int) -> float:
-        assert self.model is not None  # sharing runs always have a model
-        if self.jobs[jid].duration_includes_sharing:
-            return 1.0  # its recorded duration already holds the slowdown it had: never slow it twice
-        util = self._util(jid)
-        rate = 1.0
-        for g in self.sched.alloc[jid]:
-            others = [self._util(b) for b in self.gpu_jobs[g] if b != jid]
+        """Progress rate of a running job in its current phase (start-up 1, init and GPU per the model)."""
+        model = self.model
+        assert model is not None  # sharing runs always have a model
+        phase = self.phase[jid]
+        if self.jobs[jid].duration_includes_sharing or phase == 0:
+            return 1.0  # start-up is CPU work; a recorded shared duration is never slowed twice
+        gpus = self.sched.alloc[jid]
+        if phase == 1:
+            return model.init_rate(any(len(self.gpu_jobs[g]) > 1 for g in gpus))
+        util, rate = self.gpu_util[jid], 1.0
+        for g in gpus:
+            others = [self.gpu_util[b] for b in self.gpu_jobs[g] if b != jid and self.phase[b] == _GPU_PHASE]
             if others:
-                rate = min(rate, self.model.rate(util, others))
+                rate = min(rate, model.rate(util, others))
         return rate
 
     def _util(self, jid: int) -> float:
@@ -248,3 +281,11 @@ class _Run:
     def _stuck_message(self) -> str:
         ids = [self.jobs[j].id for j in itertools.islice(self.sched.waiting_jids(), 5)]
         return f"{self.sched.waiting} job(s) can never start (first: {ids}); nothing runs and nothing arrives"
+
+
+def _gpu_phase_util(util_pct: float, duration_s: float, gpu_s: float) -> float:
+    """Busy % during the GPU phase from the whole-job mean: the start-up and init phases leave the GPU idle,
+    so the same busy seconds fall in the GPU phase (at most 100)."""
+    if gpu_s <= 0.0 or gpu_s >= duration_s or util_pct != util_pct:
+        return util_pct
+    return min(100.0, util_pct * duration_s / gpu_s)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.model import Job
-from gpuplan.traces._fields import _FALSE, _FLOAT_FIELDS, _TRUE, BOOL_FIELDS, REQUIRED_FIELDS
+from gpuplan.traces._fields import _FALSE, _FLOAT_FIELDS, _TRUE, BOOL_FIELDS, PHASE_FIELDS, REQUIRED_FIELDS
 
 __all__ = ["fast_own_csv_jobs"]
 
@@ -29,6 +29,8 @@ def fast_own_csv_jobs(path: Path, header: list[str]) -> list[Job] | None:
         import pyarrow.csv as pacsv
     except ImportError:  # pragma: no cover - pyarrow is a dependency; stay correct without it
         return None
+    if any(f in PHASE_FIELDS for f in header):
+        return None  # the exact reader checks startup_s + init_s against duration_s row by row
     types = {f: pa.float64() for f in header if f in (*_FLOAT_FIELDS, "gpus")}
     types.update({f: pa.string() for f in header if f in _STRING_FIELDS})
     try:

@@ -19,6 +19,7 @@ from gpuplan.model import Job
 __all__ = [
     "BOOL_FIELDS",
     "JOB_FIELDS",
+    "PHASE_FIELDS",
     "REPORTED_FIELDS",
     "REQUIRED_FIELDS",
     "TIME_FIELDS",
@@ -34,7 +35,15 @@ __all__ = [
 
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Job))
 REQUIRED_FIELDS: tuple[str, ...] = ("id", "submit_s", "gpus")
-TIME_FIELDS: tuple[str, ...] = ("submit_s", "duration_s", "est_duration_s", "requested_s")
+TIME_FIELDS: tuple[str, ...] = (
+    "submit_s",
+    "duration_s",
+    "est_duration_s",
+    "requested_s",
+    "startup_s",
+    "init_s",
+)
+PHASE_FIELDS: tuple[str, ...] = ("startup_s", "init_s")
 _FLOAT_FIELDS: tuple[str, ...] = (*TIME_FIELDS, "mem_gb", "est_mem_gb", "gpu_util_pct")
 # Fields listed in TraceResult.missing_fields when no job of the file has a value for them.
 REPORTED_FIELDS: tuple[str, ...] = (
@@ -216,6 +225,7 @@ def job_from_texts(texts: dict[str, str], units: dict[str, str] | None = None) -
     for field in REQUIRED_FIELDS:
         if field not in values:
             raise FieldError(field, "", "missing")
+    _check_phases(values)
     return Job(**values)
 
 
@@ -310,7 +320,23 @@ def job_from_json(obj: dict[str, Any]) -> Job:
     for field in REQUIRED_FIELDS:
         if field not in values:
             raise FieldError(field, None, "missing")
+    _check_phases(values)
     return Job(**values)
+
+
+def _check_phases(values: dict[str, Any]) -> None:
+    """startup_s + init_s must fit in duration_s (when the three are given)."""
+    duration = values.get("duration_s")
+    phases = [values[f] for f in PHASE_FIELDS if f in values]
+    if duration is None or not phases or sum(phases) <= duration:
+        return
+    field = "init_s" if "init_s" in values else "startup_s"
+    raise FieldError(
+        field,
+        values[field],
+        "startup_s + init_s exceed duration_s",
+        f"startup_s + init_s at most duration_s ({duration!r} s): they are parts of the job's duration",
+    )
 
 
 # ---- writing --------------------------------------------------------------------------------------

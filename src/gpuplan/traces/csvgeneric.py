@@ -46,6 +46,8 @@ RECOGNIZED_COLUMNS: dict[str, tuple[str, ...]] = {
     "command": ("command", "cmd"),
     "may_span_nodes": ("may_span_nodes", "multi_node"),
     "duration_includes_sharing": ("duration_includes_sharing",),
+    "startup_s": ("startup_s", "startup"),
+    "init_s": ("init_s", "init"),
 }
 _DELIMITERS = (",", "\t", ";")
 _MAX_LISTED = 10

@@ -38,6 +38,8 @@ PARQUET_TYPES: dict[str, str] = {
     "command": "string",
     "may_span_nodes": "bool",
     "duration_includes_sharing": "bool",
+    "startup_s": "float64",
+    "init_s": "float64",
     "meta": "string",  # a JSON object as text, like the CSV cell
 }
 
