@@ -169,8 +169,14 @@ def test_history_with_starts_censoring_and_states(history_trace: Path, tmp_path:
     assert 'id="fig-util"' in page and 'id="fig-delay"' in page
 
 
-def test_missing_cluster_is_one_line(article_trace: Path) -> None:
-    _one_line_error(_invoke(article_trace), "does not describe its cluster", "--cluster")
+def test_missing_cluster_is_the_default_with_a_warning(article_trace: Path) -> None:
+    """The rule of every command (tests/test_cli_rules.py): the default cluster, said on stderr."""
+    result = _invoke(article_trace, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "does not describe its cluster: using the default 8xA100-80GB" in result.stderr
+    data = json.loads(result.stdout)
+    assert data["trace"]["cluster_source"] == "default"
+    assert data["cluster"]["name"] == "8xA100-80GB" and data["cluster"]["origin"] == "default"
 
 
 def test_unknown_cluster_is_one_line(article_trace: Path) -> None:

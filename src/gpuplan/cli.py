@@ -151,7 +151,9 @@ def _print_table(results: Sequence[SimResult], title: str) -> None:
     for col in keep:
         first = col == "policy+backfill"
         table.add_column(col, justify="left" if first else "right", no_wrap=True)
-    best = results[0]
+    from gpuplan.sim.compare import best_run, contenders
+
+    best = best_run(results, ranked=True)
     for r in results:
         m = r.metrics
         mark = " ← best" if r is best else (" ← FIFO" if r.policy == "fifo" else "")
@@ -162,7 +164,7 @@ def _print_table(results: Sequence[SimResult], title: str) -> None:
             f"{m.mean_bounded_slowdown:.1f}", f"{m.idle_gpu_hours_while_waiting:.1f}", f"{m.bound_ratio:.3f}×",
         ]))  # fmt: skip
         table.add_row(*(cells[c] for c in keep), style=style)
-    lb = best.metrics.lower_bound_s
+    lb = contenders(results)[0].metrics.lower_bound_s
     bound_cells = {
         "policy+backfill": "lower bound (proven)",
         "span h": f"{lb / 3600:.2f}",
@@ -207,18 +209,44 @@ def _load_trace(
     return result
 
 
-def _cluster_for(cluster: str | None, result: TraceResult, sharing: bool | None) -> ClusterSpec:
-    """--cluster when given, else the cluster the trace describes, else the article's 8xA100 node."""
-    from gpuplan.cluster import load_cluster
-    from gpuplan.model import ClusterSpec
+def _cluster_for(cluster: str | None, result: TraceResult, sharing: bool | None = None) -> ClusterSpec:
+    """The one rule of every command: --cluster when given, else the cluster the trace describes (SWF
+    header, Alibaba node list, a cluster file beside a converted trace), else DEFAULT_CLUSTER with a
+    warning on stderr. The spec's `origin` says which ("option", "trace", "default")."""
+    from dataclasses import replace
 
-    if cluster is not None or result.cluster is None:
-        return load_cluster(cluster or DEFAULT_CLUSTER, sharing=sharing)
-    spec = result.cluster
+    from gpuplan.cluster import load_cluster
+
+    if cluster is not None:
+        return replace(load_cluster(cluster, sharing=sharing), origin="option")
+    if result.cluster is None:
+        spec = replace(load_cluster(DEFAULT_CLUSTER, sharing=sharing), origin="default")
+        typer.echo(
+            f"gpuplan: warning: {result.source or 'the trace'} does not describe its cluster: using the "
+            f"default {DEFAULT_CLUSTER} ({spec.describe()}); pass --cluster PRESET or a .toml file",
+            err=True,
+        )
+        return spec
+    spec = replace(result.cluster, origin="trace")
     if sharing is not None and sharing != spec.sharing:
-        spec = ClusterSpec(spec.name, spec.nodes, sharing=sharing, max_jobs_per_gpu=spec.max_jobs_per_gpu)
+        spec = replace(spec, sharing=sharing)
     typer.echo(f"gpuplan: using the trace's own cluster: {spec.describe()}", err=True)
     return spec
+
+
+def fitting_jobs(jobs: list[Job], spec: ClusterSpec, oracle: bool = False) -> list[Job]:
+    """The jobs that can ever start on `spec`; the others are left out with one warning on stderr
+    (the same rule in every command)."""
+    from gpuplan.sim.fits import never_fit_warning, split_never_fitting
+
+    ok, never = split_never_fitting(jobs, spec, oracle)
+    if never and not ok:
+        from gpuplan.errors import JobNeverFitsError
+
+        raise JobNeverFitsError(f"no job can ever start: {never_fit_warning(never, len(jobs), spec)}")
+    if never:
+        typer.echo(f"gpuplan: warning: {never_fit_warning(never, len(jobs), spec)}", err=True)
+    return ok
 
 
 @app.command()
@@ -252,8 +280,9 @@ def simulate(
         if cluster is not None:
             load_cluster(cluster)  # a bad --cluster fails before a long read
         result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
-        spec = _cluster_for(cluster, result, sharing)
         jobs = apply_predictions(_runnable(result.jobs), predict)
+        spec = _cluster_for(cluster, result, sharing)
+        jobs = fitting_jobs(jobs, spec, oracle)
         results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
         _emit(
             results,
@@ -291,7 +320,9 @@ def _emit(
         typer.echo(f"gpuplan: warning: {w}", err=True)
     rows = schedule_json(results, schedule_out) if schedules and (as_json or schedule_out) else None
     if as_json:
-        runs = [r.summary() if rows is None else {**r.summary(), **rows[i]} for i, r in enumerate(results)]
+        runs = _summaries(results)
+        if rows is not None:
+            runs = [{**run, **rows[i]} for i, run in enumerate(runs)]
         typer.echo(json.dumps(runs, indent=2))
     else:
         _print_table(results, subtitle)
@@ -328,14 +359,28 @@ def schedule_json(results: Sequence[SimResult], schedule_out: Path | None) -> li
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan.py)
 
 
+def _summaries(results: Sequence[SimResult]) -> list[dict[str, Any]]:
+    """What --json prints per run: its summary (with its cluster), whether it is the best, and, when
+    no run may be called best, why (`no_winner`, the same text on every run)."""
+    from gpuplan.sim.compare import best_run, no_winner_reason
+
+    best, why = best_run(results), no_winner_reason(results)
+    return [{**r.summary(), "best": r is best, "no_winner": why} for r in results]
+
+
 def _notes(results: Sequence[SimResult]) -> list[str]:
+    from gpuplan.sim.compare import best_run, no_winner_reason
+
     notes = []
     if any(r.oracle for r in results):
         notes.append("ORACLE run: policies saw the true durations, which no real scheduler knows.")
+    why = no_winner_reason(results)
+    if why is not None:
+        notes.append(f"no best run: {why}.")
     policies = [r for r in results if r.policy != PLAN_POLICY]
     fifo = [r for r in policies if r.policy == "fifo"]
-    best = policies[0] if policies else results[0]
-    if fifo and best.policy != "fifo":
+    best = best_run(results, ranked=True)
+    if fifo and best is not None and best.policy != "fifo":
         plain = [r for r in fifo if r.backfill == "none"]
         f = plain[0] if plain else min(fifo, key=lambda r: r.metrics.makespan_s)
         gain = f.metrics.makespan_s - best.metrics.makespan_s
@@ -405,9 +450,12 @@ def convert(
     with _errors():
         from gpuplan.traces import write_trace
 
-        jobs = _load_jobs(trace, fmt, column_map, skip_bad, time_unit)
-        write_trace(jobs, out)
-        typer.echo(f"wrote {len(jobs)} jobs to {out}")
+        result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
+        beside = write_trace(result.jobs, out, result.cluster)
+        kept = ""
+        if result.cluster is not None:
+            kept = f" (its cluster in {beside})" if beside else " (its cluster in the Parquet metadata)"
+        typer.echo(f"wrote {len(result.jobs)} jobs to {out}{kept}")
 
 
 @app.command()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import tomllib
 from importlib import resources
@@ -11,7 +13,7 @@ from typing import Any
 from gpuplan.errors import ClusterError, UnknownNameError
 from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
 
-__all__ = ["load_cluster", "preset_names"]
+__all__ = ["cluster_from_toml", "cluster_to_toml", "load_cluster", "preset_names"]
 
 _NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb"}
 _TOP_KEYS = {"name", "sharing", "max_jobs_per_gpu", "nodes"}
@@ -47,7 +49,7 @@ def load_cluster(name_or_path: str, sharing: bool | None = None) -> ClusterSpec:
         source = f"preset {name_or_path}"
     spec = cluster_from_toml(text, source)
     if sharing is not None and sharing != spec.sharing:
-        spec = ClusterSpec(spec.name, spec.nodes, sharing=sharing, max_jobs_per_gpu=spec.max_jobs_per_gpu)
+        spec = dataclasses.replace(spec, sharing=sharing)
     return spec
 
 
@@ -99,3 +101,30 @@ def _positive_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ClusterError(f"{where} = {value!r} must be a positive integer")
     return value
+
+
+def cluster_to_toml(spec: ClusterSpec) -> str:
+    """A cluster file that `load_cluster` reads back as an equal ClusterSpec (node names kept).
+
+    Consecutive nodes of one GPU model and size share a `[[nodes]]` table when their names are the
+    running numbers `load_cluster` would give them; every other node gets its own named table.
+    """
+    lines = [f"name = {json.dumps(spec.name)}", f"sharing = {str(spec.sharing).lower()}"]
+    lines.append(f"max_jobs_per_gpu = {spec.max_jobs_per_gpu}")
+    i = 0
+    while i < len(spec.nodes):
+        node = spec.nodes[i]
+        count = 1
+        if node.name == f"node{i + 1}":
+            while (
+                i + count < len(spec.nodes)
+                and spec.nodes[i + count].name == f"node{i + count + 1}"
+                and (spec.nodes[i + count].gpus, spec.nodes[i + count].gpu) == (node.gpus, node.gpu)
+            ):
+                count += 1
+        lines += ["", "[[nodes]]"]
+        lines.append(f"count = {count}" if node.name == f"node{i + 1}" else f"name = {json.dumps(node.name)}")
+        lines += [f"gpus = {node.gpus}", f"gpu_model = {json.dumps(node.gpu.model)}"]
+        lines.append(f"gpu_mem_gb = {node.gpu.mem_gb!r}")
+        i += count
+    return "\n".join(lines) + "\n"

@@ -101,12 +101,15 @@ class ClusterSpec:
         nodes: the nodes, in placement order.
         sharing: allow several jobs on one GPU while their memory fits (slowed by interference).
         max_jobs_per_gpu: upper bound on jobs sharing one GPU when sharing is on.
+        origin: where a command took it from: "option" (--cluster), "trace" (the trace describes it)
+            or "default" (neither); "" outside the CLI. Not part of equality.
     """
 
     name: str
     nodes: tuple[NodeSpec, ...]
     sharing: bool = False
     max_jobs_per_gpu: int = 4
+    origin: str = field(default="", compare=False)
 
     @property
     def total_gpus(self) -> int:
@@ -119,6 +122,18 @@ class ClusterSpec:
     @property
     def total_mem_gb(self) -> float:
         return sum(n.gpus * n.gpu.mem_gb for n in self.nodes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What `--json` says of the cluster a run used."""
+        return {
+            "name": self.name,
+            "describe": self.describe(),
+            "gpus": self.total_gpus,
+            "nodes": len(self.nodes),
+            "sharing": self.sharing,
+            "max_jobs_per_gpu": self.max_jobs_per_gpu,
+            "origin": self.origin,
+        }
 
     def describe(self) -> str:
         """One line such as '8 GPUs on 1 node (8x A100-80GB), exclusive'."""

@@ -17,7 +17,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpuplan.model import ClusterSpec
+    from gpuplan.model import ClusterSpec, Job
     from gpuplan.traces import TraceResult
 
 __all__ = ["DEFAULT_SIM_BUDGET_S", "audit"]
@@ -42,25 +42,27 @@ def audit(
 ) -> None:  # fmt: skip
     """Audit a job history: counts, distributions, the profile matrix, the article's classes, top users
     and queues, what the cluster achieved, and the GPU-hours the best policy would have freed."""
-    from gpuplan.cli import _errors, apply_predictions
+    from gpuplan.cli import _cluster_for, _errors, apply_predictions
 
     with _errors():
         from gpuplan._progress import LazyProgress
         from gpuplan.cluster import load_cluster
         from gpuplan.profile import audit_jobs
 
-        given = load_cluster(cluster) if cluster is not None else None
+        if cluster is not None:
+            load_cluster(cluster)  # a bad --cluster fails before a long read
         result = _read(trace, fmt, column_map, time_unit, skip_bad, quiet=as_json)
         _say_read(result)
-        spec = _cluster_for(trace, given, result)
         jobs = apply_predictions(result.jobs, predict)
+        spec = _cluster_for(cluster, result)
+        _warn_never_fitting(jobs, spec, oracle)
         runs = sum(1 for j in jobs if j.duration_s is not None) * 8
         with LazyProgress(runs, "simulating", enabled=not as_json) as bar:
             report = audit_jobs(
                 jobs, spec, top=top, oracle=oracle, budget_s=sim_budget or None,
                 progress=lambda n, what: bar.advance(n, what),
             )  # fmt: skip
-        data = {"trace": _trace_dict(trace, result, given is not None), **report.as_dict()}
+        data = {"trace": _trace_dict(trace, result, spec.origin), **report.as_dict()}
         text = json.dumps(data, indent=2, allow_nan=False)
         html_path = _write(out, data, text, trace, spec) if out is not None else None
         if as_json:
@@ -131,19 +133,17 @@ def _say_read(result: TraceResult) -> None:
         typer.echo(f"gpuplan: censored: {note}", err=True)
 
 
-def _cluster_for(trace: Path, given: ClusterSpec | None, result: TraceResult) -> ClusterSpec:
-    from gpuplan.errors import ClusterError
+def _warn_never_fitting(jobs: list[Job], spec: ClusterSpec, oracle: bool) -> None:
+    """The what-if leaves out jobs that never fit the cluster; say so on stderr, as every command does."""
+    from gpuplan.sim.fits import never_fit_warning, split_never_fitting
 
-    spec = given or result.cluster
-    if spec is None:
-        raise ClusterError(
-            f"{trace}: the trace does not describe its cluster; pass --cluster PRESET or a .toml file "
-            "(`gpuplan clusters` lists the presets, docs/formats.md the file format)"
-        )
-    return spec
+    ran = [j for j in jobs if j.duration_s is not None]
+    _, never = split_never_fitting(ran, spec, oracle)
+    if never:
+        typer.echo(f"gpuplan: warning: {never_fit_warning(never, len(ran), spec)}", err=True)
 
 
-def _trace_dict(trace: Path, result: TraceResult, cluster_given: bool) -> dict[str, Any]:
+def _trace_dict(trace: Path, result: TraceResult, cluster_origin: str) -> dict[str, Any]:
     return {
         "path": str(trace),
         "format": result.format,
@@ -153,7 +153,7 @@ def _trace_dict(trace: Path, result: TraceResult, cluster_given: bool) -> dict[s
         "warnings": list(result.warnings),
         "censored": list(result.censored),
         "missing_fields": list(result.missing_fields),
-        "cluster_source": "option" if cluster_given else "trace",
+        "cluster_source": cluster_origin,
     }
 
 

@@ -29,7 +29,7 @@ _FORECAST_NOTE = "FORECAST: durations were replaced by their estimates; the plan
 
 def plan(
     trace: Annotated[Path, typer.Argument(help="Job trace with true durations (any format gpuplan reads).")],
-    cluster: Annotated[str, typer.Option("--cluster", "-c", help="Preset name (see `gpuplan clusters`) or a cluster .toml file.")] = "8xA100-80GB",
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Preset name or cluster .toml file; default: the trace's own cluster (SWF, Alibaba), else 8xA100-80GB.")] = None,
     objective: Annotated[str, typer.Option("--objective", help="makespan, mean-jct or weighted (GPU-weighted mean JCT).")] = "makespan",
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.0, help="Seconds for the whole search (baselines, CP-SAT, local search).")] = 30.0,
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="Backfill mode the plan is applied with: none (strict order), easy, conservative.")] = "easy",
@@ -49,7 +49,7 @@ def plan(
 ) -> None:  # fmt: skip
     """Search for the best order of a trace: start from the best built-in policy, improve it by simulation
     (and CP-SAT on small traces), and compare it with FIFO, the article's order and a proven lower bound."""
-    from gpuplan.cli import _errors, _load_jobs, apply_predictions, schedule_json
+    from gpuplan.cli import _cluster_for, _errors, _load_trace, apply_predictions, fitting_jobs, schedule_json
 
     with _errors():
         from gpuplan._progress import LazyProgress
@@ -58,10 +58,14 @@ def plan(
         from gpuplan.optimize.evaluate import check_objective
         from gpuplan.optimize.search import plan_order
 
-        spec = load_cluster(cluster)
+        if cluster is not None:
+            load_cluster(cluster)  # a bad --cluster fails before a long read
         check_objective(objective)
         get_backfill(backfill)
-        jobs = apply_predictions(_load_jobs(trace, fmt, column_map, skip_bad, time_unit), predict)
+        read = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
+        jobs = apply_predictions(read.jobs, predict)
+        spec = _cluster_for(cluster, read)
+        jobs = fitting_jobs(jobs, spec, oracle)
         with LazyProgress(100, "planning", enabled=not as_json) as bar:
 
             def tick(share: float, what: str) -> None:
@@ -179,7 +183,8 @@ def _json(result: PlanResult, shown: Sequence[SimResult]) -> dict[str, Any]:
     from gpuplan.optimize.planfile import json_safe
 
     runs = [{"role": _role(result, r), "objective_s": _value(result, r), **r.summary()} for r in shown]
-    return json_safe({"plan": result.summary(), "runs": runs, "order": result.order})  # type: ignore[no-any-return]
+    cluster = result.result.cluster.as_dict()
+    return json_safe({"plan": result.summary(), "cluster": cluster, "runs": runs, "order": result.order})  # type: ignore[no-any-return]
 
 
 def _write_outputs(result, shown, notes, trace, spec, out, report, quiet) -> None:  # type: ignore[no-untyped-def]

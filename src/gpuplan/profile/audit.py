@@ -57,9 +57,7 @@ class Audit:
         return {
             "jobs": self.jobs,
             "censored_jobs": self.censored_jobs,
-            "cluster": None
-            if c is None
-            else {"name": c.name, "gpus": c.total_gpus, "nodes": len(c.nodes), "describe": c.describe()},
+            "cluster": None if c is None else c.as_dict(),
             "states": dict(self.states),
             "distributions": {k: d.as_dict() for k, d in self.distributions.items()},
             "histograms": {k: h.as_dict() for k, h in self.histograms.items()},

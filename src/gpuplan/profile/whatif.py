@@ -19,7 +19,8 @@ from typing import Any
 from gpuplan.core.policies import get_policy, policy_names
 from gpuplan.errors import ScheduleError, UnknownNameError
 from gpuplan.model import ClusterSpec, Job, NodeSpec
-from gpuplan.sim.engine import _booked_mem, simulate
+from gpuplan.sim.engine import simulate
+from gpuplan.sim.fits import fits_on
 from gpuplan.sim.result import SimResult
 
 __all__ = ["BACKFILL", "POLICY_ORDER", "ProgressFn", "WhatIf", "what_if"]
@@ -154,7 +155,7 @@ def what_if(
         clock: the time source (tests inject a fake one).
     """
     replay = [j for j in jobs if j.duration_s is not None]
-    fits = _fits_on(cluster, oracle)
+    fits = fits_on(cluster, oracle)
     runnable = [j for j in replay if fits(j)]
     result = WhatIf(len(runnable), len(jobs) - len(replay), len(replay) - len(runnable), cluster.total_gpus)
     result.budget_s, result.oracle = budget_s, oracle
@@ -282,25 +283,6 @@ def _run(
     return run
 
 
-def _fits_on(cluster: ClusterSpec, oracle: bool) -> Callable[[Job], bool]:
-    """Whether a job can start on the empty cluster: the scheduler's own test (one node with enough
-    GPUs of enough memory, or enough such GPUs in all when the job may span nodes), by arithmetic,
-    with the memory the simulator books."""
-    cache: dict[tuple[int, float | None, bool], bool] = {}
-
-    def fits(job: Job) -> bool:
-        mem = _booked_mem(job, oracle)
-        key = (job.gpus, mem, job.may_span_nodes)
-        if key not in cache:
-            sizes = [n.gpus for n in cluster.nodes if mem is None or mem <= n.gpu.mem_gb]
-            cache[key] = bool(sizes) and (
-                max(sizes) >= job.gpus or (job.may_span_nodes and sum(sizes) >= job.gpus)
-            )
-        return cache[key]
-
-    return fits
-
-
 def _count_only(jobs: Sequence[Job], cluster: ClusterSpec) -> ClusterSpec:
     """One node holding every GPU when that gives the same schedule, else the cluster itself.
 
@@ -325,9 +307,5 @@ def _exclusion_notes(result: WhatIf, cluster: ClusterSpec) -> list[str]:
             f"{result.excluded_no_duration} job(s) without a duration (never started, still running or "
             "censored) are not replayed"
         )
-    if result.excluded_never_fit:
-        notes.append(
-            f"{result.excluded_never_fit} job(s) can never start on {cluster.name} "
-            f"({cluster.describe()}) and are not replayed"
-        )
+    # jobs that never fit are counted in excluded_never_fit; the CLI warns about them on stderr
     return notes

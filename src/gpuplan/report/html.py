@@ -24,6 +24,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from gpuplan.errors import GpuplanError
+from gpuplan.sim.compare import best_run, contenders, no_winner_reason
 from gpuplan.sim.result import JobRecord, SimResult
 
 __all__ = [
@@ -83,6 +84,7 @@ def report_data(results: Sequence[SimResult]) -> dict[str, Any]:
     return {
         "runs": entries,
         "best": labels[best] if best is not None else None,
+        "no_winner": no_winner_reason(runs),
         "lower_bounds_s": bounds,
     }
 
@@ -97,7 +99,8 @@ class ReportParts:
         compare: the makespan and utilization bars, a Plotly figure dict.
         util: utilization over time, one line per run, a Plotly figure dict.
         runs: the runs in the order of ``data["runs"]`` (for `gantt_figure`).
-        best: index of the best run in ``runs``.
+        best: index of the best run in ``runs``, or of the first policy run when no run may be called
+            best (``data["no_winner"]`` says why; the Gantt opens on this run).
     """
 
     data: dict[str, Any]
@@ -119,7 +122,8 @@ def report_parts(results: Sequence[SimResult]) -> ReportParts:
     runs = _sorted_runs(results)
     data = report_data(runs)
     labels = [e["label"] for e in data["runs"]]
-    best = next(i for i, e in enumerate(data["runs"]) if e["is_best"])
+    lead = contenders(runs)[0]  # the best run, or the first policy run when none is best
+    best = next(i for i, r in enumerate(runs) if r is lead)
     return ReportParts(
         data=data,
         summary_html=_summary_table(data),
@@ -229,15 +233,9 @@ _PLAN = "plan"  # policy name of an order searched by `gpuplan plan`
 
 
 def _best_index(runs: Sequence[SimResult]) -> int | None:
-    """Index of the smallest makespan among non-oracle runs (oracle runs only if all are oracle)."""
-    if not runs:
-        return None
-    # oracle runs and searched orders (`gpuplan plan`, which saw true outcomes) are no policy a live
-    # queue can run: the badge goes to the best of the others
-    candidates = [i for i, r in enumerate(runs) if not r.oracle and r.policy != _PLAN] or list(
-        range(len(runs))
-    )
-    return min(candidates, key=lambda i: _rank(runs[i]))
+    """Index of the best run as `gpuplan.sim.compare` decides (None when no run may be called best)."""
+    best = best_run(runs, ranked=True)
+    return None if best is None else next(i for i, r in enumerate(runs) if r is best)
 
 
 def _run_entry(r: SimResult, label: str, is_best: bool) -> dict[str, Any]:
@@ -313,6 +311,8 @@ def _summary_table(data: dict[str, Any]) -> str:
         '<span class="badge fifo">FIFO</span> first-in first-out baseline '
         '<span class="badge bound">bound</span> no schedule can finish sooner</p>'
     )
+    if data["no_winner"]:
+        legend += f'<p class="warning">No best run: {html.escape(data["no_winner"])}.</p>'
     if n_bounds > 1:
         legend += (
             f'<p class="warning">The runs have {n_bounds} different lower bounds (different workloads or '

@@ -86,4 +86,5 @@ class SimResult:
             "gpu_hours": m.gpu_hours,
             "lower_bound_s": m.lower_bound_s,
             "bound_ratio": m.bound_ratio,
+            "cluster": self.cluster.as_dict(),
         }

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gpuplan.model import Job
+from gpuplan.cluster import cluster_to_toml, load_cluster
+from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces._rows import read_head
 from gpuplan.traces.base import (
     FIELD_ALIASES,
@@ -49,6 +50,7 @@ __all__ = [
     "TraceReader",
     "TraceResult",
     "TruncatedTraceError",
+    "cluster_file_for",
     "get_reader",
     "parse_column_map",
     "parse_time_unit",
@@ -107,11 +109,28 @@ def read_trace(path: str | Path, fmt: str | None = None, options: ReadOptions | 
         raise TraceError(f"{path}: no such trace file")
     if not path.is_file():
         raise TraceError(f"{path}: not a file (give the path of a trace file)")
-    return (reader or _detected(path)).read(path, options)
+    result = (reader or _detected(path)).read(path, options)
+    beside = cluster_file_for(path)
+    if result.cluster is None and beside.is_file():
+        result.cluster = load_cluster(str(beside))
+        result.warnings.append(f"cluster from {beside} (written beside the trace by `gpuplan convert`)")
+    return result
 
 
-def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
-    """Write jobs as gpuplan JSONL (`.jsonl`, `.ndjson`) or CSV (`.csv`), chosen by the extension.
+def cluster_file_for(path: str | Path) -> Path:
+    """The cluster file that goes with a trace file: `jobs.jsonl` -> `jobs.cluster.toml`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.cluster.toml")
+
+
+def write_trace(jobs: Iterable[Job], path: str | Path, cluster: ClusterSpec | None = None) -> Path | None:
+    """Write jobs as gpuplan JSONL (`.jsonl`, `.ndjson`), CSV (`.csv`) or Parquet, by the extension.
+
+    With `cluster`, the trace keeps it: in the Parquet metadata, else as a cluster file beside the
+    trace (`cluster_file_for`), which `read_trace` picks up.
+
+    Returns:
+        The cluster file written beside the trace, if any.
 
     Raises:
         TraceError: another extension, a job the readers would reject, or the file cannot be written.
@@ -122,4 +141,15 @@ def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
         raise TraceError(
             f"{path}: cannot tell the output format; use one of the extensions {', '.join(_WRITERS)}"
         )
+    if writer is write_parquet:
+        write_parquet(jobs, path, cluster)
+        return None
     writer(jobs, path)
+    if cluster is None:
+        return None
+    beside = cluster_file_for(path)
+    try:
+        beside.write_text(cluster_to_toml(cluster), encoding="utf-8")
+    except OSError as e:
+        raise TraceError(f"{beside}: cannot write the trace's cluster file: {e.strerror or e}") from e
+    return beside

@@ -13,16 +13,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuplan.model import Job
+from gpuplan.cluster import cluster_from_toml, cluster_to_toml
+from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces._fields import JOB_FIELDS, REQUIRED_FIELDS, FieldError, job_from_json, loads_object
 from gpuplan.traces._rows import RowSink, checked_records, clip, ignored_option_warnings
 from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
 
-__all__ = ["PARQUET_TYPES", "ParquetReader", "write_parquet"]
+__all__ = ["CLUSTER_KEY", "PARQUET_TYPES", "ParquetReader", "write_parquet"]
 
 _MAGIC = b"PAR1"
 # The Parquet (Arrow) type of each Job field as written; the reader accepts any type whose values pass
 # the same checks as JSON values (an integer column for a float field, for example).
+CLUSTER_KEY = b"gpuplan.cluster"  # Parquet metadata key: the cluster TOML of the trace, if any
 PARQUET_TYPES: dict[str, str] = {
     "id": "string",
     "submit_s": "float64",
@@ -71,8 +73,8 @@ def _check_framing(path: Path) -> None:
         raise TraceError(f"{path}: the Parquet footer is missing: the file looks cut off")
 
 
-def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """The column names and the rows of the file as Python values.
+def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]], bytes | None]:
+    """The column names, the rows of the file as Python values, and the cluster TOML in its metadata.
 
     Raises:
         TraceError: not a Parquet file, cut off, damaged, or unreadable.
@@ -82,7 +84,7 @@ def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
     try:
         with pq.ParquetFile(path) as f:
             table = f.read()
-        return list(table.column_names), table.to_pylist()
+        return list(table.column_names), table.to_pylist(), (table.schema.metadata or {}).get(CLUSTER_KEY)
     except (pa.ArrowException, OSError, ValueError, MemoryError) as e:
         # A damaged file surfaces as ArrowInvalid, OSError or a text decoding error; all mean the same.
         why = f"{type(e).__name__}: {clip(' '.join(str(e).split()), 200)}"
@@ -141,12 +143,16 @@ class ParquetReader(TraceReader):
         return path.suffix.lower() in (".parquet", ".pq") or head.startswith(_MAGIC.decode())
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
-        columns, rows = _rows(path)
+        columns, rows, cluster = _rows(path)
         _checked_columns(path, columns)
         sink = RowSink(path, options.skip_bad)
         for number, row in enumerate(rows, start=1):
             sink.add(number, partial(_row_job, row))
-        return sink.result(self.name, ignored_option_warnings(options, self.name))
+        result = sink.result(self.name, ignored_option_warnings(options, self.name))
+        if cluster is not None:
+            text = cluster.decode("utf-8", errors="replace")
+            result.cluster = cluster_from_toml(text, f"{path}: metadata {CLUSTER_KEY.decode()}")
+        return result
 
 
 def _cell(column: str, value: Any) -> Any:
@@ -157,10 +163,11 @@ def _cell(column: str, value: Any) -> Any:
     return value
 
 
-def write_parquet(jobs: Iterable[Job], path: str | Path) -> None:
+def write_parquet(jobs: Iterable[Job], path: str | Path, cluster: ClusterSpec | None = None) -> None:
     """Write jobs as gpuplan Parquet: id, submit_s, gpus and every field some job sets (PARQUET_TYPES).
 
-    Reading the file back gives equal jobs (meta must hold plain JSON values; it is stored as JSON text).
+    Reading the file back gives equal jobs (meta must hold plain JSON values; it is stored as JSON text)
+    and, when `cluster` is given, that cluster (a cluster TOML file in the metadata key `gpuplan.cluster`).
 
     Raises:
         TraceError: a job the readers would reject (duplicate id, gpus < 1, NaN ...), meta that is not
@@ -174,6 +181,8 @@ def write_parquet(jobs: Iterable[Job], path: str | Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         schema = pa.schema([(c, pa.type_for_alias(PARQUET_TYPES[c])) for c in columns])
+        if cluster is not None:
+            schema = schema.with_metadata({CLUSTER_KEY: cluster_to_toml(cluster).encode("utf-8")})
         pq.write_table(pa.Table.from_pydict(data, schema=schema), tmp)
         os.replace(tmp, path)
     except OSError as e:
