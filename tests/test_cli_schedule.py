@@ -118,7 +118,9 @@ def test_large_schedules_are_left_out_of_json_with_a_pointer(
 def test_schedule_out_unwritable_is_one_line_error(trace: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x", encoding="utf-8")
-    result = _invoke("simulate", trace, "-p", "fifo", "--schedule-out", blocker / "s.jsonl", "--json")
+    result = _invoke(
+        "simulate", trace, "-p", "fifo", "-c", "8xA100-80GB", "--schedule-out", blocker / "s.jsonl", "--json"
+    )
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "s.jsonl" in lines[0] and "--schedule-out" in lines[0]
