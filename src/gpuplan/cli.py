@@ -587,6 +587,18 @@ def _register_commands() -> None:
     app.command(name="plan")(plan)
     app.add_typer(predict_app, name="predict")
     app.command(name="serve")(serve)
+    _register_agent_commands()
+
+
+def _register_agent_commands() -> None:
+    """The local agent (`gpuplan agent ...`) and its job commands (commands/agent.py)."""
+    from gpuplan.commands import agent as ag
+
+    app.add_typer(ag.agent_app, name="agent")
+    for name, fn in (("submit", ag.submit_cmd), ("queue", ag.queue_cmd), ("show", ag.show_cmd),
+                     ("cancel", ag.cancel_cmd), ("logs", ag.logs_cmd), ("hold", ag.hold_cmd),
+                     ("release", ag.release_cmd), ("requeue", ag.requeue_cmd), ("apply", ag.apply_cmd)):  # fmt: skip
+        app.command(name=name)(fn)
 
 
 _register_commands()

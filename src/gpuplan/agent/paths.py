@@ -35,6 +35,7 @@ class AgentPaths:
         pidfile: the running agent's pid.
         log: the agent's own log.
         history: finished jobs as a gpuplan JSONL trace (`gpuplan audit`, `gpuplan predict fit`).
+        node_toml: this node as a cluster TOML file (`gpuplan audit history.jsonl --cluster node.toml`).
         jobs_dir: per-job stdout, stderr and exit-status files, `jobs/ID/`.
     """
 
@@ -67,6 +68,10 @@ class AgentPaths:
     @property
     def history(self) -> Path:
         return self.home / "history.jsonl"
+
+    @property
+    def node_toml(self) -> Path:
+        return self.home / "node.toml"
 
     @property
     def jobs_dir(self) -> Path:

@@ -1,0 +1,828 @@
+"""The agent: one loop that serves the socket, launches what the Scheduler starts, watches the jobs,
+samples the GPUs and records every job's profile (docs/agent.md).
+
+`Agent.step(now)` does one round with an injected clock (tests drive it directly); `serve()` runs it
+on the wall clock, woken by requests, child exits and timers. The agent's own errors are logged and
+never kill a job: jobs live in their own sessions and are re-adopted after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import pwd
+import selectors
+import signal
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuplan.agent import launcher
+from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
+from gpuplan.agent.gpus import GpuBackend, Snapshot, open_backend
+from gpuplan.agent.paths import AgentPaths
+from gpuplan.agent.protocol import AgentError, bind_socket, peer_uid, read_request, send_reply
+from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_profile
+from gpuplan.errors import GpuplanError
+from gpuplan.model import ClusterSpec, Job
+
+__all__ = ["Agent", "AgentConfig", "main"]
+
+log = logging.getLogger("gpuplan.agent")
+
+_HISTORY_STATE = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED", "timeout": "TIMEOUT"}
+_LIVENESS_S = 0.25
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    """How an agent runs (the `gpuplan agent start` options)."""
+
+    home: Path
+    gpus: str = "nvml"
+    policy: str = "fifo"
+    backfill: str = "easy"
+    placer: str = "first-fit"
+    sharing: bool = False
+    max_jobs_per_gpu: int = 4
+    sample_interval_s: float = 1.0
+    retention_s: float = 7 * 86400.0
+    grace_s: float = 10.0
+    oom_retries: int = 1
+    oom_factor: float = 1.25
+    predict: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__slots__}
+        out["home"] = str(self.home)
+        return out
+
+
+@dataclass(slots=True)
+class _Run:
+    """A running job as the loop tracks it."""
+
+    jid: int
+    attempt: int
+    pid: int | None
+    pgid: int | None
+    gpus: tuple[int, ...]
+    start_s: float
+    time_limit_s: float | None
+    exit_code: int | None = None
+    stop_state: str = ""  # cancelled, timeout, requeue: why the agent stopped it
+    kill_at_s: float | None = None
+    peak_gb: dict[int, float] = field(default_factory=dict)
+
+
+class Agent:
+    """The agent's state and its request handlers. Not thread-safe: one loop owns it."""
+
+    def __init__(
+        self, config: AgentConfig, clock: Callable[[], float] = time.time, backend: GpuBackend | None = None
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.paths = AgentPaths(config.home)
+        self.paths.create()
+        self.store = Store(self.paths.db)
+        self.backend = backend or open_backend(config.gpus, set_id=str(self.paths.home))
+        self.devices = self.backend.devices()
+        spec = node_spec(self.devices, config.sharing, config.max_jobs_per_gpu)
+        self._priority: dict[int, int] = {}
+        self._rank: dict[int, int] = {}
+        self.engine = Engine(
+            spec, AgentPolicy(config.policy, self._priority, self._rank), config.backfill, config.placer
+        )
+        self._write_node_toml(spec)
+        self.runs: dict[int, _Run] = {}
+        self.reaped: dict[int, int] = {}
+        self.stopping = False
+        self.kill_jobs_on_stop = False
+        self._next_sample_s = 0.0
+        self._next_prune_s = 0.0
+        self._next_live_s = 0.0
+        self._foreign_peak: dict[int, float] = {}
+        self._predictors = list(config.predict)
+        self.recover()
+
+    def _write_node_toml(self, spec: ClusterSpec) -> None:
+        """node.toml: this node as a cluster file, for `gpuplan audit history.jsonl --cluster node.toml`."""
+        node = spec.nodes[0]
+        text = (
+            f'name = "{spec.name}"\nsharing = {str(spec.sharing).lower()}\nmax_jobs_per_gpu = {spec.max_jobs_per_gpu}\n\n'
+            f'[[nodes]]\nname = "{node.name}"\ngpus = {node.gpus}\ngpu_model = "{node.gpu.model}"\n'
+            f"gpu_mem_gb = {node.gpu.mem_gb:g}\n"
+        )
+        self.paths.node_toml.write_text(text, encoding="utf-8")
+
+    # -- start-up ----------------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Re-adopt running jobs whose processes live, close those that ended while the agent was down,
+        requeue those it marked running but never launched, queue the waiting ones."""
+        now = self.clock()
+        live = launcher.live_jobs(self.paths.home)
+        for row in self.store.jobs(["running"]):
+            pids = live.get((row.id, row.attempt))
+            if pids:
+                self._adopt(row, pids)
+            elif row.pid is None:
+                self.store.update_job(row.id, state="queued", start_s=None, gpu_ids="", reason="")
+                log.info("job %d was never launched; queued again", row.id)
+            else:
+                code = launcher.read_status_file(self.paths.job_dir(row.id))
+                run = _Run(
+                    row.id, row.attempt, row.pid, row.pgid, row.gpu_list, row.start_s or now, row.time_limit_s
+                )
+                run.exit_code = code
+                self.runs[row.id] = run
+                self.engine.seed_running(row.id, self._core_job(row), row.gpu_list, run.start_s)
+                self._finalize(run, now, vanished=True)
+        for row in self.store.jobs(["queued", "held"]):
+            self._priority[row.id] = row.priority
+            if row.plan_rank is not None:
+                self._rank[row.id] = row.plan_rank
+            if row.state == "queued" and self._deps_ok(row) is True:
+                self.engine.submit(row.id, self._core_job(row))
+        self._write_pending_history()
+
+    def _adopt(self, row: JobRow, pids: set[int]) -> None:
+        pgid = row.pgid
+        if pgid is None:
+            with contextlib.suppress(OSError):
+                pgid = os.getpgid(min(pids))
+        run = _Run(
+            row.id,
+            row.attempt,
+            row.pid or min(pids),
+            pgid,
+            row.gpu_list,
+            row.start_s or self.clock(),
+            row.time_limit_s,
+        )
+        if row.reason.startswith("stopping:"):
+            run.stop_state = row.reason.removeprefix("stopping:")
+            run.kill_at_s = self.clock()
+        self.runs[row.id] = run
+        self.store.update_job(row.id, pid=run.pid, pgid=pgid)
+        self.engine.seed_running(row.id, self._core_job(row), row.gpu_list, run.start_s)
+        log.info("re-adopted job %d (pgid %s) on GPUs %s", row.id, pgid, row.gpu_ids)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _core_job(self, row: JobRow) -> Job:
+        """The store row as the Scheduler's Job (its id is the store id)."""
+        return Job(
+            id=str(row.id),
+            submit_s=row.submit_s,
+            gpus=row.gpus,
+            mem_gb=row.mem_gb,
+            est_duration_s=row.est_duration_s,
+            requested_s=row.time_limit_s,
+            user=row.user,
+            name=row.name,
+            command=row.command,
+        )
+
+    def _deps_ok(self, row: JobRow) -> bool | str:
+        """True when the job may queue, False while its dependency runs, a reason when it never will."""
+        if row.after_id is None:
+            return True
+        dep = self.store.job(row.after_id)
+        if dep is None:
+            return f"dependency {row.after_id} does not exist"
+        if dep.state == "done":
+            return True
+        if dep.state in FINAL_STATES:
+            return f"dependency {row.after_id} ended {dep.state}"
+        return False
+
+    def _estimate_s(self, name: str, command: str) -> float | None:
+        """Median wall time of the last 20 completed runs with this name (else this command)."""
+        for column, value in (("name", name), ("command", command)):
+            if not value:
+                continue
+            rows = self.store.conn.execute(
+                f"SELECT end_s - start_s FROM jobs WHERE state = 'done' AND {column} = ? "
+                "AND start_s IS NOT NULL AND end_s IS NOT NULL ORDER BY id DESC LIMIT 20",
+                (value,),
+            ).fetchall()
+            if rows:
+                return float(statistics.median(r[0] for r in rows))
+        return None
+
+    def _predict_s(self, job: Job) -> Job:
+        if not self._predictors:
+            return job
+        from gpuplan.predict import apply_model
+
+        for model in self._predictors:
+            (job,) = apply_model([job], model)
+        return job
+
+    # -- the loop's round --------------------------------------------------------------------------
+    def step(self, now: float | None = None) -> None:
+        """One round: reap, watch, enforce limits, sample, release dependencies, schedule."""
+        now = self.clock() if now is None else now
+        self._reap()
+        self._watch(now)
+        self._timers(now)
+        if now >= self._next_sample_s:
+            self._sample(now)
+            self._next_sample_s = now + self.config.sample_interval_s
+        if now >= self._next_prune_s:
+            self.store.prune(now - self.config.retention_s)
+            self._next_prune_s = now + 3600.0
+        if not self.stopping:
+            self._release_dependents(now)
+            self._schedule(now)
+
+    def _reap(self) -> None:
+        """Collect the exit status of job leaders that are this process's children (waitpid per pid,
+        never -1: an embedding process keeps its other children's statuses)."""
+        for run in self.runs.values():
+            if run.pid is None or run.pid in self.reaped or run.exit_code is not None:
+                continue
+            try:
+                pid, status = os.waitpid(run.pid, os.WNOHANG)
+            except ChildProcessError:  # adopted after a restart: not our child
+                continue
+            if pid:
+                self.reaped[pid] = launcher.exit_code_from_status(status)
+
+    def _watch(self, now: float) -> None:
+        """Close jobs whose processes are all gone; stop the remnants of a group whose leader exited."""
+        if not self.runs:
+            return
+        live = launcher.live_jobs(self.paths.home)
+        self._next_live_s = now + _LIVENESS_S
+        for run in list(self.runs.values()):
+            if run.pid is not None and run.pid in self.reaped and run.exit_code is None:
+                run.exit_code = self.reaped.pop(run.pid)
+                if (run.jid, run.attempt) in live and run.kill_at_s is None:
+                    launcher.signal_group(run.pgid or run.pid, signal.SIGTERM)  # leftovers of an ended job
+                    run.kill_at_s = now + self.config.grace_s
+            if (run.jid, run.attempt) not in live:
+                if run.exit_code is None:
+                    run.exit_code = launcher.read_status_file(self.paths.job_dir(run.jid))
+                self._finalize(run, now)
+
+    def _timers(self, now: float) -> None:
+        for run in list(self.runs.values()):
+            if run.kill_at_s is not None and now >= run.kill_at_s and run.pgid is not None:
+                launcher.signal_group(run.pgid, signal.SIGKILL)
+            elif (
+                run.time_limit_s is not None and not run.stop_state and now >= run.start_s + run.time_limit_s
+            ):
+                self._stop(run, "timeout", now)
+
+    def _stop(self, run: _Run, why: str, now: float) -> None:
+        """SIGTERM to the whole group now, SIGKILL after the grace period."""
+        run.stop_state = why
+        run.kill_at_s = now + self.config.grace_s
+        self.store.update_job(run.jid, reason=f"stopping:{why}")
+        if run.pgid is not None:
+            launcher.signal_group(run.pgid, signal.SIGTERM)
+
+    def _schedule(self, now: float) -> None:
+        started = self.engine.schedule(now)
+        for s in started:
+            self._launch(s.jid, s.gpus, now)
+        if started:  # one reading right away: even a short job gets a profile
+            self._sample(now)
+
+    def _launch(self, jid: int, gpus: tuple[int, ...], now: float) -> None:
+        row = self.store.job(jid)
+        assert row is not None
+        # Commit "running" before the process exists: a crash in between finds no process and
+        # queues the job again, so no job ever runs twice.
+        self.store.update_job(
+            jid,
+            state="running",
+            start_s=now,
+            gpu_ids=",".join(map(str, gpus)),
+            pid=None,
+            pgid=None,
+            reason="",
+        )
+        run = _Run(jid, row.attempt, None, None, gpus, now, row.time_limit_s)
+        self.runs[jid] = run
+        env = launcher.job_environment(
+            row.env, self.paths.home, jid, row.attempt, gpus, self.backend.job_env(row.mem_gb or 0.0)
+        )
+        try:
+            started = launcher.launch(row.command, row.cwd, env, self.paths.job_dir(jid))
+        except OSError as e:
+            log.warning("job %d failed to start: %s", jid, e)
+            run.exit_code = 127
+            self._finalize(run, now, reason=f"failed to start: {e}")
+            return
+        run.pid, run.pgid = started.pid, started.pgid
+        self.store.update_job(jid, pid=started.pid, pgid=started.pgid)
+
+    def _finalize(self, run: _Run, now: float, vanished: bool = False, reason: str = "") -> None:
+        """The job's processes are gone: record its end, its profile and its history line."""
+        self.runs.pop(run.jid, None)
+        if self.engine.is_running(run.jid):
+            self.engine.finish(run.jid)
+        row = self.store.job(run.jid)
+        assert row is not None
+        job_dir = self.paths.job_dir(run.jid)
+        oom = run.exit_code not in (None, 0) and launcher.is_oom(job_dir)
+        state = self._final_state(run, oom)
+        if not reason:
+            reason = self._reason(run, state, vanished, oom)
+        self.store.update_job(
+            run.jid, state=state, end_s=now, exit_code=run.exit_code, oom=int(oom), reason=reason
+        )
+        self._append_history(run.jid)
+        if state == "failed" and oom:
+            self._maybe_requeue_oom(row, run)
+        elif run.stop_state == "requeue":
+            self._requeue(row, row.mem_gb, "requeued by request")
+
+    def _final_state(self, run: _Run, oom: bool) -> str:
+        if run.stop_state in ("cancelled", "timeout"):
+            return run.stop_state
+        if run.stop_state == "requeue":
+            return "cancelled"
+        return "done" if run.exit_code == 0 else "failed"
+
+    @staticmethod
+    def _reason(run: _Run, state: str, vanished: bool, oom: bool) -> str:
+        if oom:
+            return "CUDA out of memory"
+        if state == "failed" and run.exit_code is None:
+            return "ended while the agent was down; exit status unknown (killed?)"
+        if state == "failed" and run.exit_code is not None and run.exit_code > 128:
+            return f"killed by {launcher.signal_name(run.exit_code - 128)}"
+        if state == "failed":
+            return f"exit status {run.exit_code}"
+        if vanished:
+            return "ended while the agent was down"
+        return ""
+
+    def _maybe_requeue_oom(self, row: JobRow, run: _Run) -> None:
+        if row.attempt > self.config.oom_retries:
+            self.store.update_job(
+                row.id, reason=f"CUDA out of memory (attempt {row.attempt}; not retried again)"
+            )
+            return
+        prof = job_profile(self.store.conn, row.id, row.attempt)
+        seen = max([row.mem_gb or 0.0, prof.max_peak_mem_gb or 0.0, *run.peak_gb.values()])
+        new_mem = round(seen * self.config.oom_factor + 0.49, 0) if seen > 0 else None
+        why = self.engine.never_fits(row.gpus, new_mem)
+        if why is not None:
+            self.store.update_job(row.id, reason=f"CUDA out of memory; raised memory {why}: not retried")
+            return
+        self._requeue(row, new_mem, f"CUDA out of memory at {seen:g} GB; requeued with {new_mem} GB")
+
+    def _requeue(self, row: JobRow, mem_gb: float | None, reason: str) -> None:
+        self.store.update_job(
+            row.id, state="queued", attempt=row.attempt + 1, mem_gb=mem_gb, start_s=None, end_s=None,
+            gpu_ids="", pid=None, pgid=None, exit_code=None, reason=reason,
+        )  # fmt: skip
+        new = self.store.job(row.id)
+        assert new is not None
+        if self._deps_ok(new) is True:
+            self.engine.submit(row.id, self._core_job(new))
+
+    def _release_dependents(self, now: float) -> None:
+        for row in self.store.conn.execute(
+            "SELECT id FROM jobs WHERE state = 'queued' AND after_id IS NOT NULL"
+        ).fetchall():
+            jid = row[0]
+            if self.engine.is_waiting(jid):
+                continue
+            job = self.store.job(jid)
+            assert job is not None
+            ok = self._deps_ok(job)
+            if ok is True:
+                self.engine.submit(jid, self._core_job(job))
+            elif isinstance(ok, str):
+                self.store.update_job(jid, state="failed", end_s=now, reason=ok)
+
+    # -- history -----------------------------------------------------------------------------------
+    def _append_history(self, jid: int) -> None:
+        """One line per finished attempt in history.jsonl (a gpuplan trace); written once."""
+        row = self.store.job(jid)
+        assert row is not None
+        key = f"history:{jid}.{row.attempt}"
+        if self.store.get_meta(key):
+            return
+        from gpuplan.traces._fields import job_record
+
+        prof = job_profile(self.store.conn, jid, row.attempt)
+        duration = (row.end_s - row.start_s) if row.start_s is not None and row.end_s is not None else None
+        meta = {
+            "state": "OUT_OF_MEMORY" if row.oom else _HISTORY_STATE.get(row.state, row.state.upper()),
+            "exit_code": row.exit_code,
+            "attempt": row.attempt,
+            "agent_job_id": jid,
+            "gpu_ids": list(row.gpu_list),
+            "declared_mem_gb": row.declared_mem_gb,
+            "booked_mem_gb": row.mem_gb,
+            "peak_mem_gb_per_gpu": {str(g): v for g, v in sorted(prof.peak_mem_gb.items())},
+            "samples": prof.samples,
+        }
+        job = Job(
+            id=str(jid) if row.attempt == 1 else f"{jid}.{row.attempt}",
+            submit_s=row.submit_s,
+            gpus=row.gpus,
+            mem_gb=prof.max_peak_mem_gb,
+            duration_s=duration if row.start_s is not None else None,
+            requested_s=row.time_limit_s,
+            user=row.user,
+            name=row.name,
+            gpu_util_pct=prof.mean_util_pct,
+            command=row.command,
+            meta=meta,
+        )
+        line = json.dumps(job_record(job), ensure_ascii=False, allow_nan=False) + "\n"
+        with open(self.paths.history, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        self.store.set_meta(key, "1")
+
+    def _write_pending_history(self) -> None:
+        """Finished attempts whose history line a crash may have skipped (the meta key says which)."""
+        for row in self.store.jobs(list(FINAL_STATES)):
+            self._append_history(row.id)
+
+    # -- sampling ----------------------------------------------------------------------------------
+    def _sample(self, now: float) -> None:
+        try:
+            snap = self.backend.snapshot()
+        except Exception as e:  # a monitor never dies on one bad reading
+            log.warning("GPU snapshot failed: %s", e)
+            return
+        by_pgid = {run.pgid: run for run in self.runs.values() if run.pgid is not None}
+        job_rows = []
+        foreign: dict[int, float] = {}
+        for p in snap.procs:
+            run = by_pgid.get(p.pgid) if p.pgid is not None else None
+            if run is not None:
+                job_rows.append((run.jid, run.attempt, p.gpu, p.pid, p.mem_gb, p.util_pct))
+                if p.mem_gb is not None:
+                    run.peak_gb[p.gpu] = max(run.peak_gb.get(p.gpu, 0.0), p.mem_gb)
+            elif p.pgid is not None and p.mem_gb:
+                self._foreign_peak[p.pid] = max(self._foreign_peak.get(p.pid, 0.0), p.mem_gb)
+                foreign[p.gpu] = foreign.get(p.gpu, 0.0) + self._foreign_peak[p.pid]
+        live_pids = {p.pid for p in snap.procs}
+        self._foreign_peak = {pid: v for pid, v in self._foreign_peak.items() if pid in live_pids}
+        self._apply_gpu_health(snap, foreign)
+        gpu_rows = [
+            (g.index, g.name, g.util_pct, g.mem_used_gb, g.mem_total_gb, g.power_w, g.temp_c, g.lost)
+            for g in snap.gpus
+        ]
+        self.store.add_samples(now, gpu_rows, job_rows)
+
+    def _apply_gpu_health(self, snap: Snapshot, foreign: dict[int, float]) -> None:
+        for g in snap.gpus:
+            if g.lost and g.index not in self.engine.offline:
+                log.warning("GPU %d is lost: out of service until it answers again", g.index)
+            self.engine.set_offline(g.index, g.lost)
+            self.engine.set_foreign(g.index, foreign.get(g.index, 0.0))
+
+    # -- requests ----------------------------------------------------------------------------------
+    def handle(self, request: dict[str, Any], uid: int) -> dict[str, Any]:
+        """Answer one request; mutating ones are logged with the caller's uid. Never raises."""
+        op = request.get("op", "")
+        handler = _HANDLERS.get(op)
+        if handler is None:
+            return {"ok": False, "error": f"unknown op {op!r}; valid: {', '.join(sorted(_HANDLERS))}"}
+        try:
+            reply = handler(self, request, uid)
+        except (AgentError, GpuplanError, ValueError, KeyError, TypeError) as e:
+            return {"ok": False, "error": str(e)}
+        if op in _MUTATING:
+            self.store.log_event(self.clock(), uid, op, reply.get("id"), json.dumps(_brief(request)))
+            log.info("uid %d: %s %s", uid, op, _brief(request))
+        return {"ok": True, **reply}
+
+    def op_submit(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        command = str(req["command"])
+        gpus = int(req.get("gpus", 1))
+        mem = req.get("mem_gb")
+        mem = None if mem is None else float(mem)
+        if not command.strip():
+            raise AgentError(
+                "submit: empty command; give it after --, e.g. gpuplan submit -- python train.py"
+            )
+        if gpus < 1:
+            raise AgentError(f"submit: --gpus {gpus} must be at least 1")
+        why = self.engine.never_fits(gpus, mem)
+        if why is not None:
+            raise AgentError(f"job refused: it can never run on this node: it {why}")
+        after = req.get("after_id")
+        if after is not None and self.store.job(int(after)) is None:
+            raise AgentError(f"submit: --after {after}: no such job")
+        now = self.clock()
+        name = str(req.get("name") or "")
+        est = self._estimate_s(name, command)
+        jid = self.store.add_job(
+            name=name, user=str(req.get("user") or _user(uid)), uid=uid, command=command,
+            cwd=str(req.get("cwd") or "/"), env_json=json.dumps(req.get("env") or {}), gpus=gpus,
+            mem_gb=mem, declared_mem_gb=mem, time_limit_s=req.get("time_limit_s"), est_duration_s=est,
+            priority=int(req.get("priority", 0)), after_id=after,
+            state="held" if req.get("hold") else "queued", submit_s=now,
+        )  # fmt: skip
+        self._priority[jid] = int(req.get("priority", 0))
+        row = self.store.job(jid)
+        assert row is not None
+        if row.state == "queued" and self._deps_ok(row) is True:
+            job = self._predict_s(self._core_job(row))
+            if job.est_duration_s != est:
+                self.store.update_job(jid, est_duration_s=job.est_duration_s)
+            self.engine.submit(jid, job)
+        return {"id": jid}
+
+    def _jobs_arg(self, req: dict[str, Any]) -> list[JobRow]:
+        ids = req.get("ids") or ([req["id"]] if "id" in req else [])
+        if not ids:
+            raise AgentError("give at least one job id")
+        rows = []
+        for i in ids:
+            row = self.store.job(int(i))
+            if row is None:
+                raise AgentError(f"no job {i} (see `gpuplan queue`)")
+            rows.append(row)
+        return rows
+
+    def op_cancel(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        now = self.clock()
+        done = []
+        for row in self._jobs_arg(req):
+            if row.state in FINAL_STATES:
+                raise AgentError(f"job {row.id} already ended ({row.state})")
+            if row.state == "running":
+                run = self.runs.get(row.id)
+                if run is not None:
+                    self._stop(run, "cancelled", now)
+            else:
+                if self.engine.is_waiting(row.id):
+                    self.engine.withdraw(row.id)
+                self.store.update_job(row.id, state="cancelled", end_s=now, reason="cancelled while waiting")
+            done.append(row.id)
+        return {"ids": done}
+
+    def op_hold(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        rows = self._jobs_arg(req)
+        for row in rows:
+            if row.state not in ("queued", "held"):
+                raise AgentError(f"job {row.id} is {row.state}: only waiting jobs can be held")
+        for row in rows:
+            if self.engine.is_waiting(row.id):
+                self.engine.withdraw(row.id)
+            self.store.update_job(row.id, state="held")
+        return {"ids": [r.id for r in rows]}
+
+    def op_release(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        rows = self._jobs_arg(req)
+        for row in rows:
+            if row.state != "held":
+                raise AgentError(f"job {row.id} is {row.state}, not held")
+        for row in rows:
+            self.store.update_job(row.id, state="queued")
+            if self._deps_ok(row) is True:
+                self.engine.submit(row.id, self._core_job(row))
+        return {"ids": [r.id for r in rows]}
+
+    def op_requeue(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        now = self.clock()
+        rows = self._jobs_arg(req)
+        for row in rows:
+            if row.state in ("queued", "held"):
+                raise AgentError(f"job {row.id} is already waiting ({row.state})")
+        for row in rows:
+            run = self.runs.get(row.id)
+            if row.state == "running" and run is not None:
+                self._stop(run, "requeue", now)
+            elif row.state in FINAL_STATES:
+                self._requeue(row, row.mem_gb, "requeued by request")
+        return {"ids": [r.id for r in rows]}
+
+    def op_apply(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        """Waiting jobs take the plan's order (plan ids match job ids, else job names)."""
+        order = [str(x) for x in req.get("order", [])]
+        waiting = self.store.jobs(["queued", "held"])
+        by_id = {str(r.id): r for r in waiting}
+        by_name: dict[str, list[JobRow]] = {}
+        for r in waiting:
+            by_name.setdefault(r.name, []).append(r)
+        matched, unmatched = [], []
+        for rank, pid in enumerate(order):
+            row = by_id.get(pid) or (by_name[pid][0] if len(by_name.get(pid, [])) == 1 else None)
+            if row is None or row.id in matched:
+                unmatched.append(pid)
+                continue
+            matched.append(row.id)
+            self._rank[row.id] = rank
+            self.store.update_job(row.id, plan_rank=rank)
+            if self.engine.is_waiting(row.id):
+                self.engine.withdraw(row.id)
+                self.engine.submit(row.id, self._core_job(row))
+        return {"matched": matched, "unmatched": unmatched}
+
+    def op_queue(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        now = self.clock()
+        expected = {p.jid: p.start_s for p in self.engine.projection(now)}
+        rows = self.store.jobs(["running", "queued", "held"])
+        jobs = []
+        for r in rows:
+            out = r.to_json()
+            out["expected_start_s"] = expected.get(r.id) if r.state == "queued" else None
+            jobs.append(out)
+        order = {jid: i for i, jid in enumerate(self.engine.sched.waiting_jids())}
+        jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))
+        return {"now_s": now, "jobs": jobs}
+
+    def op_show(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        (row,) = self._jobs_arg(req)
+        prof = job_profile(self.store.conn, row.id)
+        d = self.paths.job_dir(row.id)
+        return {
+            "job": row.to_json(),
+            "profile": {
+                "attempt": prof.attempt, "samples": prof.samples, "mean_util_pct": prof.mean_util_pct,
+                "peak_mem_gb_per_gpu": {str(k): v for k, v in prof.peak_mem_gb.items()},
+            },
+            "stdout": str(d / "stdout"), "stderr": str(d / "stderr"),
+        }  # fmt: skip
+
+    def op_status(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        c = self.config
+        return {
+            "pid": os.getpid(), "home": str(self.paths.home), "backend": c.gpus,
+            "gpus": [{"index": d.index, "name": d.name, "mem_total_gb": d.mem_total_gb} for d in self.devices],
+            "offline_gpus": sorted(self.engine.offline), "policy": c.policy, "backfill": c.backfill,
+            "placer": c.placer, "sharing": c.sharing, "waiting": self.engine.waiting,
+            "held": len(self.store.jobs(["held"])), "running": len(self.runs),
+        }  # fmt: skip
+
+    def op_stop(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
+        self.stopping = True
+        if req.get("kill_jobs"):
+            self.kill_jobs_on_stop = True
+            now = self.clock()
+            for run in list(self.runs.values()):
+                if not run.stop_state:
+                    self._stop(run, "cancelled", now)
+        return {"pid": os.getpid(), "running": len(self.runs)}
+
+    def done_stopping(self) -> bool:
+        return self.stopping and (not self.kill_jobs_on_stop or not self.runs)
+
+    def close(self) -> None:
+        self.store.close()
+        self.backend.close()
+
+
+_HANDLERS: dict[str, Callable[[Agent, dict[str, Any], int], dict[str, Any]]] = {
+    "submit": Agent.op_submit,
+    "cancel": Agent.op_cancel,
+    "hold": Agent.op_hold,
+    "release": Agent.op_release,
+    "requeue": Agent.op_requeue,
+    "apply": Agent.op_apply,
+    "queue": Agent.op_queue,
+    "show": Agent.op_show,
+    "status": Agent.op_status,
+    "stop": Agent.op_stop,
+}
+_MUTATING = {"submit", "cancel", "hold", "release", "requeue", "apply", "stop"}
+
+
+def _brief(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request.items() if k not in ("env", "op")}
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+# -- the wall-clock loop ---------------------------------------------------------------------------
+
+
+def serve(agent: Agent) -> None:
+    """Serve the socket and run `step` until a stop request; woken by requests, SIGCHLD and timers."""
+    paths = agent.paths
+    sock = bind_socket(paths.socket)
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    os.set_blocking(wfd, False)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "stopping", True))
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "sock")
+    sel.register(rfd, selectors.EVENT_READ, "wake")
+    try:
+        while not agent.done_stopping():
+            timeout = _LIVENESS_S if agent.runs else agent.config.sample_interval_s
+            for key, _ in sel.select(timeout):
+                if key.data == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(rfd, 4096)
+                else:
+                    _accept(agent, sock)
+            _guarded_step(agent)
+    finally:
+        sel.close()
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            paths.socket.unlink()
+        signal.set_wakeup_fd(-1)
+        os.close(rfd)
+        os.close(wfd)
+
+
+def _guarded_step(agent: Agent) -> None:
+    try:
+        agent.step()
+    except Exception:  # the agent's own error never kills a job: log it and go on
+        log.exception("agent step failed; going on")
+
+
+def _accept(agent: Agent, sock: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except BlockingIOError:
+            return
+        with conn:
+            conn.setblocking(True)
+            conn.settimeout(5.0)
+            try:
+                uid = peer_uid(conn)
+                try:
+                    request = read_request(conn)
+                except AgentError as e:
+                    send_reply(conn, {"ok": False, "error": str(e)})
+                    continue
+                reply = agent.handle(request, uid)
+                if reply.get("ok") and request.get("op") in _MUTATING:
+                    _guarded_step(agent)  # start what can start before answering: low submit latency
+                send_reply(conn, reply)
+            except OSError as e:
+                log.warning("client connection failed: %s", e)
+
+
+def _lock_pidfile(paths: AgentPaths) -> int:
+    """Hold an exclusive lock on agent.pid for the agent's life; a second agent on this home stops."""
+    fd = os.open(paths.pidfile, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.read(fd, 32).decode().strip() or "?"
+        os.close(fd)
+        raise AgentError(f"an agent already runs for GPUPLAN_HOME={paths.home} (pid {other})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def run_agent(config: AgentConfig) -> None:
+    """Run an agent in this process until it is stopped (`gpuplan agent start --foreground`)."""
+    os.umask(0o077)  # the store, logs and job outputs are the owner's only
+    paths = AgentPaths(config.home)
+    paths.create()
+    fd = _lock_pidfile(paths)
+    try:
+        agent = Agent(config)
+        try:
+            serve(agent)
+        finally:
+            agent.close()
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpuplan.agent.daemon CONFIG_JSON`: what `gpuplan agent start` runs in the background."""
+    args = sys.argv[1:] if argv is None else argv
+    raw = json.loads(args[0])
+    raw["home"] = Path(raw["home"])
+    config = AgentConfig(**raw)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        run_agent(config)
+    except GpuplanError as e:
+        print(f"gpuplan: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The agent's view of the core Scheduler: one node, live jobs, GPUs out of service, foreign memory.
+
+The agent drives `gpuplan.core.scheduler.Scheduler` with the same policies, backfill modes and placers
+as the simulator; only the clock differs (Unix time). This module adapts the agent's needs (withdraw a
+waiting job, re-seed a running one after a restart, hold a GPU for a process the agent did not start or
+for a lost GPU) to the Scheduler's methods.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+from gpuplan.agent.gpus import GpuDevice
+from gpuplan.core.policies import Policy, get_policy
+from gpuplan.core.scheduler import Scheduler, Started
+from gpuplan.errors import JobNeverFitsError
+from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
+
+__all__ = ["AgentPolicy", "Engine", "Projection", "node_spec"]
+
+_INF = math.inf
+_OFFLINE_BASE = -1_000_000  # pseudo job ids: -1_000_000 - gpu holds a lost GPU
+_FOREIGN_BASE = -2_000_000  # -2_000_000 - gpu holds memory of processes the agent did not start
+
+
+def node_spec(devices: list[GpuDevice], sharing: bool, max_jobs_per_gpu: int = 4) -> ClusterSpec:
+    """This node as a one-node ClusterSpec (mixed models plan with the smallest memory)."""
+    if not devices:
+        raise JobNeverFitsError("the GPU backend lists no GPUs on this node")
+    mem = min(d.mem_total_gb for d in devices)
+    model = devices[0].name if len({d.name for d in devices}) == 1 else "mixed"
+    node = NodeSpec("local", len(devices), GpuSpec(model, mem))
+    return ClusterSpec("local", (node,), sharing=sharing, max_jobs_per_gpu=max_jobs_per_gpu)
+
+
+class AgentPolicy(Policy):
+    """The chosen policy, after the user's `--priority` (higher first) and a plan's order (`apply`)."""
+
+    def __init__(self, inner: Policy | str, priority: dict[int, int], rank: dict[int, int]) -> None:
+        self.inner = get_policy(inner) if isinstance(inner, str) else inner
+        self.name = self.inner.name
+        self.description = self.inner.description
+        self.needs_duration = self.inner.needs_duration
+        self._priority = priority
+        self._rank = rank
+
+    def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
+        rank = self._rank.get(seq)
+        return (
+            -self._priority.get(seq, 0),
+            _INF if rank is None else rank,
+            *self.inner.key(job, seq, oracle),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """When a waiting job is expected to start if running jobs end at their expected ends and the
+    queue starts in policy order (None: after a job of unknown length, so unknown)."""
+
+    jid: int
+    start_s: float | None
+
+
+class Engine:
+    """The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
+
+    def __init__(self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.sched = Scheduler(spec, policy, backfill, placer)
+        self.offline: set[int] = set()
+        self.foreign_gb: dict[int, float] = {}
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def never_fits(self, gpus: int, mem_gb: float | None) -> str | None:
+        """Why a job can never start on this node, or None when it can."""
+        spec = self.spec
+        cap = spec.nodes[0].gpu.mem_gb
+        if gpus > spec.total_gpus:
+            return f"asks for {gpus} GPUs; this node has {spec.total_gpus}"
+        if mem_gb is not None and mem_gb > cap:
+            return f"asks for {mem_gb:g} GB per GPU; this node's GPUs have {cap:g} GB"
+        return None
+
+    def submit(self, jid: int, job: Job) -> None:
+        """Queue a waiting job (the caller checked `never_fits`)."""
+        self.sched.submit(jid, job)
+
+    def withdraw(self, jid: int) -> None:
+        """Take a waiting job out of the queue (cancel, hold, a new plan rank)."""
+        s = self.sched
+        s.queue.remove(s._qkey.pop(jid))
+        for d in (s.gpus, s.mem, s.plan, s.span, s.jobs):
+            del d[jid]
+
+    def is_waiting(self, jid: int) -> bool:
+        return jid in self.sched._qkey
+
+    def seed_running(self, jid: int, job: Job, gpus: tuple[int, ...], start_s: float) -> None:
+        """A job already running on `gpus` since `start_s` (re-adopted after a restart)."""
+        self.sched.submit(jid, job)
+        started: list[Started] = []
+        self.sched.start(jid, gpus, start_s, started)
+        self.sched.drop_started(started)
+
+    def schedule(self, now: float) -> list[Started]:
+        return self.sched.schedule(now)
+
+    def finish(self, jid: int) -> None:
+        self.sched.finish(jid)
+
+    def is_running(self, jid: int) -> bool:
+        return jid in self.sched.alloc
+
+    @property
+    def waiting(self) -> int:
+        return self.sched.waiting
+
+    # -- GPUs the agent cannot give out ------------------------------------------------------------
+    def set_offline(self, gpu: int, offline: bool) -> None:
+        """Take a GPU out of service (lost) or back; jobs already on it keep their booking."""
+        if offline == (gpu in self.offline):
+            return
+        jid = _OFFLINE_BASE - gpu
+        if offline:
+            self.offline.add(gpu)
+            self._hold(jid, gpu, None)
+        else:
+            self.offline.discard(gpu)
+            self.sched.finish(jid)
+
+    def set_foreign(self, gpu: int, mem_gb: float) -> None:
+        """Memory held on `gpu` by processes the agent did not start (0: none). Exclusive nodes then
+        treat the GPU as taken; sharing nodes book that much memory."""
+        old = self.foreign_gb.get(gpu, 0.0)
+        if mem_gb == old:
+            return
+        jid = _FOREIGN_BASE - gpu
+        if old > 0:
+            self.sched.finish(jid)
+            del self.foreign_gb[gpu]
+        if mem_gb > 0:
+            self.foreign_gb[gpu] = mem_gb
+            self._hold(jid, gpu, min(mem_gb, self.spec.nodes[0].gpu.mem_gb))
+
+    def _hold(self, jid: int, gpu: int, mem_gb: float | None) -> None:
+        """Book `gpu` for a pseudo job that never ends (placed even over other bookings)."""
+        job = Job(id=f"hold-{gpu}", submit_s=0.0, gpus=1, mem_gb=mem_gb)
+        self.sched.submit(jid, job, book_mem_gb=mem_gb)
+        started: list[Started] = []
+        self.sched.start(jid, (gpu,), 0.0, started)
+        self.sched.drop_started(started)
+
+    # -- expected starts ---------------------------------------------------------------------------
+    def projection(self, now: float, limit: int = 200) -> list[Projection]:
+        """Expected starts of the first `limit` waiting jobs: running jobs end at their expected ends
+        (an overrunning one ends now) and waiting jobs start in policy order, each when it fits."""
+        s = self.sched
+        state = s.state.copy()
+        heap = [(max(end, now), jid, s.alloc[jid], s.mem[jid]) for jid, end in s.expected_end.items()]
+        heapq.heapify(heap)
+        waiting = list(itertools.islice(s.waiting_jids(), limit))
+        out: list[Projection] = []
+        t = now
+        for k, jid in enumerate(waiting):
+            gpus = s.placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+            while gpus is None:
+                if not heap or heap[0][0] == _INF:
+                    return out + [Projection(j, None) for j in waiting[k:]]
+                end, _, held, mem = heapq.heappop(heap)
+                t = max(t, end)
+                state.release(held, mem)
+                gpus = s.placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+            state.place(gpus, s.mem[jid])
+            out.append(Projection(jid, t))
+            heapq.heappush(heap, (t + s.plan[jid], jid, tuple(gpus), s.mem[jid]))
+        return out

@@ -1,0 +1,403 @@
+"""`gpuplan agent start|stop|status` and the job commands `submit`, `queue`, `show`, `cancel`, `logs`,
+`hold`, `release`, `requeue`, `apply` (docs/agent.md).
+
+Registered by cli.py. Every command talks to the agent of `$GPUPLAN_HOME` over its Unix socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = [
+    "agent_app",
+    "apply_cmd",
+    "cancel_cmd",
+    "hold_cmd",
+    "logs_cmd",
+    "parse_duration_s",
+    "parse_mem_gb",
+    "queue_cmd",
+    "release_cmd",
+    "requeue_cmd",
+    "show_cmd",
+    "submit_cmd",
+]
+
+agent_app = typer.Typer(help="Run the local agent that runs jobs on this node's GPUs.", no_args_is_help=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+IdsArg = Annotated[list[int], typer.Argument(help="Job id(s).")]
+
+_MEM_UNITS = {"": 1.0, "g": 1.0, "gb": 1.0, "gib": 1.0, "m": 1 / 1024, "mb": 1 / 1024, "mib": 1 / 1024,
+              "t": 1024.0, "tb": 1024.0, "tib": 1024.0}  # fmt: skip
+_TIME_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_mem_gb(text: str) -> float:
+    """`20G`, `20GB`, `512M`, `1.5T` or a plain number of GiB -> GiB.
+
+    Raises:
+        GpuplanError: anything else (the message shows valid forms).
+    """
+    from gpuplan.errors import GpuplanError
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _MEM_UNITS or float(m.group(1)) <= 0:
+        raise GpuplanError(f"--mem {text!r}: expected memory per GPU such as 20G, 512M or 1.5T")
+    return float(m.group(1)) * _MEM_UNITS[unit]
+
+
+def parse_duration_s(text: str) -> float:
+    """`90s`, `30m`, `2h`, `1d`, `1h30m` or `H:MM:SS` -> seconds.
+
+    Raises:
+        GpuplanError: anything else, including a bare number (ambiguous unit).
+    """
+    from gpuplan.errors import GpuplanError
+
+    t = text.strip().lower()
+    bad = GpuplanError(f"--time {text!r}: expected a time limit such as 90s, 30m, 2h, 1h30m or 1:30:00")
+    if ":" in t:
+        parts = t.split(":")
+        if len(parts) > 3 or not all(p.isdigit() for p in parts):
+            raise bad
+        seconds = 0.0
+        for p in parts:
+            seconds = seconds * 60 + int(p)
+    else:
+        pieces = re.findall(r"([0-9]*\.?[0-9]+)\s*([a-z]+)", t)
+        if not pieces or "".join(a + b for a, b in pieces) != t.replace(" ", ""):
+            raise bad
+        if any(u not in _TIME_UNITS for _, u in pieces):
+            raise bad
+        seconds = sum(float(n) * _TIME_UNITS[u] for n, u in pieces)
+    if seconds <= 0:
+        raise bad
+    return seconds
+
+
+# -- client plumbing -------------------------------------------------------------------------------
+
+
+def _paths():  # type: ignore[no-untyped-def]
+    from gpuplan.agent.paths import AgentPaths
+
+    return AgentPaths.from_env()
+
+
+def _call(op: str, **fields: Any) -> dict[str, Any]:
+    from gpuplan.agent.protocol import call
+
+    return call(_paths().socket, {"op": op, **fields})
+
+
+def _emit(as_json: bool, data: dict[str, Any], text: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    elif text:
+        typer.echo(text)
+
+
+def _errors():  # type: ignore[no-untyped-def]
+    from gpuplan.cli import _errors as errors
+
+    return errors()
+
+
+# -- agent start | stop | status -------------------------------------------------------------------
+
+
+@agent_app.command("start")
+def start_cmd(
+    gpus: Annotated[str, typer.Option("--gpus", help="nvml (the real GPUs) or fake:PRESET_OR_TOML[,lost=I][,unsupported=FIELD] (no GPU needed).")] = "nvml",
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Ordering policy (see `gpuplan policies`).")] = "fifo",
+    backfill: Annotated[str, typer.Option("--backfill", "-b", help="Backfill mode: none, easy, conservative.")] = "easy",
+    placer: Annotated[str, typer.Option("--placer", help="GPU placer: first-fit, best-fit (pack), spread.")] = "first-fit",
+    sharing: Annotated[bool, typer.Option("--sharing/--exclusive", help="Let jobs share a GPU while their declared memory fits (default: one job per GPU).")] = False,
+    max_jobs_per_gpu: Annotated[int, typer.Option("--max-jobs-per-gpu", min=1, help="With --sharing: most jobs on one GPU.")] = 4,
+    sample_interval: Annotated[float, typer.Option("--sample-interval", min=0.01, help="Seconds between GPU samples.")] = 1.0,
+    retention: Annotated[float, typer.Option("--retention", min=0.0, help="Days of GPU samples to keep.")] = 7.0,
+    grace: Annotated[float, typer.Option("--grace", min=0.0, help="Seconds between SIGTERM and SIGKILL on cancel or time limit.")] = 10.0,
+    oom_retries: Annotated[int, typer.Option("--oom-retries", min=0, help="Requeues after a CUDA out-of-memory exit.")] = 1,
+    oom_factor: Annotated[float, typer.Option("--oom-factor", min=1.0, help="Memory of a requeued OOM job: observed peak x this.")] = 1.25,
+    predict: Annotated[list[Path] | None, typer.Option("--predict", help="A duration model from `gpuplan predict fit` (repeatable); default: the node's own history.")] = None,
+    foreground: Annotated[bool, typer.Option("--foreground", help="Run in this process (logs on stderr) instead of in the background.")] = False,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Start the agent for $GPUPLAN_HOME (default ~/.local/state/gpuplan) in the background."""
+    with _errors():
+        from gpuplan.agent.daemon import AgentConfig, run_agent
+        from gpuplan.agent.gpus import open_backend
+        from gpuplan.core.backfill import get_backfill
+        from gpuplan.core.placement import get_placer
+        from gpuplan.core.policies import get_policy
+
+        get_policy(policy), get_backfill(backfill), get_placer(placer)  # unknown names: one line, now
+        paths = _paths()
+        open_backend(gpus, set_id=str(paths.home)).close()
+        config = AgentConfig(
+            home=paths.home, gpus=gpus, policy=policy, backfill=backfill, placer=placer, sharing=sharing,
+            max_jobs_per_gpu=max_jobs_per_gpu, sample_interval_s=sample_interval, retention_s=retention * 86400,
+            grace_s=grace, oom_retries=oom_retries, oom_factor=oom_factor,
+            predict=[str(p.resolve()) for p in predict or []],
+        )  # fmt: skip
+        if foreground:
+            import logging
+
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+            run_agent(config)
+            return
+        status = _spawn(config)
+        _emit(
+            as_json,
+            status,
+            f"agent started: pid {status['pid']}, {len(status['gpus'])} GPU(s), home {status['home']}",
+        )
+
+
+def _spawn(config: Any) -> dict[str, Any]:
+    """Start the daemon detached and wait (deadline 20 s) until it answers `status`."""
+    from gpuplan.agent.paths import AgentPaths
+    from gpuplan.agent.protocol import AgentError, AgentNotRunningError, call
+
+    paths = AgentPaths(config.home)
+    paths.create()
+    try:
+        running = call(paths.socket, {"op": "status"}, timeout_s=5.0)
+    except AgentNotRunningError:
+        pass
+    else:
+        raise AgentError(f"an agent already runs for GPUPLAN_HOME={paths.home} (pid {running['pid']})")
+    arg = json.dumps(config.to_json())
+    with open(paths.log, "ab") as logf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuplan.agent.daemon", arg],
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AgentError(f"the agent exited at start (status {proc.returncode}): {_last_line(paths.log)}")
+        try:
+            return call(paths.socket, {"op": "status"}, timeout_s=5.0)
+        except AgentNotRunningError:
+            time.sleep(0.02)
+    raise AgentError(f"the agent did not answer within 20 s; see {paths.log}")
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    return lines[-1] if lines else "(empty log)"
+
+
+@agent_app.command("stop")
+def stop_cmd(
+    kill_jobs: Annotated[bool, typer.Option("--kill-jobs", help="Cancel running jobs first (default: they keep running and are re-adopted at the next start).")] = False,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Stop the agent. Running jobs keep running unless --kill-jobs."""
+    with _errors():
+        from gpuplan.agent.protocol import AgentError
+
+        reply = _call("stop", kill_jobs=kill_jobs)
+        pid = int(reply["pid"])
+        deadline = time.monotonic() + 60.0
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise AgentError(f"the agent (pid {pid}) did not stop within 60 s")
+            time.sleep(0.02)
+        _emit(as_json, {"pid": pid, "stopped": True}, f"agent stopped (pid {pid})")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (our child when started --foreground elsewhere) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@agent_app.command("status")
+def status_cmd(as_json: JsonOpt = False) -> None:
+    """The running agent: pid, GPUs, policy, queue length."""
+    with _errors():
+        s = _call("status")
+        text = (
+            f"agent pid {s['pid']} · home {s['home']} · GPUs: {len(s['gpus'])} ({s['backend']})"
+            f"{' · offline: ' + ','.join(map(str, s['offline_gpus'])) if s['offline_gpus'] else ''}\n"
+            f"policy {s['policy']} · backfill {s['backfill']} · placer {s['placer']} · "
+            f"{'sharing' if s['sharing'] else 'exclusive'}\n"
+            f"waiting {s['waiting']} · held {s['held']} · running {s['running']}"
+        )
+        _emit(as_json, s, text)
+
+
+# -- job commands ----------------------------------------------------------------------------------
+
+
+def submit_cmd(
+    command: Annotated[list[str], typer.Argument(help="The command, after --: one shell string or words.")],
+    gpus: Annotated[int, typer.Option("--gpus", "-g", min=1, help="GPUs the job needs.")] = 1,
+    mem: Annotated[str | None, typer.Option("--mem", help="GPU memory per GPU, e.g. 20G (default: whole GPUs).")] = None,
+    time_limit: Annotated[str | None, typer.Option("--time", "-t", help="Time limit, e.g. 30m, 2h, 1:30:00 (killed after it).")] = None,
+    name: Annotated[str, typer.Option("--name", "-n", help="Job name (estimates come from past runs of this name).")] = "",
+    priority: Annotated[int, typer.Option("--priority", help="Higher starts first, before the policy's order.")] = 0,
+    after: Annotated[int | None, typer.Option("--after", help="Start only after job ID completed successfully.")] = None,
+    hold: Annotated[bool, typer.Option("--hold", help="Submit held: it waits until `gpuplan release ID`.")] = False,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Submit a job to the local agent: gpuplan submit --gpus 1 --mem 20G --time 2h -- python train.py"""
+    with _errors():
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        text = command[0] if len(command) == 1 else shlex.join(command)
+        reply = _call(
+            "submit", command=text, gpus=gpus, mem_gb=parse_mem_gb(mem) if mem else None,
+            time_limit_s=parse_duration_s(time_limit) if time_limit else None, name=name, priority=priority,
+            after_id=after, hold=hold, cwd=os.getcwd(), env=env,
+        )  # fmt: skip
+        _emit(as_json, {"id": reply["id"]}, str(reply["id"]))
+
+
+def queue_cmd(as_json: JsonOpt = False) -> None:
+    """Running and waiting jobs, waiting ones in the order they will start, with expected start times."""
+    with _errors():
+        reply = _call("queue")
+        if as_json:
+            _emit(True, reply, "")
+            return
+        _print_queue(reply["jobs"], reply["now_s"])
+
+
+def _print_queue(jobs: list[dict[str, Any]], now: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("ID", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "REASON", "COMMAND"):
+        table.add_column(col, no_wrap=col != "COMMAND")
+    for j in jobs:
+        start = j["start_s"] if j["state"] == "running" else j.get("expected_start_s")
+        when = "-" if start is None else _ago(start - now)
+        mem = "whole" if j["mem_gb"] is None else f"{j['mem_gb']:g}G"
+        on = ",".join(map(str, j["gpu_ids"])) or "-"
+        table.add_row(str(j["id"]), j["state"], j["name"] or "-", str(j["gpus"]), mem, on, when,
+                      j["reason"] or "", j["command"][:60])  # fmt: skip
+    Console().print(table)
+
+
+def _ago(delta_s: float) -> str:
+    sign = "in " if delta_s > 0 else ""
+    d = abs(delta_s)
+    text = f"{d:.0f}s" if d < 90 else (f"{d / 60:.0f}m" if d < 5400 else f"{d / 3600:.1f}h")
+    return sign + text + ("" if delta_s > 0 else " ago")
+
+
+def show_cmd(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False) -> None:
+    """One job: its fields, where its logs are, and the profile measured so far."""
+    with _errors():
+        reply = _call("show", id=job_id)
+        if as_json:
+            _emit(True, reply, "")
+            return
+        for k, v in reply["job"].items():
+            typer.echo(f"{k:16} {v}")
+        for k, v in reply["profile"].items():
+            typer.echo(f"{k:16} {v}")
+        typer.echo(f"{'stdout':16} {reply['stdout']}\n{'stderr':16} {reply['stderr']}")
+
+
+def _ids_command(op: str, verb: str):  # type: ignore[no-untyped-def]
+    def command(ids: IdsArg, as_json: JsonOpt = False) -> None:
+        with _errors():
+            reply = _call(op, ids=ids)
+            _emit(as_json, reply, "\n".join(f"{verb} {i}" for i in reply["ids"]))
+
+    return command
+
+
+cancel_cmd = _ids_command("cancel", "cancelling")
+cancel_cmd.__doc__ = "Cancel jobs: waiting ones leave the queue, running ones get SIGTERM, then SIGKILL after the grace period."
+hold_cmd = _ids_command("hold", "held")
+hold_cmd.__doc__ = "Hold waiting jobs: they stay queued but do not start until released."
+release_cmd = _ids_command("release", "released")
+release_cmd.__doc__ = "Release held jobs back into the queue."
+requeue_cmd = _ids_command("requeue", "requeued")
+requeue_cmd.__doc__ = "Put jobs back in the queue: a running one is stopped first; a finished one runs again."
+
+
+def logs_cmd(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Show the job's stderr instead of its stdout.")] = False,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Print a job's stdout (or --stderr); -f follows it until the job ends."""
+    with _errors():
+        from gpuplan.agent.protocol import AgentError
+
+        path = _paths().job_dir(job_id) / ("stderr" if stderr else "stdout")
+        if as_json:
+            _call("show", id=job_id)  # an unknown id is an error, not an empty log
+            _emit(True, {"id": job_id, "path": str(path), "text": _read(path)}, "")
+            return
+        if not follow:
+            _call("show", id=job_id)
+            sys.stdout.write(_read(path))
+            return
+        pos = 0
+        while True:
+            state = _call("show", id=job_id)["job"]["state"]
+            pos = _print_from(path, pos)
+            if state not in ("queued", "held", "running"):
+                _print_from(path, pos)
+                return
+            time.sleep(0.2)
+            if not path.parent.exists() and state != "queued":
+                raise AgentError(f"job {job_id} has no log directory {path.parent}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _print_from(path: Path, pos: int) -> int:
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except FileNotFoundError:
+        return pos
+    sys.stdout.write(data.decode(errors="replace"))
+    sys.stdout.flush()
+    return pos + len(data)
+
+
+def apply_cmd(
+    plan: Annotated[Path, typer.Argument(help="plan.json written by `gpuplan plan --out`.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Give waiting jobs the order of a plan (plan ids match job ids, else unique job names)."""
+    with _errors():
+        from gpuplan.optimize.planfile import read_plan
+
+        order = read_plan(plan)["order"]
+        reply = _call("apply", order=[str(x) for x in order])
+        text = f"{len(reply['matched'])} job(s) take the plan's order; {len(reply['unmatched'])} plan id(s) match no waiting job"
+        _emit(as_json, reply, text)

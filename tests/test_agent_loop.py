@@ -1,0 +1,173 @@
+"""The agent's loop in-process with an injected clock: time limits, dependencies, hold/release, requeue,
+apply, expected starts, recovery. Jobs are real processes; time never passes by sleeping."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_helpers import wait_until
+from gpuplan.agent.daemon import Agent, AgentConfig
+from gpuplan.agent.launcher import live_jobs
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path, clock: Clock) -> Iterator[object]:
+    agents: list[Agent] = []
+
+    def make(**kw: object) -> Agent:
+        config = AgentConfig(
+            home=tmp_path / "home", gpus=kw.pop("gpus", "fake:8xA100-80GB"), grace_s=5.0, **kw
+        )  # type: ignore[arg-type]
+        agent = Agent(config, clock=clock)
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        for run in list(agent.runs.values()):
+            if run.pgid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(run.pgid, 9)
+        agent.close()
+
+
+def _submit(agent: Agent, command: str = "sleep 300", **kw: object) -> int:
+    reply = agent.handle({"op": "submit", "command": command, "cwd": str(agent.paths.home),
+                          "env": {"PATH": os.environ["PATH"]}, **kw}, os.getuid())  # fmt: skip
+    assert reply["ok"], reply
+    return int(reply["id"])
+
+
+def _state(agent: Agent, jid: int) -> str:
+    row = agent.store.job(jid)
+    assert row is not None
+    return row.state
+
+
+def _until_state(agent: Agent, jid: int, state: str) -> None:
+    wait_until(lambda: (agent.step(), _state(agent, jid) == state)[1], f"job {jid} to be {state}")
+
+
+def test_time_limit_stops_the_job_on_the_injected_clock(make_agent, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    jid = _submit(agent, time_limit_s=10.0)
+    agent.step()
+    assert _state(agent, jid) == "running"
+    clock.now += 9.0
+    agent.step()
+    assert _state(agent, jid) == "running", "not before its limit"
+    clock.now += 2.0
+    _until_state(agent, jid, "timeout")
+    row = agent.store.job(jid)
+    assert row is not None and row.end_s == clock.now and row.exit_code == 128 + 15
+
+
+def test_dependency_waits_for_success_and_fails_after_a_failure(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    first = _submit(agent, "true")
+    bad = _submit(agent, "exit 2")
+    after_ok = _submit(agent, "true", after_id=first)
+    after_bad = _submit(agent, "true", after_id=bad)
+    agent.step()
+    assert _state(agent, after_ok) == "queued"
+    _until_state(agent, after_ok, "done")
+    _until_state(agent, after_bad, "failed")
+    row = agent.store.job(after_bad)
+    assert row is not None and row.reason == f"dependency {bad} ended failed"
+
+
+def test_hold_release_cancel_requeue(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    held = _submit(agent, hold=True)
+    agent.step()
+    assert _state(agent, held) == "held"
+    assert agent.handle({"op": "release", "ids": [held]}, 0)["ok"]
+    agent.step()
+    assert _state(agent, held) == "running"
+    assert not agent.handle({"op": "hold", "ids": [held]}, 0)["ok"], "a running job cannot be held"
+    assert agent.handle({"op": "requeue", "ids": [held]}, 0)["ok"]
+    _until_state(agent, held, "running")
+    row = agent.store.job(held)
+    assert row is not None and row.attempt == 2
+    assert agent.handle({"op": "cancel", "ids": [held]}, 0)["ok"]
+    _until_state(agent, held, "cancelled")
+    reply = agent.handle({"op": "cancel", "ids": [held]}, 0)
+    assert not reply["ok"] and "already ended" in reply["error"]
+
+
+def test_apply_gives_waiting_jobs_the_plans_order(make_agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(gpus=f"fake:{_one_gpu(tmp_path)}")
+    blocker = _submit(agent, time_limit_s=100.0)
+    a, b, c = (_submit(agent, time_limit_s=50.0, name=n) for n in "abc")
+    agent.step()
+    reply = agent.handle({"op": "apply", "order": [str(c), "a", "nope"]}, 0)
+    assert reply["matched"] == [c, a] and reply["unmatched"] == ["nope"]
+    queue = agent.handle({"op": "queue"}, 0)["jobs"]
+    assert [j["id"] for j in queue] == [blocker, c, a, b]
+    starts = {j["id"]: j["expected_start_s"] for j in queue}
+    assert (starts[c], starts[a], starts[b]) == (1100.0, 1150.0, 1200.0)
+
+
+def _one_gpu(tmp_path: Path) -> Path:
+    path = tmp_path / "one.toml"
+    path.write_text('[[nodes]]\ngpus = 1\ngpu_model = "X"\ngpu_mem_gb = 24\n', encoding="utf-8")
+    return path
+
+
+def test_restart_adopts_running_and_requeues_never_launched(make_agent, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    running = _submit(agent)
+    agent.step()
+    assert _state(agent, running) == "running"
+    ghost = _submit(agent, hold=True)  # a row marked running whose process never started (crash window)
+    agent.store.update_job(ghost, state="running", start_s=clock.now, gpu_ids="7")
+    again = make_agent()
+    assert running in again.runs and ghost not in again.runs
+    assert _state(again, ghost) == "queued", "the never-launched job is queued again"
+    assert again.engine.is_running(running)
+    again.step()
+    assert len(live_jobs(again.paths.home)) == 2, "the adopted job was not started twice"
+
+
+def test_bad_requests_get_errors_not_crashes(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    assert "unknown op" in agent.handle({"op": "explode"}, 0)["error"]
+    assert "no job 42" in agent.handle({"op": "show", "id": 42}, 0)["error"]
+    assert "empty command" in agent.handle({"op": "submit", "command": " "}, 0)["error"]
+    assert "give at least one job id" in agent.handle({"op": "cancel"}, 0)["error"]
+
+
+def test_node_toml_and_private_files(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    from gpuplan.cluster import load_cluster
+
+    spec = load_cluster(str(agent.paths.node_toml))
+    assert spec.total_gpus == 8 and spec.nodes[0].gpu.mem_gb == 80.0
+    assert stat.S_IMODE(agent.paths.home.stat().st_mode) == 0o700
+    assert json.loads(json.dumps(agent.config.to_json()))["gpus"] == "fake:8xA100-80GB"
+
+
+def test_unknown_dependency_is_refused(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    reply = agent.handle({"op": "submit", "command": "true", "after_id": 77}, 0)
+    assert not reply["ok"] and "--after 77: no such job" in reply["error"]
