@@ -106,9 +106,8 @@ def test_hold_release_cancel_requeue(make_agent) -> None:  # type: ignore[no-unt
     assert _state(agent, held) == "running"
     assert not agent.handle({"op": "hold", "ids": [held]}, 0)["ok"], "a running job cannot be held"
     assert agent.handle({"op": "requeue", "ids": [held]}, 0)["ok"]
+    wait_until(lambda: (agent.step(), agent.store.job(held))[1].attempt == 2, "attempt 2")  # type: ignore[union-attr]
     _until_state(agent, held, "running")
-    row = agent.store.job(held)
-    assert row is not None and row.attempt == 2
     assert agent.handle({"op": "cancel", "ids": [held]}, 0)["ok"]
     _until_state(agent, held, "cancelled")
     reply = agent.handle({"op": "cancel", "ids": [held]}, 0)
