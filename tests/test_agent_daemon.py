@@ -93,14 +93,12 @@ def test_start_order_is_the_simulators(
 def test_cuda_visible_devices_is_exactly_the_jobs_gpus(tmp_path: Path, daemon: DaemonFactory) -> None:
     d = daemon()
     env = {"PATH": os.environ["PATH"], "CUDA_VISIBLE_DEVICES": "7"}
+    cmd = 'echo "$CUDA_VISIBLE_DEVICES" > cvd{}'
     ids = [
-        int(
-            d.call(
-                "submit", command=f'echo "$CUDA_VISIBLE_DEVICES" > cvd{g}', gpus=g, cwd=str(tmp_path), env=env
-            )["id"]
-        )
+        int(d.call("submit", command=cmd.format(g), gpus=g, cwd=str(tmp_path), env=env, hold=True)["id"])
         for g in (2, 3)
     ]
+    d.call("release", ids=ids)  # one scheduling pass starts both
     for g, jid in zip((2, 3), ids):
         job = d.wait_state(jid, "done")
         assert (tmp_path / f"cvd{g}").read_text().strip() == ",".join(map(str, job["gpu_ids"]))
