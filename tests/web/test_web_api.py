@@ -259,3 +259,31 @@ def test_grafana_dashboard_uses_only_exposed_series(agent_home: FakeAgentHome, c
     assert families <= exposed, families - exposed
     assert set(DCGM_SERIES) <= used  # every DCGM gauge has a panel
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+
+
+def test_readings_come_from_the_agents_samples_while_it_records(
+    agent_home: FakeAgentHome, tmp_path: Path
+) -> None:
+    """While the store holds fresh samples (an agent samples the node), they are what the views and
+    /metrics show, and the node history starts with what the store recorded."""
+    import time
+
+    jid = agent_home.store.add_job(
+        command="train", gpus=1, state="running", submit_s=0.0, start_s=1.0, gpu_ids="4", user="cy", name="t"
+    )
+    now = time.time()
+    for k, t in enumerate((now - 300.0, now - 200.0, now - 1.0)):  # the first is outside a 250 s window
+        gpu_rows = [(g, "A100-80GB", 10.0 * k + g, 1.0 + g, 80.0, 100.0, 40.0, False) for g in range(8)]
+        agent_home.store.add_samples(t, gpu_rows, [(jid, 1, 4, 777, 5.5 + k, 60.0 + k)])
+    with _client(agent_home, tmp_path, window_s=250.0) as client:
+        node = client.get("/api/node").json()
+        m = _scrape(client)
+    assert node["series"]["time_s"][:2] == [now - 200.0, now - 1.0]
+    assert node["series"]["util_pct"][3][:2] == [13.0, 23.0]
+    assert node["latest"]["origin"] == "store"
+    assert node["latest"]["processes"] == [
+        {"gpu": 4, "pid": 777, "job_id": str(jid), "user": "cy", "name": "t", "mem_gb": 7.5, "util_pct": 62.0}
+    ]
+    assert _by(m["DCGM_FI_DEV_GPU_UTIL"], gpu="5") == [25.0]
+    assert _by(m["gpuplan_process_gpu_memory_used_mib"], pid="777") == [7.5 * MIB]
+    assert _by(m["gpuplan_job_gpu_util_percent"], job_id=str(jid), user="cy") == [62.0]

@@ -25,11 +25,13 @@ __all__ = [
     "GpuSample",
     "JobProfile",
     "JobRow",
+    "JobSample",
     "Store",
     "connect",
     "events_since",
     "get_job",
     "job_profile",
+    "job_samples_since",
     "jobs_by_state",
     "samples_since",
 ]
@@ -159,6 +161,19 @@ class GpuSample:
 
 
 @dataclass(frozen=True, slots=True)
+class JobSample:
+    """One process of a job on one GPU at one sample time (None: not available)."""
+
+    t_s: float
+    job_id: int
+    attempt: int
+    gpu: int
+    pid: int
+    mem_gb: float | None
+    util_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobProfile:
     """What one attempt of a job used, from its samples.
 
@@ -228,6 +243,16 @@ def samples_since(conn: sqlite3.Connection, t_s: float) -> list[GpuSample]:
         (t_s,),
     ).fetchall()
     return [GpuSample(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows]
+
+
+def job_samples_since(conn: sqlite3.Connection, t_s: float) -> list[JobSample]:
+    """Per-job process samples taken after `t_s`, by time, job, GPU (the dashboard's process table)."""
+    rows = conn.execute(
+        "SELECT t_s, job_id, attempt, gpu, pid, mem_gb, util_pct FROM job_samples WHERE t_s > ? "
+        "ORDER BY t_s, job_id, gpu",
+        (t_s,),
+    ).fetchall()
+    return [JobSample(*r) for r in rows]
 
 
 def events_since(conn: sqlite3.Connection, t_s: float) -> list[dict[str, Any]]:

@@ -83,18 +83,23 @@ class _State:
         self.changed = asyncio.Event()
         self._plan: tuple[tuple[Any, ...], QueuePlan] | None = None
         self._plan_lock = threading.Lock()  # the table and the Gantt ask at once: plan once
+        self._plan_read_s = -math.inf
 
     def sample(self) -> None:
         self.history.add(self.config.source.snapshot())
         self.version += 1
 
     def plan(self) -> QueuePlan:
+        """The queue's plan; the queue is read at most once per sample period (pages ask in bursts)."""
         src = self.config.source
-        rows = src.queue()
-        now = time.time()
-        # replan when the queue changes, and at most once a minute otherwise (remaining times shift)
-        key = (tuple((r.job_id, r.state) for r in rows), int(now // 60))
         with self._plan_lock:
+            now = time.time()
+            if self._plan is not None and now - self._plan_read_s < self.config.sample_s:
+                return self._plan[1]
+            rows = src.queue()
+            self._plan_read_s = now
+            # replan when the queue changes, and at least once a minute (remaining times shift)
+            key = (tuple((r.job_id, r.state) for r in rows), int(now // 60))
             if self._plan is None or self._plan[0] != key:
                 self._plan = (key, plan_queue(rows, src.cluster, src.policy, src.backfill, now))
             return self._plan[1]
@@ -125,6 +130,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         redoc_url=None,
     )
     app.state.gpuplan = shared
+    for status in config.source.history(time.time() - config.window_s):  # what the agent recorded
+        shared.history.add(status)
     shared.sample()
     _pages(app)
     _static(app)

@@ -15,6 +15,7 @@ def snapshot_json(snap: NodeStatus) -> dict[str, Any]:
     """A snapshot as the JSON the pages and the SSE stream carry."""
     return {
         "time_s": snap.time_s,
+        "origin": snap.origin,
         "gpus": [
             {
                 "index": g.index,

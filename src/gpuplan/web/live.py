@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
@@ -85,11 +88,16 @@ class QueueRow:
 
 @dataclass(frozen=True, slots=True)
 class NodeStatus:
-    """Every GPU and process of the node at `time_s` (seconds since the epoch)."""
+    """Every GPU and process of the node at `time_s` (seconds since the epoch).
+
+    `origin` is "store" when read from the samples the agent recorded, "backend" when read from
+    the GPUs directly (no agent sampling).
+    """
 
     time_s: float
     gpus: tuple[GpuStatus, ...]
     processes: tuple[ProcStatus, ...]
+    origin: str = "backend"
 
 
 class LiveSource(ABC):
@@ -113,6 +121,10 @@ class LiveSource(ABC):
     def queue(self) -> list[QueueRow]:
         """Running and waiting jobs, in submit order."""
 
+    def history(self, since_s: float) -> list[NodeStatus]:
+        """GPU readings recorded since `since_s` (seconds since the epoch), oldest first; none kept here."""
+        return []
+
     def ask_agent(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request to the agent that runs the queue (cancel, ...) and return its reply.
 
@@ -124,6 +136,10 @@ class LiveSource(ABC):
 
 
 # --------------------------------------------------------------------------- the node
+
+STORE_FRESH_S = 5.0
+"""A sample the agent recorded less than this long ago is read instead of the GPUs."""
+_T = TypeVar("_T")
 
 
 def _agent_pid(paths: AgentPaths) -> int | None:
@@ -150,11 +166,12 @@ def cluster_of(backend: GpuBackend, host: str) -> ClusterSpec:
 
 
 class NodeSource(LiveSource):
-    """This node: GPU readings from a GPU backend, jobs from the agent's store (read-only).
+    """This node, read from the agent's store (read-only) and its GPU backend.
 
-    With no agent running it shows what the backend sees, the fake device set's processes
-    included, and says so in its label. Processes are matched to the store's running jobs by
-    process group (the agent starts each job in its own group).
+    While an agent samples the node (its latest sample is under STORE_FRESH_S old), GPU and
+    per-process readings are the agent's samples, jobs the store's. With no agent sampling, GPUs are
+    read from the backend (the fake device set's processes included), processes matched to the
+    store's running jobs by process group, and the label says no agent runs.
     """
 
     def __init__(
@@ -183,18 +200,73 @@ class NodeSource(LiveSource):
             return f"{what}; no agent running at {self.paths.home}"
         return f"{what}; agent pid {pid} at {self.paths.home}"
 
-    def _jobs(self, states: tuple[str, ...]) -> list[JobRow]:
-        from gpuplan.agent.store import connect, jobs_by_state
+    def _read(self, read: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        """`read` on a read-only connection to the store; None when the agent never ran here."""
+        from gpuplan.agent.store import connect
 
         if not self.paths.db.exists():
-            return []
+            return None
         conn = connect(self.paths.db, readonly=True)
         try:
-            return jobs_by_state(conn, states)
+            return read(conn)
         finally:
             conn.close()
 
+    def _jobs(self, states: tuple[str, ...]) -> list[JobRow]:
+        from gpuplan.agent.store import jobs_by_state
+
+        return self._read(lambda conn: jobs_by_state(conn, states)) or []
+
+    def history(self, since_s: float) -> list[NodeStatus]:
+        from gpuplan.agent.store import samples_since
+
+        samples = self._read(lambda conn: samples_since(conn, since_s)) or []
+        by_time: dict[float, list[GpuStatus]] = {}
+        for g in samples:
+            by_time.setdefault(g.t_s, []).append(self._stored_gpu(g))
+        return [NodeStatus(t, tuple(gpus), (), "store") for t, gpus in sorted(by_time.items())]
+
+    def _from_store(self, now: float) -> NodeStatus | None:
+        """The latest sample the agent recorded, if it is fresh: an agent is sampling this node."""
+        from gpuplan.agent.store import job_samples_since, jobs_by_state, samples_since
+
+        def read(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], list[JobRow]]:
+            since = now - STORE_FRESH_S
+            return (
+                samples_since(conn, since),
+                job_samples_since(conn, since),
+                jobs_by_state(conn, ("running",)),
+            )
+
+        got = self._read(read)
+        if got is None or not got[0]:
+            return None
+        gpus, procs, running = got
+        t = gpus[-1].t_s
+        jobs = {j.id: j for j in running}
+        statuses = []
+        for p in procs:
+            if p.t_s != t:
+                continue
+            job = jobs.get(p.job_id)
+            user, name = (job.user, job.name) if job is not None else ("", "")
+            statuses.append(ProcStatus(p.gpu, p.pid, str(p.job_id), user, name, p.mem_gb, p.util_pct))
+        latest = tuple(self._stored_gpu(g) for g in gpus if g.t_s == t)
+        return NodeStatus(t, latest, tuple(statuses), "store")
+
+    def _stored_gpu(self, g: Any) -> GpuStatus:
+        dev = self._devices.get(g.gpu)
+        total = g.mem_total_gb if g.mem_total_gb is not None else (dev.mem_total_gb if dev else 0.0)
+        return GpuStatus(
+            index=g.gpu, uuid=(dev.uuid if dev else "") or f"GPU-{g.gpu}", model=g.name, node=self.host,
+            mem_total_gb=total, util_pct=g.util_pct, mem_used_gb=g.mem_used_gb, power_w=g.power_w,
+            temp_c=g.temp_c, lost=g.lost,
+        )  # fmt: skip
+
     def snapshot(self) -> NodeStatus:
+        stored = self._from_store(time.time())
+        if stored is not None:
+            return stored
         snap = self.backend.snapshot()
         by_group = {j.pgid: j for j in self._jobs(("running",)) if j.pgid is not None}
         gpus = tuple(self._gpu(g) for g in snap.gpus)
