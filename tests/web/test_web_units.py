@@ -113,3 +113,27 @@ def test_serve_says_when_it_is_not_on_loopback(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr()
     assert "listening on 0.0.0.0, not loopback" in out.err
     assert "mutating endpoints need the agent's token" in out.out
+
+
+def test_plan_keeps_the_agents_order_and_expected_starts() -> None:
+    from gpuplan.cluster import load_cluster
+    from gpuplan.web.live import QueueRow
+    from gpuplan.web.queueplan import plan_queue
+
+    now = 1000.0
+    rows = [
+        QueueRow("1", "running", 8, 0.0, est_duration_s=600.0, start_s=900.0, gpu_ids=tuple(range(8))),
+        # sjf would put the short job first; the agent planned the long one first and says when
+        QueueRow("2", "waiting", 8, 10.0, est_duration_s=5000.0, expected_start_s=1500.0, planned=True),
+        QueueRow("3", "waiting", 8, 20.0, est_duration_s=50.0, expected_start_s=6500.0, planned=True),
+    ]
+    plan = plan_queue(rows, load_cluster("8xA100-80GB"), "sjf", "easy", now)
+    page = plan.page(0, 10)["rows"]
+    assert [r["job_id"] for r in page] == ["1", "2", "3"]
+    assert [r["expected_start_s"] for r in page] == [900.0, 1500.0, 6500.0]
+    ours = plan_queue([*rows[:1], *(QueueRow(r.job_id, r.state, r.gpus, r.submit_s, est_duration_s=r.est_duration_s) for r in rows[1:])],
+                      load_cluster("8xA100-80GB"), "sjf", "easy", now)  # fmt: skip
+    page = ours.page(0, 10)["rows"]
+    assert [r["job_id"] for r in page] == ["1", "3", "2"]  # without the agent's plan: the policy's order
+    assert page[1]["expected_start_s"] == pytest.approx(now + 500.0)  # when job 1 ends (900 + 600)
+    assert page[2]["expected_start_s"] == pytest.approx(now + 550.0)

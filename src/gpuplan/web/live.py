@@ -84,6 +84,8 @@ class QueueRow:
     est_duration_s: float | None = None
     start_s: float | None = None
     gpu_ids: tuple[int, ...] = ()
+    expected_start_s: float | None = None
+    planned: bool = False  # the row comes in the order of the agent's own plan, with its expected start
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +315,35 @@ class NodeSource(LiveSource):
             raise AgentUnavailable(str(e)) from e
 
     def queue(self) -> list[QueueRow]:
+        """The agent's queue in its planned order when it answers, else the store's jobs by submit."""
         from gpuplan.agent.store import ACTIVE_STATES
 
+        if self.paths.socket.exists():
+            try:
+                reply = self.ask_agent({"op": "queue"})
+                return [_agent_row(j) for j in reply.get("jobs", [])]
+            except GpuplanError:
+                pass  # not answering (stopping, restarting): the store still knows the jobs
         return [_queue_row(j) for j in sorted(self._jobs(ACTIVE_STATES), key=lambda j: (j.submit_s, j.id))]
+
+
+def _agent_row(j: dict[str, Any]) -> QueueRow:
+    """A job of the agent's `queue` reply (JobRow.to_json() plus `expected_start_s`)."""
+    est = j.get("est_duration_s") if j.get("est_duration_s") is not None else j.get("time_limit_s")
+    return QueueRow(
+        job_id=str(j["id"]),
+        state="running" if j.get("state") == "running" else "waiting",
+        gpus=int(j.get("gpus", 1)),
+        submit_s=float(j.get("submit_s", 0.0)),
+        name=str(j.get("name", "")),
+        user=str(j.get("user", "")),
+        mem_gb=j.get("mem_gb"),
+        est_duration_s=est,
+        start_s=j.get("start_s"),
+        gpu_ids=tuple(int(g) for g in j.get("gpu_ids", [])),
+        expected_start_s=j.get("expected_start_s"),
+        planned=True,
+    )
 
 
 def _queue_row(j: JobRow) -> QueueRow:

@@ -97,11 +97,14 @@ def plan_queue(
     running = [r for r in rows if r.state == "running"]
     waiting = [r for r in rows if r.state != "running"]
     jobs = {r.job_id: _as_job(r, now, guessed) for r in rows}
-    key = get_policy(policy).key
-    # the policy sees each job's real submit time; the simulation starts every job from `now`
-    keyed = [replace(jobs[r.job_id], submit_s=r.submit_s) for r in waiting]
-    order = sorted(range(len(waiting)), key=lambda i: (*key(keyed[i], i, False), i))
-    planned = running + [waiting[i] for i in order]
+    if waiting and all(r.planned for r in waiting):
+        planned = running + waiting  # the agent's own order
+    else:
+        key = get_policy(policy).key
+        # the policy sees each job's real submit time; the simulation starts every job from `now`
+        keyed = [replace(jobs[r.job_id], submit_s=r.submit_s) for r in waiting]
+        order = sorted(range(len(waiting)), key=lambda i: (*key(keyed[i], i, False), i))
+        planned = running + [waiting[i] for i in order]
     empty = QueuePlan(planned, {}, {}, guessed, None)
     if len(waiting) > PLAN_MAX_WAITING:
         empty.note = f"expected times for the first {PLAN_MAX_WAITING:,} of {len(waiting):,} waiting jobs"
@@ -118,4 +121,7 @@ def plan_queue(
     for r in running:  # a running job started when it started
         if r.start_s is not None:
             start[r.job_id] = r.start_s
+    for r in waiting:  # the agent's own projection, where it gave one, wins over ours
+        if r.expected_start_s is not None:
+            start[r.job_id] = r.expected_start_s
     return QueuePlan(planned, start, end, guessed, result, note=empty.note)
