@@ -32,6 +32,10 @@ class Backfill(ABC):
     name: str = ""
     description: str = ""
 
+    def __init__(self) -> None:
+        self.reserved: dict[int, float] = {}
+        """Planned start of each job the last pass gave a reservation (jid -> s); tests read it."""
+
     @abstractmethod
     def select(self, s: Scheduler, now: float) -> list[Started]:
         """Start what may start now (via `s.start`) and return the decisions."""
@@ -69,9 +73,11 @@ class Easy(Backfill):
                 head = jid
                 break
             s.start(jid, gpus, now, started)
+        self.reserved = {}
         if head >= 0 and not (not state.sharing and state.idle_total == 0):
             shadow, freed = _reservation(s, head, now)
             if shadow < _INF:
+                self.reserved[head] = shadow
                 self._backfill(s, now, head, shadow, freed, keys, started)
         s.drop_started(started)
         return started
@@ -259,10 +265,13 @@ class Conservative(Backfill):
     description = "conservative: every waiting job gets a reservation; no start may delay an earlier one"
 
     def __init__(self, depth: int = 500) -> None:
+        super().__init__()
         self.depth = depth
 
     def select(self, s: Scheduler, now: float) -> list[Started]:
         started: list[Started] = []
+        reserved: dict[int, float] = {}
+        self.reserved = reserved
         plan: _CountPlan | _GpuPlan = _GpuPlan(s, now) if s.state.sharing else _CountPlan(s, now)
         for i, key in enumerate(s.queue):
             jid = key[-1]
@@ -277,6 +286,7 @@ class Conservative(Backfill):
                 plan.book_started(jid, gpus)
             else:
                 plan.book(jid, t, where)
+                reserved[jid] = t
         s.drop_started(started)
         return started
 
