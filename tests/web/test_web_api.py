@@ -287,3 +287,59 @@ def test_readings_come_from_the_agents_samples_while_it_records(
     assert _by(m["DCGM_FI_DEV_GPU_UTIL"], gpu="5") == [25.0]
     assert _by(m["gpuplan_process_gpu_memory_used_mib"], pid="777") == [7.5 * MIB]
     assert _by(m["gpuplan_job_gpu_util_percent"], job_id=str(jid), user="cy") == [62.0]
+
+
+def test_dashboard_on_a_running_agent(tmp_path: Path) -> None:
+    """A real agent daemon on the fake device set runs `sleep` jobs: the dashboard shows its queue in
+    its order, /metrics moves with its jobs, and a cancel with its token goes through its socket."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent tests' daemon helper
+    from agent_helpers import Daemon, wait_until
+    from gpuplan.agent.gpus import open_backend
+    from gpuplan.agent.paths import read_token
+    from gpuplan.web.live import NodeSource
+
+    daemon = Daemon(tmp_path / "home").start()
+    try:
+        paths = daemon.paths
+        source = NodeSource(
+            open_backend("fake:8xA100-80GB", set_id=str(paths.home)), paths, "fake:8xA100-80GB"
+        )
+        app = create_app(ServeConfig(source, token=read_token(paths), trace_root=tmp_path, sample_s=0.1))
+        with TestClient(app) as client:
+            first = daemon.submit("sleep 120", gpus=2, mem_gb=30.0, name="big")
+            daemon.wait_state(first, "running")
+            second = daemon.submit("sleep 120", gpus=8, mem_gb=10.0, name="wide")
+            assert "agent pid" in client.get("/healthz").json()["source"]
+
+            def job_mem(m: dict[str, list[Any]], jid: int) -> list[float]:
+                return _by(m.get("gpuplan_job_gpu_memory_used_mib", []), job_id=str(jid))
+
+            def scrape_until(ok: Any, what: str) -> dict[str, list[Any]]:
+                def attempt() -> dict[str, list[Any]] | None:
+                    m = _scrape(client)
+                    return m if ok(m) else None
+
+                got: dict[str, list[Any]] = wait_until(attempt, what)
+                return got
+
+            m = scrape_until(lambda m: job_mem(m, first) == [60.0 * MIB], "the first job's memory")
+            assert _by(m["gpuplan_queue_length"]) == [1.0]
+            rows = client.get("/api/queue").json()["rows"]
+            assert [(r["job_id"], r["state"]) for r in rows] == [
+                (str(first), "running"),
+                (str(second), "waiting"),
+            ]
+            assert rows[1]["expected_start_s"] is not None
+
+            token = {"Authorization": f"Bearer {read_token(paths)}"}
+            assert client.post(f"/api/jobs/{first}/cancel").status_code == 403
+            assert client.post(f"/api/jobs/{first}/cancel", headers=token).status_code == 200
+            daemon.wait_state(first, "cancelled")
+            daemon.wait_state(second, "running")  # the GPUs the first held are free for the second
+            m = scrape_until(lambda m: job_mem(m, second) == [80.0 * MIB], "the second job's memory")
+            assert job_mem(m, first) == []
+            assert client.post("/api/jobs/99/cancel", headers=token).status_code == 400  # the agent's answer
+    finally:
+        daemon.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -40,14 +40,32 @@ def _token(paths: AgentPaths) -> str | None:
         ) from e
 
 
-def _source(gpus: str, paths: AgentPaths, policy: str, backfill: str) -> NodeSource:
+DEFAULT_GPUS = "fake:8xA100-80GB"
+
+
+def _running_agent(paths: AgentPaths) -> dict[str, Any] | None:
+    """The running agent's `status` (its backend, policy, backfill), None when none answers."""
+    from gpuplan.agent.protocol import call
+
+    if not paths.socket.exists():
+        return None
+    try:
+        return call(paths.socket, {"op": "status"}, timeout_s=5.0)
+    except GpuplanError:
+        return None
+
+
+def _source(gpus: str | None, paths: AgentPaths, policy: str | None, backfill: str | None) -> NodeSource:
+    """The node as the running agent sees it (its backend, policy and backfill), else as given."""
     from gpuplan.agent.gpus import open_backend
     from gpuplan.core.backfill import get_backfill
     from gpuplan.core.policies import get_policy
     from gpuplan.web.live import NodeSource
 
-    get_policy(policy)
-    get_backfill(backfill)
+    agent = _running_agent(paths) or {}
+    gpus = gpus or str(agent.get("backend") or DEFAULT_GPUS)
+    policy = get_policy(policy or str(agent.get("policy") or "fifo")).name
+    backfill = get_backfill(backfill or str(agent.get("backfill") or "easy")).name
     # the fake set's id is the agent's home, as the agent itself opens it: both see the same jobs
     backend = open_backend(gpus, set_id=str(paths.home))
     return NodeSource(backend, paths, gpus, policy, backfill)
@@ -56,9 +74,9 @@ def _source(gpus: str, paths: AgentPaths, policy: str, backfill: str) -> NodeSou
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback is said on stderr.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    gpus: Annotated[str, typer.Option("--gpus", help="GPU backend, as the agent's: nvml or fake:PRESET_OR_TOML (the fake device set).")] = "fake:8xA100-80GB",
-    policy: Annotated[str, typer.Option("--policy", help="Policy the queue view plans with.")] = "fifo",
-    backfill: Annotated[str, typer.Option("--backfill", help="Backfill mode the queue view plans with.")] = "easy",
+    gpus: Annotated[str | None, typer.Option("--gpus", help="GPU backend: nvml or fake:PRESET_OR_TOML (the fake device set); default: the running agent's, else fake:8xA100-80GB.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="Policy the queue view plans with when no agent answers; default: the agent's, else fifo.")] = None,
+    backfill: Annotated[str | None, typer.Option("--backfill", help="Backfill mode of that plan; default: the agent's, else easy.")] = None,
     traces: Annotated[Path, typer.Option("--traces", help="What-if paths must lie under this folder.")] = Path("."),
     price: Annotated[list[str] | None, typer.Option("--price", help="USD per GPU-hour of a model, MODEL=USD (repeat).")] = None,
     watts: Annotated[list[str] | None, typer.Option("--watts", help="Power of a model, MODEL=BUSY or MODEL=BUSY/IDLE, in W (repeat).")] = None,
