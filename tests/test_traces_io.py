@@ -28,6 +28,7 @@ from gpuplan.traces import (
     write_trace,
 )
 from gpuplan.traces import base as traces_base
+from gpuplan.traces._fields import MAX_MEM_GB, MAX_TIME_S
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 
@@ -83,7 +84,7 @@ def _varied_jobs() -> list[Job]:
     return [
         Job("a", 0.0, 1),
         Job("b", 0.1, 8, mem_gb=1 / 3, duration_s=1e-7, est_duration_s=12345.678, requested_s=86400.0),
-        Job("c", 1e12, 2, user='ünï, "q"', name="line\nbreak", gpu_util_pct=100.0, command="a,b;c"),
+        Job("c", 3e9, 2, user='ünï, "q"', name="line\nbreak", gpu_util_pct=100.0, command="a,b;c"),
         Job("d", 0.1, 4, est_mem_gb=0.0, may_span_nodes=True, meta={"k": [1, 2.5, None], "n": {"x": "y"}}),
     ]
 
@@ -526,8 +527,9 @@ def test_readers_raise_only_gpuplan_errors(
     assert result.jobs and len({j.id for j in result.jobs}) == len(result.jobs)
 
 
-_FLOAT = st.floats(min_value=0.0, max_value=1e300, allow_nan=False)
+_FLOAT = st.floats(min_value=0.0, max_value=MAX_TIME_S, allow_nan=False)  # the plausible range
 _OPT_FLOAT = st.none() | _FLOAT
+_OPT_MEM = st.none() | st.floats(min_value=0.0, max_value=MAX_MEM_GB, allow_nan=False)
 _JSON_SCALAR = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 )
@@ -536,10 +538,10 @@ _JOB = st.builds(
     id=st.text(min_size=1).filter(str.strip),
     submit_s=_FLOAT,
     gpus=st.integers(1, 4096),
-    mem_gb=_OPT_FLOAT,
+    mem_gb=_OPT_MEM,
     duration_s=_OPT_FLOAT,
     est_duration_s=_OPT_FLOAT,
-    est_mem_gb=_OPT_FLOAT,
+    est_mem_gb=_OPT_MEM,
     requested_s=_OPT_FLOAT,
     user=st.text(),
     name=st.text(),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuplan.cluster import cluster_to_toml, load_cluster
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.traces._rows import read_head
+from gpuplan.traces._rows import check_text_encoding, read_head
 from gpuplan.traces.base import (
     FIELD_ALIASES,
     TIME_UNITS,
@@ -109,6 +109,7 @@ def read_trace(path: str | Path, fmt: str | None = None, options: ReadOptions | 
         raise TraceError(f"{path}: no such trace file")
     if not path.is_file():
         raise TraceError(f"{path}: not a file (give the path of a trace file)")
+    check_text_encoding(path)
     result = (reader or _detected(path)).read(path, options)
     beside = cluster_file_for(path)
     if result.cluster is None and beside.is_file():

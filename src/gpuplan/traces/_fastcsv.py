@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.model import Job
-from gpuplan.traces._fields import _FALSE, _FLOAT_FIELDS, _TRUE, BOOL_FIELDS, PHASE_FIELDS, REQUIRED_FIELDS
+from gpuplan.traces._fields import (
+    _FALSE,
+    _FLOAT_FIELDS,
+    _TRUE,
+    BOOL_FIELDS,
+    PHASE_FIELDS,
+    PLAUSIBLE_MAX,
+    REQUIRED_FIELDS,
+)
 
 __all__ = ["fast_own_csv_jobs"]
 
@@ -66,6 +74,8 @@ def _clean_column(name: str, column: Any) -> list[Any] | None:
             return None
         if name == "gpu_util_pct" and pc.max(column).as_py() > 100:
             return None
+        if name in PLAUSIBLE_MAX and pc.max(column).as_py() > PLAUSIBLE_MAX[name][0]:
+            return None  # the exact reader names the row
         if name == "gpus":
             if pc.min(column).as_py() < 1 or not pc.all(pc.equal(column, pc.floor(column))).as_py():
                 return None

@@ -20,12 +20,14 @@ __all__ = [
     "BOOL_FIELDS",
     "JOB_FIELDS",
     "PHASE_FIELDS",
+    "PLAUSIBLE_MAX",
     "REPORTED_FIELDS",
     "REQUIRED_FIELDS",
     "TIME_FIELDS",
     "TIME_UNITS",
     "FieldError",
     "cell_text",
+    "check_plausible",
     "job_from_json",
     "job_from_texts",
     "job_record",
@@ -45,6 +47,19 @@ TIME_FIELDS: tuple[str, ...] = (
 )
 PHASE_FIELDS: tuple[str, ...] = ("startup_s", "init_s")
 _FLOAT_FIELDS: tuple[str, ...] = (*TIME_FIELDS, "mem_gb", "est_mem_gb", "gpu_util_pct")
+# Beyond these a value is a unit or typing mistake, not a job: an error that names the field.
+MAX_TIME_S = 100 * 365.25 * 86400  # 100 years
+MAX_MEM_GB = 10_000.0  # 10 TB on one GPU
+MAX_GPUS = 1_000_000
+PLAUSIBLE_MAX: dict[str, tuple[float, str]] = {
+    **{
+        f: (MAX_TIME_S, "at most 100 years (3.16e9 s); a wrong time unit? see --time-unit")
+        for f in TIME_FIELDS
+    },
+    "mem_gb": (MAX_MEM_GB, "at most 10 TB (10000 GB) per GPU; memory is in GB per GPU"),
+    "est_mem_gb": (MAX_MEM_GB, "at most 10 TB (10000 GB) per GPU; memory is in GB per GPU"),
+    "gpus": (MAX_GPUS, "at most 1,000,000 GPUs"),
+}
 # Fields listed in TraceResult.missing_fields when no job of the file has a value for them.
 REPORTED_FIELDS: tuple[str, ...] = (
     "mem_gb",
@@ -122,6 +137,18 @@ def _checked_float(field: str, value: float, raw: object, expected: str = "") ->
     if field == "gpu_util_pct" and value > 100:
         raise FieldError(field, raw, "above 100", expected)
     return value
+
+
+def check_plausible(job: Job) -> None:
+    """Every time, memory and GPU count of `job` is within PLAUSIBLE_MAX.
+
+    Raises:
+        FieldError: the first field beyond its plausible maximum (e.g. submit_s 1e300).
+    """
+    for field, (limit, expected) in PLAUSIBLE_MAX.items():
+        value = getattr(job, field)
+        if value is not None and value > limit:
+            raise FieldError(field, value, "beyond any plausible value", expected)
 
 
 def _checked_gpus(value: int, raw: object) -> int:

@@ -18,13 +18,21 @@ from typing import IO, Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import JOB_FIELDS, REPORTED_FIELDS, FieldError, job_from_json, job_record
+from gpuplan.traces._fields import (
+    JOB_FIELDS,
+    REPORTED_FIELDS,
+    FieldError,
+    check_plausible,
+    job_from_json,
+    job_record,
+)
 from gpuplan.traces.base import ReadOptions, TraceError, TraceResult, TruncatedTraceError
 
 __all__ = [
     "CsvRecord",
     "RowSink",
     "atomic_writer",
+    "check_text_encoding",
     "checked_records",
     "clip",
     "csv_records",
@@ -51,6 +59,43 @@ def _open(path: Path) -> IO[bytes]:
         return path.open("rb")
     except OSError as e:
         raise TraceError(f"{path}: cannot open the trace file: {e.strerror or e}") from e
+
+
+_WIDE_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (b"\xff\xfe\x00\x00", "UTF-32", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16", "UTF-16LE"),
+    (b"\xfe\xff", "UTF-16", "UTF-16BE"),
+)
+
+
+def check_text_encoding(path: Path) -> None:
+    """Refuse a UTF-16 or UTF-32 text file up front, with the command that converts it.
+
+    Such a file would otherwise fail on its first line with a row of mangled bytes. A UTF-8 byte-order
+    mark is fine (readers skip it); binary formats (Parquet) are not checked.
+
+    Raises:
+        TraceError: the file starts with a UTF-16/32 byte-order mark, or its first bytes are every
+            other one NUL (UTF-16 without a mark).
+    """
+    with _open(path) as f:
+        head = f.read(512)
+    if head.startswith(b"PAR1"):
+        return
+    found = next(((enc, codec) for bom, enc, codec in _WIDE_BOMS if head.startswith(bom)), None)
+    how = "it starts with a {} byte-order mark"
+    if found is None and len(head) >= 8 and head.count(0) >= len(head) // 3:
+        odd_nuls = head[1::2].count(0) >= head[0::2].count(0)
+        found, how = ("UTF-16", "UTF-16LE" if odd_nuls else "UTF-16BE"), "every other byte is NUL, as in {}"
+    if found is None:
+        return
+    enc, codec = found
+    out = path.with_name(f"{path.stem}-utf8{path.suffix}")
+    raise TraceError(
+        f"{path}: the file is {enc} text ({how.format(codec)}), not UTF-8: convert it with "
+        f"`iconv -f {codec} -t UTF-8 {path} > {out}` (or save it as UTF-8)"
+    )
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> str:
@@ -243,6 +288,7 @@ class RowSink:
         try:
             try:
                 job = build()
+                check_plausible(job)
             except FieldError as e:
                 raise e.located(str(self.path), line, column(e.field)) from None
             self._keep(job, line, column("id"))
@@ -323,7 +369,7 @@ def atomic_writer(path: Path) -> Iterator[IO[str]]:
 def _checked_record(job: Job, path: Path) -> dict[str, Any]:
     record = job_record(job)
     try:
-        job_from_json(record)
+        check_plausible(job_from_json(record))
         json.dumps(record.get("meta", {}), allow_nan=False)
     except FieldError as e:
         raise TraceError(f"{path}: cannot write job {job.id!r}: {e}") from e
