@@ -116,6 +116,8 @@ def _job(draw: st.DrawFn, i: int, max_gpus: int, estimates: str, spanning: bool)
         gpu_util_pct=draw(st.one_of(st.none(), st.sampled_from([5.0, 30.0, 60.0, 100.0]))),
         may_span_nodes=spanning and draw(st.booleans()),
         duration_includes_sharing=draw(st.booleans()),
+        startup_s=draw(st.one_of(st.none(), st.sampled_from([0.0, 5.0, 30.0]))),
+        init_s=draw(st.one_of(st.none(), st.sampled_from([0.0, 5.0, 30.0]))),
         user=draw(st.sampled_from(["", "alice"])),
         name=draw(st.sampled_from(["", "train"])),
         meta=draw(st.sampled_from([{}, {"queue": "q1"}])),
