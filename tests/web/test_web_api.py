@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -266,7 +267,6 @@ def test_readings_come_from_the_agents_samples_while_it_records(
 ) -> None:
     """While the store holds fresh samples (an agent samples the node), they are what the views and
     /metrics show, and the node history starts with what the store recorded."""
-    import time
 
     jid = agent_home.store.add_job(
         command="train", gpus=1, state="running", submit_s=0.0, start_s=1.0, gpu_ids="4", user="cy", name="t"
@@ -307,10 +307,15 @@ def test_dashboard_on_a_running_agent(tmp_path: Path) -> None:
             open_backend("fake:8xA100-80GB", set_id=str(paths.home)), paths, "fake:8xA100-80GB"
         )
         app = create_app(ServeConfig(source, token=read_token(paths), trace_root=tmp_path, sample_s=0.1))
+        token = {"Authorization": f"Bearer {read_token(paths)}"}
         with TestClient(app) as client:
-            first = daemon.submit("sleep 120", gpus=2, mem_gb=30.0, name="big")
+            job = {"command": "sleep 120", "gpus": 2, "mem_gb": 30.0, "name": "big", "cwd": str(tmp_path)}
+            assert client.post("/api/jobs", json=job).status_code == 403
+            assert client.post("/api/jobs", json={**job, "gpus": 0}, headers=token).status_code == 422
+            first = client.post("/api/jobs", json=job, headers=token).json()["id"]
             daemon.wait_state(first, "running")
             second = daemon.submit("sleep 120", gpus=8, mem_gb=10.0, name="wide")
+            third = daemon.submit("sleep 120", gpus=8, mem_gb=5.0, name="wide2")
             assert "agent pid" in client.get("/healthz").json()["source"]
 
             def job_mem(m: dict[str, list[Any]], jid: int) -> list[float]:
@@ -325,20 +330,29 @@ def test_dashboard_on_a_running_agent(tmp_path: Path) -> None:
                 return got
 
             m = scrape_until(lambda m: job_mem(m, first) == [60.0 * MIB], "the first job's memory")
-            assert _by(m["gpuplan_queue_length"]) == [1.0]
-            rows = client.get("/api/queue").json()["rows"]
-            assert [(r["job_id"], r["state"]) for r in rows] == [
-                (str(first), "running"),
-                (str(second), "waiting"),
-            ]
+            assert _by(m["gpuplan_queue_length"]) == [2.0]
+            order = [(r["job_id"], r["state"]) for r in client.get("/api/queue").json()["rows"]]
+            assert order == [(str(first), "running"), (str(second), "waiting"), (str(third), "waiting")]
+
+            reply = client.post("/api/queue/order", json={"order": [str(third), str(second)]}, headers=token)
+            assert reply.status_code == 200 and reply.json()["matched"] == [third, second]
+            want = [str(first), str(third), str(second)]
+            # the dashboard rereads the queue once per sample period: poll with a deadline
+            rows = wait_until(
+                lambda: (
+                    (rows := client.get("/api/queue").json()["rows"])
+                    and [r["job_id"] for r in rows] == want
+                    and rows
+                ),
+                "the new order on the queue view",
+            )
             assert rows[1]["expected_start_s"] is not None
 
-            token = {"Authorization": f"Bearer {read_token(paths)}"}
             assert client.post(f"/api/jobs/{first}/cancel").status_code == 403
             assert client.post(f"/api/jobs/{first}/cancel", headers=token).status_code == 200
             daemon.wait_state(first, "cancelled")
-            daemon.wait_state(second, "running")  # the GPUs the first held are free for the second
-            m = scrape_until(lambda m: job_mem(m, second) == [80.0 * MIB], "the second job's memory")
+            daemon.wait_state(third, "running")  # reordered: the third goes before the second
+            m = scrape_until(lambda m: job_mem(m, third) == [40.0 * MIB], "the third job's memory")
             assert job_mem(m, first) == []
             assert client.post("/api/jobs/99/cancel", headers=token).status_code == 400  # the agent's answer
     finally:

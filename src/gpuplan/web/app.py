@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from fastapi.responses import (
 )
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 
 from gpuplan.errors import GpuplanError
 from gpuplan.web.history import History, snapshot_json
@@ -403,17 +405,48 @@ def _require_token(request: Request) -> None:
         )
 
 
+class SubmitRequest(BaseModel):
+    """A job to submit to the agent (the fields of `gpuplan submit`)."""
+
+    command: str = Field(min_length=1, description="shell command, run in its own process group")
+    gpus: int = Field(1, ge=1)
+    mem_gb: float | None = Field(None, gt=0, description="GPU memory per GPU, GiB")
+    time_limit_s: float | None = Field(None, gt=0)
+    name: str = ""
+    priority: int = 0
+    cwd: str = "/"
+
+
+class OrderRequest(BaseModel):
+    """The order the waiting jobs should start in (job ids, or job names), first first."""
+
+    order: list[str] = Field(min_length=1)
+
+
+def _ask(request: Request, message: dict[str, Any]) -> dict[str, Any]:
+    """Forward one mutating request to the agent after checking the token."""
+    _require_token(request)
+    try:
+        return _state(request).config.source.ask_agent(message)
+    except AgentUnavailable as e:
+        raise HTTPException(503, str(e)) from None
+    except GpuplanError as e:  # the agent refused; its message says why
+        raise HTTPException(400, str(e)) from None
+
+
 def _mutating_api(app: FastAPI) -> None:
     @app.post("/api/jobs/{job_id}/cancel", summary="Cancel a job through the agent (needs the agent's token)")
     def cancel(request: Request, job_id: str) -> dict[str, Any]:
-        _require_token(request)
-        src = _state(request).config.source
-        try:
-            return src.ask_agent({"op": "cancel", "id": _job_number(job_id)})
-        except AgentUnavailable as e:
-            raise HTTPException(503, str(e)) from None
-        except GpuplanError as e:
-            raise HTTPException(400, str(e)) from None
+        return _ask(request, {"op": "cancel", "id": _job_number(job_id)})
+
+    @app.post("/api/jobs", summary="Submit a job to the agent (needs the agent's token)")
+    def submit(request: Request, job: SubmitRequest) -> dict[str, Any]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return _ask(request, {"op": "submit", **job.model_dump(), "env": env})
+
+    @app.post("/api/queue/order", summary="Reorder the waiting jobs (the agent's apply; needs its token)")
+    def reorder(request: Request, body: OrderRequest) -> dict[str, Any]:
+        return _ask(request, {"op": "apply", "order": body.order})
 
 
 def _job_number(text: str) -> int:
