@@ -10,6 +10,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   audit-nasa, audit-alibaba: `gpuplan audit` on the real traces in ../shared/data (issue #3: <= 10 s).
   plan: `gpuplan plan` quality vs time on the article scenario and 500 jobs / 64 GPUs (issue #4; ~4 min).
   predict: fit / predict time of the predictors on 100,000 jobs (issue #5).
+  agent-submit-latency, agent-pass-10k: the local agent's submit -> start latency on a free GPU and one
+    scheduling pass with 10,000 queued jobs (issue #10: p95 <= 200 ms, pass <= 100 ms; aim p95 <= 50 ms).
 """
 
 from __future__ import annotations
@@ -162,6 +164,18 @@ def _predict_case() -> list[dict[str, object]]:
     return bench_predict()
 
 
+def _agent_latency_case() -> dict[str, object]:
+    from bench_agent import bench_latency
+
+    return bench_latency()
+
+
+def _agent_pass_case() -> list[dict[str, object]]:
+    from bench_agent import bench_pass
+
+    return [bench_pass(policy="sjf", backfill="easy"), bench_pass(policy="fifo", backfill="conservative")]
+
+
 def _plan_case() -> list[dict[str, object]]:
     from bench_plan import bench_plan
 
@@ -180,6 +194,8 @@ _OTHER = {
     ),
     "plan": _plan_case,
     "predict": _predict_case,
+    "agent-submit-latency": _agent_latency_case,
+    "agent-pass-10k": _agent_pass_case,
 }
 
 

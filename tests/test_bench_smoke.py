@@ -62,3 +62,13 @@ def test_predict_bench_rows() -> None:
 
     rows = bench_predict(n_jobs=1_500, names=("rolling-median",))
     assert rows and all({"fit_s", "predict_s", "peak_rss_mb"} <= set(r) for r in rows)
+
+
+def test_agent_bench_runs_on_tiny_sizes() -> None:
+    from bench_agent import bench_latency, bench_pass
+
+    lat = bench_latency(jobs=5)
+    assert lat["jobs"] == 5 and {"agent_p95_ms", "client_p50_ms", "client_p95_ms", "within_floor"} <= set(lat)
+    row = bench_pass(queued=50)
+    assert 45 <= row["queued"] < 50, "a freed GPU started a queued job"
+    assert {"free_step_ms_median", "blocked_pass_ms_median", "queue_call_ms", "within_floor"} <= set(row)

@@ -33,6 +33,7 @@ from gpuplan.agent.protocol import AgentError, bind_socket, peer_uid, read_reque
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_profile
 from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, Job
+from gpuplan.traces._fields import job_record
 
 __all__ = ["Agent", "AgentConfig", "main"]
 
@@ -81,6 +82,8 @@ class _Run:
     stop_state: str = ""  # cancelled, timeout, requeue: why the agent stopped it
     kill_at_s: float | None = None
     peak_gb: dict[int, float] = field(default_factory=dict)
+    own: bool = True  # launched by this process (its leader is our child: waitpid works)
+    leader_done: bool = False
 
 
 class Agent:
@@ -258,21 +261,38 @@ class Agent:
                 self.reaped[pid] = launcher.exit_code_from_status(status)
 
     def _watch(self, now: float) -> None:
-        """Close jobs whose processes are all gone; stop the remnants of a group whose leader exited."""
-        if not self.runs:
-            return
-        live = launcher.live_jobs(self.paths.home)
-        self._next_live_s = now + _LIVENESS_S
-        for run in list(self.runs.values()):
-            if run.pid is not None and run.pid in self.reaped and run.exit_code is None:
+        """Close jobs whose processes are all gone; stop the remnants of a group whose leader exited.
+
+        Cheap checks first: a leader that is this process's child and still running means the job
+        runs; otherwise `killpg(pgid, 0)` failing means the whole group is gone. Only when a group
+        still answers (leftovers, an adopted job, or zombies that a non-reaping init keeps) does one
+        /proc pass (`live_jobs`, at most every 0.25 s) decide by the job markers.
+        """
+        gone: list[_Run] = []
+        unsure: list[_Run] = []
+        for run in self.runs.values():
+            if run.pid is not None and run.pid in self.reaped:
                 run.exit_code = self.reaped.pop(run.pid)
-                if (run.jid, run.attempt) in live and run.kill_at_s is None:
-                    launcher.signal_group(run.pgid or run.pid, signal.SIGTERM)  # leftovers of an ended job
+                run.leader_done = True
+            if run.pid is None or (run.own and not run.leader_done):
+                continue
+            if run.pgid is None or not launcher.signal_group(run.pgid, 0):
+                gone.append(run)
+            else:
+                unsure.append(run)
+        if unsure and now >= self._next_live_s:
+            live = launcher.live_jobs(self.paths.home)
+            self._next_live_s = now + _LIVENESS_S
+            for run in unsure:
+                if (run.jid, run.attempt) not in live:
+                    gone.append(run)
+                elif run.own and run.kill_at_s is None:  # leftovers of a job whose main process ended
+                    launcher.signal_group(run.pgid or run.pid or 0, signal.SIGTERM)
                     run.kill_at_s = now + self.config.grace_s
-            if (run.jid, run.attempt) not in live:
-                if run.exit_code is None:
-                    run.exit_code = launcher.read_status_file(self.paths.job_dir(run.jid))
-                self._finalize(run, now)
+        for run in gone:
+            if run.exit_code is None:
+                run.exit_code = launcher.read_status_file(self.paths.job_dir(run.jid))
+            self._finalize(run, now)
 
     def _timers(self, now: float) -> None:
         for run in list(self.runs.values()):
@@ -295,8 +315,8 @@ class Agent:
         started = self.engine.schedule(now)
         for s in started:
             self._launch(s.jid, s.gpus, now)
-        if started:  # one reading right away: even a short job gets a profile
-            self._sample(now)
+        if started:  # a reading on the next round (right after the reply): even a short job gets a profile
+            self._next_sample_s = now
 
     def _launch(self, jid: int, gpus: tuple[int, ...], now: float) -> None:
         row = self.store.job(jid)
@@ -417,8 +437,6 @@ class Agent:
         key = f"history:{jid}.{row.attempt}"
         if self.store.get_meta(key):
             return
-        from gpuplan.traces._fields import job_record
-
         prof = job_profile(self.store.conn, jid, row.attempt)
         duration = (row.end_s - row.start_s) if row.start_s is not None and row.end_s is not None else None
         meta = {
@@ -447,9 +465,7 @@ class Agent:
         )
         line = json.dumps(job_record(job), ensure_ascii=False, allow_nan=False) + "\n"
         with open(self.paths.history, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+            f.write(line)  # flushed at close: survives the agent's crash (the store keeps the rest)
         self.store.set_meta(key, "1")
 
     def _write_pending_history(self) -> None:
@@ -641,7 +657,7 @@ class Agent:
             out = r.to_json()
             out["expected_start_s"] = expected.get(r.id) if r.state == "queued" else None
             jobs.append(out)
-        order = {jid: i for i, jid in enumerate(self.engine.sched.waiting_jids())}
+        order = {jid: i for i, jid in enumerate(self.engine.waiting_jids())}
         jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))
         return {"now_s": now, "jobs": jobs}
 
@@ -677,6 +693,10 @@ class Agent:
                 if not run.stop_state:
                     self._stop(run, "cancelled", now)
         return {"pid": os.getpid(), "running": len(self.runs)}
+
+    @property
+    def next_sample_s(self) -> float:
+        return self._next_sample_s
 
     def done_stopping(self) -> bool:
         return self.stopping and (not self.kill_jobs_on_stop or not self.runs)
@@ -731,6 +751,7 @@ def serve(agent: Agent) -> None:
     try:
         while not agent.done_stopping():
             timeout = _LIVENESS_S if agent.runs else agent.config.sample_interval_s
+            timeout = max(0.0, min(timeout, agent.next_sample_s - time.time()))
             for key, _ in sel.select(timeout):
                 if key.data == "wake":
                     with contextlib.suppress(BlockingIOError):

@@ -120,6 +120,10 @@ class Engine:
     def waiting(self) -> int:
         return self.sched.waiting
 
+    def waiting_jids(self) -> list[int]:
+        """Waiting jobs in policy order."""
+        return list(self.sched.waiting_jids())
+
     # -- GPUs the agent cannot give out ------------------------------------------------------------
     def set_offline(self, gpu: int, offline: bool) -> None:
         """Take a GPU out of service (lost) or back; jobs already on it keep their booking."""

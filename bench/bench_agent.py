@@ -1,0 +1,151 @@
+"""Agent benchmarks (issue #10): submit -> start latency on a free GPU, and one scheduling pass with
+10,000 queued jobs. Floors: p95 <= 200 ms and pass <= 100 ms; aim p95 <= 50 ms.
+
+`bench_latency` starts a real agent daemon on the fake device set in a temporary GPUPLAN_HOME and
+submits jobs one at a time over its socket while GPUs are free: `agent_ms` is start_s - submit_s as
+the agent recorded them (its own decision and launch), `client_ms` the client's whole `submit` call
+(the agent answers after launching, so this includes the fork/exec of the job).
+`bench_pass` builds an in-process agent with 10,000 queued jobs on a busy 8-GPU node, frees one GPU,
+and times `Agent.step()` (reap, watch, sample, one Scheduler pass, launch) and the Scheduler pass alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def _wait(pred: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.002)
+    raise TimeoutError("the agent did not answer in time")
+
+
+def bench_latency(jobs: int = 200) -> dict[str, object]:
+    from gpuplan.agent.protocol import AgentNotRunningError, call
+    from gpuplan.agent.store import connect, get_job
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        config = {"home": str(home), "gpus": "fake:8xA100-80GB", "sample_interval_s": 1.0}
+        proc = subprocess.Popen([sys.executable, "-m", "gpuplan.agent.daemon", json.dumps(config)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        sock = home / "agent.sock"
+
+        def ready() -> bool:
+            try:
+                call(sock, {"op": "status"})
+            except AgentNotRunningError:
+                return False
+            return True
+
+        try:
+            _wait(ready)
+            client_ms, ids = [], []
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            for _ in range(jobs):
+                t0 = time.perf_counter()
+                reply = call(sock, {"op": "submit", "command": "true", "cwd": tmp, "env": env})
+                client_ms.append((time.perf_counter() - t0) * 1000)
+                ids.append(reply["id"])
+                _wait(lambda: call(sock, {"op": "status"})["running"] < 8)  # keep a GPU free
+            conn = connect(home / "agent.db", readonly=True)
+            rows = [_wait(lambda i=i: (r := get_job(conn, i)) and r.start_s is not None and r) for i in ids]
+            agent_ms = [(r.start_s - r.submit_s) * 1000 for r in rows]
+            call(sock, {"op": "stop", "kill_jobs": True})
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return {
+        "case": "agent-submit-latency", "jobs": jobs,
+        "agent_p50_ms": round(_pct(agent_ms, 0.5), 2), "agent_p95_ms": round(_pct(agent_ms, 0.95), 2),
+        "client_p50_ms": round(_pct(client_ms, 0.5), 2), "client_p95_ms": round(_pct(client_ms, 0.95), 2),
+        "floor_p95_ms": 200.0, "aim_p95_ms": 50.0, "within_floor": _pct(client_ms, 0.95) <= 200.0,
+    }  # fmt: skip
+
+
+def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy") -> dict[str, object]:
+    """Busy 8-GPU node, 10,000 queued jobs: time the agent's round when one GPU frees (`free_step_ms`:
+    the finish is recorded, one pass runs, a job launches) and the Scheduler pass alone while one GPU is
+    free but every queued job needs more (`blocked_pass_ms`: the reservation and the backfill scan)."""
+    from gpuplan.agent.daemon import Agent, AgentConfig
+    from gpuplan.agent.launcher import live_jobs
+
+    clock_now = [1_000_000.0]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = AgentConfig(
+            home=Path(tmp) / "home", gpus="fake:8xA100-80GB", policy=policy, backfill=backfill
+        )
+        agent = Agent(config, clock=lambda: clock_now[0])
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        try:
+            blockers = [_submit(agent, env, 1, 3600.0, "sleep 600") for _ in range(8)]
+            agent.step()
+            sizes = (2, 2, 4, 8, 1)
+            t0 = time.perf_counter()
+            for i in range(queued):
+                _submit(agent, env, sizes[i % len(sizes)], 60.0 * (1 + i % 50), "sleep 600")
+            submit_s = time.perf_counter() - t0
+            free_ms = []
+            for b in blockers[:3]:
+                agent.handle({"op": "cancel", "ids": [b]}, 0)
+                key = (b, 1)
+                _wait(lambda key=key: key not in live_jobs(agent.paths.home))
+                t0 = time.perf_counter()
+                agent.step()
+                free_ms.append((time.perf_counter() - t0) * 1000)
+            queued_at_free = agent.engine.waiting
+            # one GPU free, every 1-GPU job withdrawn: the pass finds nothing to start
+            for jid in [j for j in agent.engine.waiting_jids() if agent.store.job(j).gpus == 1]:  # type: ignore[union-attr]
+                agent.engine.withdraw(jid)
+            agent.handle({"op": "cancel", "ids": [blockers[3]]}, 0)
+            _wait(lambda: (agent.step(), blockers[3] not in agent.runs)[1])
+            blocked_ms = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                started = agent.engine.schedule(clock_now[0])
+                blocked_ms.append((time.perf_counter() - t0) * 1000)
+                assert not started
+            waiting = agent.engine.waiting
+            queue_t0 = time.perf_counter()
+            agent.handle({"op": "queue"}, 0)
+            queue_ms = (time.perf_counter() - queue_t0) * 1000
+        finally:
+            for run in list(agent.runs.values()):
+                if run.pgid:
+                    os.killpg(run.pgid, signal.SIGKILL)
+            agent.close()
+    return {
+        "case": "agent-pass-10k", "queued": queued_at_free, "queued_blocked": waiting, "policy": policy, "backfill": backfill,
+        "submit_per_job_ms": round(submit_s / queued * 1000, 3),
+        "free_step_ms_median": round(statistics.median(free_ms), 2), "free_step_ms_max": round(max(free_ms), 2),
+        "blocked_pass_ms_median": round(statistics.median(blocked_ms), 2),
+        "queue_call_ms": round(queue_ms, 1), "floor_ms": 100.0,
+        "within_floor": max(max(free_ms), statistics.median(blocked_ms)) <= 100.0,
+    }  # fmt: skip
+
+
+def _submit(agent: Any, env: dict[str, str], gpus: int, limit_s: float, command: str) -> int:
+    reply = agent.handle({"op": "submit", "command": command, "gpus": gpus, "time_limit_s": limit_s,
+                          "cwd": "/", "env": env}, 0)  # fmt: skip
+    assert reply["ok"], reply
+    return int(reply["id"])
