@@ -175,6 +175,13 @@ def test_kill9_restart_cycles_lose_no_job_and_run_none_twice(tmp_path: Path) -> 
         jobs = [d.job(j) for j in ids]
         assert all(j["state"] == "done" for j in jobs), [(j["id"], j["state"], j["reason"]) for j in jobs]
         _assert_no_gpu_overlap(jobs)
+        adopted = d.submit(f"sleep 1.5; echo $GPUPLAN_JOB_ID >> {tmp_path}/runs")
+        d.wait_state(adopted, "running")
+        d.kill9()
+        d.start()
+        job = d.wait_state(adopted, "done")
+        assert job["reason"] == "" and job["exit_code"] == 0, "re-adopted, then seen ending by the new agent"
+        assert (tmp_path / "runs").read_text().split().count(str(adopted)) == 1
     finally:
         d.stop()
 

@@ -170,6 +170,7 @@ class Agent:
             row.gpu_list,
             row.start_s or self.clock(),
             row.time_limit_s,
+            own=False,  # another agent process started it: not our child, waitpid cannot see it
         )
         if row.reason.startswith("stopping:"):
             run.stop_state = row.reason.removeprefix("stopping:")
@@ -255,7 +256,8 @@ class Agent:
                 continue
             try:
                 pid, status = os.waitpid(run.pid, os.WNOHANG)
-            except ChildProcessError:  # adopted after a restart: not our child
+            except ChildProcessError:  # not our child (adopted): watched through its group instead
+                run.own = False
                 continue
             if pid:
                 self.reaped[pid] = launcher.exit_code_from_status(status)
@@ -284,7 +286,8 @@ class Agent:
             live = launcher.live_jobs(self.paths.home)
             self._next_live_s = now + _LIVENESS_S
             for run in unsure:
-                if (run.jid, run.attempt) not in live:
+                pids = live.get((run.jid, run.attempt), set())
+                if not pids or all(launcher.is_zombie(pid) for pid in pids):
                     gone.append(run)
                 elif run.own and run.kill_at_s is None:  # leftovers of a job whose main process ended
                     launcher.signal_group(run.pgid or run.pid or 0, signal.SIGTERM)
@@ -776,8 +779,10 @@ def _guarded_step(agent: Agent) -> None:
         log.exception("agent step failed; going on")
 
 
-def _accept(agent: Agent, sock: socket.socket) -> None:
-    while True:
+def _accept(agent: Agent, sock: socket.socket, most: int = 16) -> None:
+    """Serve up to `most` waiting connections, then let the loop run a step: a client polling in a
+    tight loop must not starve the agent's own round."""
+    for _ in range(most):
         try:
             conn, _ = sock.accept()
         except BlockingIOError:

@@ -12,6 +12,7 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.policies import Policy, get_policy
@@ -65,13 +66,13 @@ class Projection:
     start_s: float | None
 
 
-class Engine:
-    """The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
+class _LegacyEngine:
+    """(Scheduler before core's public live API: removed once it lands.) The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
 
     def __init__(self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str) -> None:
         self.spec = spec
         self.policy = policy
-        self.sched = Scheduler(spec, policy, backfill, placer)
+        self.sched: Any = Scheduler(spec, policy, backfill, placer)
         self.offline: set[int] = set()
         self.foreign_gb: dict[int, float] = {}
 
@@ -183,3 +184,106 @@ class Engine:
             out.append(Projection(jid, t))
             heapq.heappush(heap, (t + s.plan[jid], jid, tuple(gpus), s.mem[jid]))
         return out
+
+
+class _LiveEngine:
+    """The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
+
+    def __init__(self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.sched: Any = Scheduler(spec, policy, backfill, placer)
+        self.offline: set[int] = set()
+        self.foreign_gb: dict[int, float] = {}
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def never_fits(self, gpus: int, mem_gb: float | None) -> str | None:
+        """Why a job can never start on this node, or None when it can."""
+        from gpuplan.core.booking import fits_empty_cluster
+
+        if fits_empty_cluster(self.spec, self.sched.placer, gpus, mem_gb, False):
+            return None
+        cap = self.spec.nodes[0].gpu.mem_gb
+        if gpus > self.spec.total_gpus:
+            return f"asks for {gpus} GPUs; this node has {self.spec.total_gpus}"
+        return f"asks for {mem_gb:g} GB per GPU; this node's GPUs have {cap:g} GB"
+
+    def submit(self, jid: int, job: Job) -> None:
+        """Queue a waiting job (the caller checked `never_fits`)."""
+        self.sched.submit(jid, job)
+
+    def withdraw(self, jid: int) -> None:
+        """Take a waiting job out of the queue (cancel, hold, a new plan rank)."""
+        self.sched.withdraw(jid)
+
+    def is_waiting(self, jid: int) -> bool:
+        return jid in self.sched and not self.sched.slot(jid).is_running
+
+    def is_running(self, jid: int) -> bool:
+        return jid in self.sched and self.sched.slot(jid).is_running
+
+    def seed_running(self, jid: int, job: Job, gpus: tuple[int, ...], start_s: float) -> None:
+        """A job already running on `gpus` since `start_s` (re-adopted after a restart)."""
+        self.sched.adopt(jid, job, gpus, start_s)
+
+    def schedule(self, now: float) -> list[Started]:
+        return self.sched.schedule(now)
+
+    def finish(self, jid: int) -> None:
+        self.sched.finish(jid)
+
+    @property
+    def waiting(self) -> int:
+        return self.sched.waiting_count
+
+    def waiting_jids(self) -> list[int]:
+        return list(self.sched.waiting_jids())
+
+    # -- GPUs the agent cannot give out ------------------------------------------------------------
+    def set_offline(self, gpu: int, offline: bool) -> None:
+        """Take a GPU out of service (lost) or back; jobs already on it keep their booking."""
+        if offline == (gpu in self.offline):
+            return
+        (self.offline.add if offline else self.offline.discard)(gpu)
+        self.sched.set_offline(gpu, offline)
+
+    def set_foreign(self, gpu: int, mem_gb: float) -> None:
+        """Memory held on `gpu` by processes the agent did not start (0: none). Exclusive nodes then
+        treat the GPU as taken; sharing nodes book that much memory."""
+        mem_gb = min(mem_gb, self.spec.nodes[0].gpu.mem_gb)
+        if mem_gb == self.foreign_gb.get(gpu, 0.0):
+            return
+        if mem_gb > 0:
+            self.foreign_gb[gpu] = mem_gb
+        else:
+            self.foreign_gb.pop(gpu, None)
+        self.sched.hold_external(gpu, mem_gb)
+
+    # -- expected starts ---------------------------------------------------------------------------
+    def projection(self, now: float, limit: int = 200) -> list[Projection]:
+        """Expected starts of the first `limit` waiting jobs: running jobs end at their expected ends
+        (an overrunning one ends now) and waiting jobs start in policy order, each when it fits."""
+        s = self.sched
+        state = s.state.copy()
+        heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb) for r in s.running()]
+        heapq.heapify(heap)
+        waiting = list(itertools.islice(s.waiting(), limit))
+        out: list[Projection] = []
+        t = now
+        for k, slot in enumerate(waiting):
+            gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            while gpus is None:
+                if not heap or heap[0][0] == _INF:
+                    return out + [Projection(w.jid, None) for w in waiting[k:]]
+                end, _, held, mem = heapq.heappop(heap)
+                t = max(t, end)
+                state.release(held, mem)
+                gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            state.place(gpus, slot.mem_gb)
+            out.append(Projection(slot.jid, t))
+            heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb))
+        return out
+
+
+# The core's live API (withdraw, adopt, set_offline, hold_external) replaces the legacy adapter when present.
+Engine: Any = _LiveEngine if hasattr(Scheduler, "adopt") else _LegacyEngine

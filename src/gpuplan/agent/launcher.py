@@ -26,6 +26,7 @@ __all__ = [
     "Launched",
     "exit_code_from_status",
     "is_oom",
+    "is_zombie",
     "launch",
     "live_jobs",
     "read_status_file",
@@ -140,6 +141,15 @@ def live_jobs(home: Path, proc_root: Path = Path("/proc")) -> dict[tuple[int, in
             continue
         found.setdefault(key, set()).add(int(entry.name))
     return found
+
+
+def is_zombie(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie, or gone): /proc/PID/stat's state field."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True
+    return stat.rsplit(") ", 1)[-1][:1] in ("Z", "X")
 
 
 def read_status_file(job_dir: Path) -> int | None:
