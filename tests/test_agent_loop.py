@@ -170,3 +170,28 @@ def test_unknown_dependency_is_refused(make_agent) -> None:  # type: ignore[no-u
     agent = make_agent()
     reply = agent.handle({"op": "submit", "command": "true", "after_id": 77}, 0)
     assert not reply["ok"] and "--after 77: no such job" in reply["error"]
+
+
+def test_predict_model_sets_the_estimate_and_history_median_otherwise(make_agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from gpuplan.model import Job
+    from gpuplan.traces import write_trace
+
+    history = tmp_path / "hist.jsonl"
+    write_trace([Job(f"j{i}", float(i), 1, duration_s=100.0 * (i + 1), name="t") for i in range(5)], history)
+    model = tmp_path / "dur.model"
+    fit = subprocess.run([sys.executable, "-m", "gpuplan.cli", "predict", "fit", str(history), "--out", str(model),
+                          "--model", "global-median"], capture_output=True, text=True)  # fmt: skip
+    assert fit.returncode == 0, fit.stderr
+    agent = make_agent(predict=[str(model)])
+    jid = _submit(agent, "true", name="t", hold=True)
+    row = agent.store.job(jid)
+    assert row is not None and row.est_duration_s == 300.0, "the model's global median"
+    plain = make_agent()  # no model: the node's own completed runs of that name
+    for _ in range(3):
+        done = _submit(plain, "true", name="quick")
+        _until_state(plain, done, "done")
+    row = plain.store.job(_submit(plain, "true", name="quick", hold=True))
+    assert row is not None and row.est_duration_s is not None and 0.0 <= row.est_duration_s < 5.0

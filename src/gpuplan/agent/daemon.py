@@ -546,11 +546,16 @@ class Agent:
             raise AgentError(f"submit: --after {after}: no such job")
         now = self.clock()
         name = str(req.get("name") or "")
-        est = self._estimate_s(name, command)
+        limit = req.get("time_limit_s")
+        probe = Job(id="new", submit_s=now, gpus=gpus, mem_gb=mem, requested_s=limit, user=_user(uid),
+                    name=name, command=command)  # fmt: skip
+        est = self._predict_s(probe).est_duration_s if self._predictors else None
+        if est is None:
+            est = self._estimate_s(name, command)
         jid = self.store.add_job(
             name=name, user=str(req.get("user") or _user(uid)), uid=uid, command=command,
             cwd=str(req.get("cwd") or "/"), env_json=json.dumps(req.get("env") or {}), gpus=gpus,
-            mem_gb=mem, declared_mem_gb=mem, time_limit_s=req.get("time_limit_s"), est_duration_s=est,
+            mem_gb=mem, declared_mem_gb=mem, time_limit_s=limit, est_duration_s=est,
             priority=int(req.get("priority", 0)), after_id=after,
             state="held" if req.get("hold") else "queued", submit_s=now,
         )  # fmt: skip
@@ -558,10 +563,7 @@ class Agent:
         row = self.store.job(jid)
         assert row is not None
         if row.state == "queued" and self._deps_ok(row) is True:
-            job = self._predict_s(self._core_job(row))
-            if job.est_duration_s != est:
-                self.store.update_job(jid, est_duration_s=job.est_duration_s)
-            self.engine.submit(jid, job)
+            self.engine.submit(jid, self._core_job(row))
         return {"id": jid}
 
     def _jobs_arg(self, req: dict[str, Any]) -> list[JobRow]:
