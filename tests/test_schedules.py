@@ -216,7 +216,7 @@ def test_backfill_finds_the_gpus_that_leave_the_head_alone(backfill: str, placer
         s.submit(jid, Job(name, 0.0, 1, est_duration_s=_SETUP_EST[name]))
         jid_of[name] = jid
     assert len(s.schedule(0.0)) == 3
-    assert {name: s.alloc[j] for name, j in jid_of.items()} == {"R1": (0,), "F": (1,), "R2": (2,)}
+    assert {name: s.slot(j).alloc for name, j in jid_of.items()} == {"R1": (0,), "F": (1,), "R2": (2,)}
     s.finish(jid_of["F"])
     s.submit(3, Job("H", 1.0, 2, est_duration_s=10.0))
     s.submit(4, Job("L", 1.0, 1, est_duration_s=500.0))
@@ -369,7 +369,7 @@ def test_scheduler_submit_rejects_a_never_fitting_job_and_keeps_nothing() -> Non
     s = Scheduler(load_cluster("8xA100-80GB"))
     with pytest.raises(JobNeverFitsError, match="'big'"):
         s.submit(0, Job("big", 0.0, 9, est_duration_s=1.0))
-    assert s.waiting == 0 and s.schedule(0.0) == []
+    assert s.waiting_count == 0 and s.schedule(0.0) == []
 
 
 @pytest.mark.parametrize("placer", PLACERS)
@@ -843,13 +843,13 @@ def test_scheduler_step_by_step_with_an_external_clock() -> None:
     s.submit(1, Job("J1", 0.0, 2, est_duration_s=10.0))
     s.submit(2, Job("J2", 0.0, 1, est_duration_s=50.0))
     assert s.schedule(0.0) == [Started(0, (0,)), Started(2, (1,))]
-    assert s.waiting == 1 and list(s.waiting_jids()) == [1]
+    assert s.waiting_count == 1 and list(s.waiting_jids()) == [1]
     assert s.schedule(10.0) == []
     s.finish(2)  # J2 ends early, at 40: J1 still needs GPU 0
     assert s.schedule(40.0) == []
     s.finish(0)  # J0 ends at 90, before its estimate
     assert s.schedule(90.0) == [Started(1, (0, 1))]
-    assert s.waiting == 0 and s.expected_end[1] == 100.0
+    assert s.waiting_count == 0 and s.slot(1).expected_end_s == 100.0
     s.finish(1)
     assert s.schedule(200.0) == [] and s.state.idle_total == 2
 
@@ -867,7 +867,7 @@ def test_scheduler_job_past_its_estimate_blocks_backfill_that_would_delay_the_he
     # a better estimate: R ends at 200. Now L (50 + 5 <= 200) fits before H's reservation.
     s.set_expected_end(0, 200.0)
     assert s.schedule(50.0) == [Started(2, (1,))]
-    assert s.expected_end[2] == 55.0
+    assert s.slot(2).expected_end_s == 55.0
 
 
 def test_scheduler_job_without_estimate_never_backfills_but_still_runs_in_order() -> None:

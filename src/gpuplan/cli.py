@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpuplan.commands.common import (
+    ClusterOpt,
+    JsonOpt,
+    PredictOpt,
+    ScheduleOutOpt,
+    TraceClusterOpt,
+    apply_predictions,
+    fitting_jobs,
+    schedule_json,
+)
+from gpuplan.commands.common import cli_errors as _errors
+from gpuplan.commands.common import cluster_for as _cluster_for
+from gpuplan.commands.common import load_trace as _load_trace
+from gpuplan.commands.common import parse_names as _names
 from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
     from gpuplan.model import ClusterSpec, Job
     from gpuplan.sim.result import SimResult
-    from gpuplan.traces import TraceResult
 
 __all__ = ["app", "main"]
 
@@ -29,69 +41,6 @@ app = typer.Typer(
 )
 synth_app = typer.Typer(help="Generate synthetic workloads.", no_args_is_help=True)
 app.add_typer(synth_app, name="synth")
-
-DEFAULT_CLUSTER = "8xA100-80GB"
-ClusterOpt = Annotated[
-    str, typer.Option("--cluster", "-c", help="Preset name (see `gpuplan clusters`) or a cluster .toml file.")
-]
-TraceClusterOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--cluster",
-        "-c",
-        help="Preset name or cluster .toml file; default: the trace's own cluster (SWF, Alibaba), else 8xA100-80GB.",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-ScheduleOutOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--schedule-out",
-        help="Write every job's start, end and GPUs as JSONL (one row per job per run); --json then leaves them out.",
-    ),
-]
-PredictOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--predict",
-        help="A model from `gpuplan predict fit` (repeat for duration and memory): policies use its predictions.",
-    ),
-]
-
-
-def apply_predictions(jobs: list[Job], models: Sequence[Path] | None) -> list[Job]:
-    """Jobs whose est_duration_s / est_mem_gb come from the given model files (in order)."""
-    if not models:
-        return jobs
-    from gpuplan.predict import apply_model
-
-    for model in models:
-        jobs = apply_model(jobs, model)
-    return jobs
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn gpuplan's own errors into one line on stderr and exit status 2."""
-    try:
-        yield
-    except GpuplanError as e:
-        typer.echo(f"gpuplan: error: {e}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _names(text: str, valid: list[str], kind: str) -> list[str]:
-    from gpuplan.errors import UnknownNameError
-
-    if text.strip() == "all":
-        return list(valid)
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    for n in names:
-        if n not in valid:
-            raise UnknownNameError(kind, n, [*valid, "all"])
-    if not names:
-        raise UnknownNameError(kind, text, [*valid, "all"])
-    return names
 
 
 def _rank(r: SimResult) -> tuple[float, float, str]:
@@ -181,74 +130,6 @@ def _report(results: Sequence[SimResult], out: Path, title: str, subtitle: str, 
     return write_report(results, out / "report.html", title=title, subtitle=subtitle, notes=notes)
 
 
-def _load_jobs(
-    trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool, time_unit: str = "s"
-) -> list[Job]:
-    return _load_trace(trace, fmt, column_map, skip_bad, time_unit).jobs
-
-
-def _load_trace(
-    trace: Path, fmt: str | None, column_map: str | None, skip_bad: bool, time_unit: str = "s"
-) -> TraceResult:
-    """Read a trace; its warnings, skipped rows and censoring notes go to stderr."""
-    from gpuplan.traces import ReadOptions, parse_column_map, parse_time_unit, read_trace
-
-    opts = ReadOptions(
-        column_map=parse_column_map(column_map) if column_map else {},
-        time_unit=parse_time_unit(time_unit),
-        skip_bad=skip_bad,
-    )
-    result = read_trace(trace, fmt, opts)
-    for w in result.warnings:
-        typer.echo(f"gpuplan: warning: {w}", err=True)
-    for c in result.censored:
-        typer.echo(f"gpuplan: censored: {c}", err=True)
-    if result.skipped:
-        reasons = ", ".join(f"{n} {why}" for why, n in sorted(result.skipped.items()))
-        typer.echo(f"gpuplan: skipped {sum(result.skipped.values())} bad row(s): {reasons}", err=True)
-    return result
-
-
-def _cluster_for(cluster: str | None, result: TraceResult, sharing: bool | None = None) -> ClusterSpec:
-    """The one rule of every command: --cluster when given, else the cluster the trace describes (SWF
-    header, Alibaba node list, a cluster file beside a converted trace), else DEFAULT_CLUSTER with a
-    warning on stderr. The spec's `origin` says which ("option", "trace", "default")."""
-    from dataclasses import replace
-
-    from gpuplan.cluster import load_cluster
-
-    if cluster is not None:
-        return replace(load_cluster(cluster, sharing=sharing), origin="option")
-    if result.cluster is None:
-        spec = replace(load_cluster(DEFAULT_CLUSTER, sharing=sharing), origin="default")
-        typer.echo(
-            f"gpuplan: warning: {result.source or 'the trace'} does not describe its cluster: using the "
-            f"default {DEFAULT_CLUSTER} ({spec.describe()}); pass --cluster PRESET or a .toml file",
-            err=True,
-        )
-        return spec
-    spec = replace(result.cluster, origin="trace")
-    if sharing is not None and sharing != spec.sharing:
-        spec = replace(spec, sharing=sharing)
-    typer.echo(f"gpuplan: using the trace's own cluster: {spec.describe()}", err=True)
-    return spec
-
-
-def fitting_jobs(jobs: list[Job], spec: ClusterSpec, oracle: bool = False) -> list[Job]:
-    """The jobs that can ever start on `spec`; the others are left out with one warning on stderr
-    (the same rule in every command)."""
-    from gpuplan.sim.fits import never_fit_warning, split_never_fitting
-
-    ok, never = split_never_fitting(jobs, spec, oracle)
-    if never and not ok:
-        from gpuplan.errors import JobNeverFitsError
-
-        raise JobNeverFitsError(f"no job can ever start: {never_fit_warning(never, len(jobs), spec)}")
-    if never:
-        typer.echo(f"gpuplan: warning: {never_fit_warning(never, len(jobs), spec)}", err=True)
-    return ok
-
-
 @app.command()
 def simulate(
     trace: Annotated[Path, typer.Argument(help="Job trace in any format of docs/formats.md.")],
@@ -332,28 +213,6 @@ def _emit(
         path = _report(results, out, "gpuplan: policies compared", subtitle, notes)
         if not as_json:
             typer.echo(f"report: {path}")
-
-
-def schedule_json(results: Sequence[SimResult], schedule_out: Path | None) -> list[dict[str, Any]]:
-    """Per run, what `--json` says of its per-job schedule: the rows inline, or where they went.
-
-    With `schedule_out` every run's rows go to that JSONL file; without it they go inline unless there
-    are more than INLINE_MAX_ROWS in all (then a note on stderr names --schedule-out)."""
-    from gpuplan.sim.schedule_io import INLINE_MAX_ROWS, inline_schedules, schedule_rows, write_schedule_jsonl
-
-    if schedule_out is not None:
-        n = write_schedule_jsonl(results, schedule_out)
-        typer.echo(f"gpuplan: schedule: {n} job rows written to {schedule_out}", err=True)
-        return [{"schedule": None, "schedule_file": str(schedule_out)} for _ in results]
-    if inline_schedules(results):
-        return [{"schedule": schedule_rows(r)} for r in results]
-    total = sum(len(r.records) for r in results)
-    typer.echo(
-        f"gpuplan: per-job schedules left out of --json ({total} job rows > {INLINE_MAX_ROWS}): "
-        "write them with --schedule-out FILE",
-        err=True,
-    )
-    return [{"schedule": None} for _ in results]
 
 
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan.py)
@@ -461,7 +320,7 @@ def convert(
 @app.command()
 def policies(as_json: JsonOpt = False) -> None:
     """List ordering policies, backfill modes and placers, one line each."""
-    from gpuplan.core.backfill import _BACKFILLS
+    from gpuplan.core.backfill import backfill_classes
     from gpuplan.core.placement import get_placer, placer_names
     from gpuplan.core.policies import get_policy, policy_names
 
@@ -474,7 +333,7 @@ def policies(as_json: JsonOpt = False) -> None:
             }
             for n in policy_names()
         ],
-        "backfill": [{"name": n, "description": c.description} for n, c in _BACKFILLS.items()],
+        "backfill": [{"name": n, "description": c.description} for n, c in backfill_classes().items()],
         "placers": [{"name": n, "description": get_placer(n).description} for n in placer_names()],
     }
     if as_json:

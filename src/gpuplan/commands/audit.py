@@ -42,7 +42,9 @@ def audit(
 ) -> None:  # fmt: skip
     """Audit a job history: counts, distributions, the profile matrix, the article's classes, top users
     and queues, what the cluster achieved, and the GPU-hours the best policy would have freed."""
-    from gpuplan.cli import _cluster_for, _errors, apply_predictions
+    from gpuplan.commands.common import apply_predictions
+    from gpuplan.commands.common import cli_errors as _errors
+    from gpuplan.commands.common import cluster_for as _cluster_for
 
     with _errors():
         from gpuplan._progress import LazyProgress

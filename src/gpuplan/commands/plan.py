@@ -49,7 +49,10 @@ def plan(
 ) -> None:  # fmt: skip
     """Search for the best order of a trace: start from the best built-in policy, improve it by simulation
     (and CP-SAT on small traces), and compare it with FIFO, the article's order and a proven lower bound."""
-    from gpuplan.cli import _cluster_for, _errors, _load_trace, apply_predictions, fitting_jobs, schedule_json
+    from gpuplan.commands.common import apply_predictions, fitting_jobs, schedule_json
+    from gpuplan.commands.common import cli_errors as _errors
+    from gpuplan.commands.common import cluster_for as _cluster_for
+    from gpuplan.commands.common import load_trace as _load_trace
 
     with _errors():
         from gpuplan._progress import LazyProgress

@@ -50,9 +50,9 @@ ParamOpt = Annotated[str | None, typer.Option("--param", help="Predictor paramet
 def _read(
     trace: Path, fmt: str | None, column_map: str | None, time_unit: str, skip_bad: bool
 ) -> TraceResult:
-    from gpuplan.cli import _load_trace
+    from gpuplan.commands.common import load_trace
 
-    return _load_trace(trace, fmt, column_map, skip_bad, time_unit)
+    return load_trace(trace, fmt, column_map, skip_bad, time_unit)
 
 
 def _params(text: str | None) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def fit(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Fit a predictor on a whole job history and save it (use it with `--predict MODEL` or `predict apply`)."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan._progress import LazyProgress
@@ -110,7 +110,7 @@ def fit(
 @predict_app.command("show")
 def show(model: Annotated[Path, typer.Argument(help="A model file from `gpuplan predict fit`.")], as_json: JsonOpt = False) -> None:  # fmt: skip
     """Print a model file's header (nothing in it is run)."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.predict import read_header
@@ -131,7 +131,7 @@ def apply(
     fmt: FmtOpt = None, column_map: MapOpt = None, time_unit: UnitOpt = "s", skip_bad: SkipOpt = False,
 ) -> None:  # fmt: skip
     """Write TRACE again with est_duration_s or est_mem_gb (the model's target) set to the predictions."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.predict import apply_model, read_header
@@ -162,7 +162,7 @@ def eval_(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Compare predictors on a history without leakage; with --schedule, what the predictions are worth."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.predict import TARGETS, predictor_names
@@ -192,7 +192,7 @@ def eval_(
 
 
 def _choose(text: str, valid: list[str], kind: str) -> list[str]:
-    from gpuplan.cli import _names
+    from gpuplan.commands.common import parse_names as _names
 
     return _names(text, valid, kind)
 
@@ -200,8 +200,8 @@ def _choose(text: str, valid: list[str], kind: str) -> list[str]:
 def _check_schedule_options(
     targets: list[str], names: list[str], schedule_with: str, policy: str, backfill: str, cluster: str | None
 ) -> None:
-    from gpuplan.cli import _names
     from gpuplan.cluster import load_cluster
+    from gpuplan.commands.common import parse_names as _names
     from gpuplan.core.backfill import backfill_names
     from gpuplan.core.policies import policy_names
     from gpuplan.predict import PredictError
@@ -262,7 +262,8 @@ def _schedule(
     backfill: str, schedule_with: str, load_factor: float, max_jobs: int, quiet: bool,
 ) -> ScheduleReport:  # fmt: skip
     from gpuplan._progress import LazyProgress
-    from gpuplan.cli import _cluster_for, _names
+    from gpuplan.commands.common import cluster_for
+    from gpuplan.commands.common import parse_names as _names
     from gpuplan.core.policies import policy_names
     from gpuplan.predict import compare_schedules
 
@@ -273,7 +274,7 @@ def _schedule(
         typer.echo(f"gpuplan: simulating the first {max_jobs} of {len(keep)} jobs after the warm-up "
                    "(--schedule-jobs 0: all)", err=True)  # fmt: skip
         keep = sorted(keep, key=lambda i: (jobs[i].submit_s, i))[:max_jobs]
-    spec = _cluster_for(cluster, result, sharing)
+    spec = cluster_for(cluster, result, sharing)
     policies = _names(policy, policy_names(), "policy")
     pred = report.predictions[schedule_with][keep]
     has_limits = any(jobs[i].requested_s is not None for i in keep)

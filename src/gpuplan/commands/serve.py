@@ -85,7 +85,7 @@ def serve(
     as_json: Annotated[bool, typer.Option("--json", help="Print the address and settings as one JSON line, then serve.")] = False,
 ) -> None:  # fmt: skip
     """The live dashboard: node, queue and what-if views, /metrics for Prometheus, /healthz."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         if sample_s <= 0 or window_min <= 0:

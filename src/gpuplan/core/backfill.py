@@ -13,15 +13,21 @@ from __future__ import annotations
 import bisect
 import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
 
 from gpuplan.core.state import ClusterState
+from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.errors import UnknownNameError
 
-if TYPE_CHECKING:
-    from gpuplan.core.scheduler import Scheduler, Started
-
-__all__ = ["Backfill", "Conservative", "Easy", "NoBackfill", "backfill_names", "get_backfill"]
+__all__ = [
+    "Backfill",
+    "Conservative",
+    "Easy",
+    "NoBackfill",
+    "backfill_classes",
+    "backfill_names",
+    "get_backfill",
+    "register_backfill",
+]
 
 _INF = math.inf
 
@@ -37,23 +43,24 @@ class Backfill(ABC):
         """Planned start of each job the last pass gave a reservation (jid -> s); tests read it."""
 
     @abstractmethod
-    def select(self, s: Scheduler, now: float) -> list[Started]:
-        """Start what may start now (via `s.start`) and return the decisions."""
+    def select(self, s: SchedulerView, now: float) -> list[Started]:
+        """Start what may start now (via `s.start`) and return the decisions.
+
+        The scheduler takes the started jobs out of its queue after the pass."""
 
 
 class NoBackfill(Backfill):
     name = "none"
     description = "strict order: the first job that does not fit blocks all behind it"
 
-    def select(self, s: Scheduler, now: float) -> list[Started]:
+    def select(self, s: SchedulerView, now: float) -> list[Started]:
         started: list[Started] = []
-        for key in s.queue:
-            jid = key[-1]
-            gpus = s.placer.find(s.state, s.gpus[jid], s.mem[jid], s.span[jid])
+        state, find = s.state, s.placer.find
+        for slot in s.waiting():
+            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span)
             if gpus is None:
                 break
-            s.start(jid, gpus, now, started)
-        s.drop_started(started)
+            s.start(slot, gpus, now, started)
         return started
 
 
@@ -61,66 +68,63 @@ class Easy(Backfill):
     name = "easy"
     description = "EASY: later jobs may start if they do not delay the first blocked job's reservation"
 
-    def select(self, s: Scheduler, now: float) -> list[Started]:
+    def select(self, s: SchedulerView, now: float) -> list[Started]:
         started: list[Started] = []
-        state, placer = s.state, s.placer
-        keys = iter(s.queue)
-        head = -1
-        for key in keys:
-            jid = key[-1]
-            gpus = placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+        state, find = s.state, s.placer.find
+        slots = s.waiting()
+        head: JobSlot | None = None
+        for slot in slots:
+            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span)
             if gpus is None:
-                head = jid
+                head = slot
                 break
-            s.start(jid, gpus, now, started)
+            s.start(slot, gpus, now, started)
         self.reserved = {}
-        if head >= 0 and not (not state.sharing and state.idle_total == 0):
+        if head is not None and not (not state.sharing and state.idle_total == 0):
             shadow, freed = _reservation(s, head, now)
             if shadow < _INF:
-                self.reserved[head] = shadow
-                self._backfill(s, now, head, shadow, freed, keys, started)
-        s.drop_started(started)
+                self.reserved[head.jid] = shadow
+                self._backfill(s, now, head, shadow, freed, slots, started)
         return started
 
     @staticmethod
-    def _backfill(s, now, head, shadow, freed, keys, started) -> None:  # type: ignore[no-untyped-def]
-        state, placer = s.state, s.placer
+    def _backfill(s, now, head, shadow, freed, slots, started) -> None:  # type: ignore[no-untyped-def]
+        state, find = s.state, s.placer.find
         exclusive = not state.sharing
         # built before any backfill: jobs started below that end by the shadow are gone by then too
         proj = _Projection(s, freed, head)
         no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
         hurts_head: set[tuple[object, ...]] = set()
-        for key in keys:
+        for slot in slots:
             if exclusive and state.idle_total == 0:
                 break
-            jid = key[-1]
-            fk = s.fits_key(jid)
+            fk = slot.fits_key(state)
             if fk in no_fit:
                 continue
-            gpus = placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span)
             if gpus is None:
                 no_fit.add(fk)
                 continue
-            if now + s.plan[jid] <= shadow:
-                s.start(jid, gpus, now, started)
+            if now + slot.plan_s <= shadow:
+                s.start(slot, gpus, now, started)
                 continue
             if fk in hurts_head:
                 continue
-            if not proj.keeps_head_placeable(gpus, s.mem[jid]):
-                gpus = proj.place_elsewhere(jid)  # the placer's first choice took the head's GPUs
+            if not proj.keeps_head_placeable(gpus, slot.mem_gb):
+                gpus = proj.place_elsewhere(slot)  # the placer's first choice took the head's GPUs
                 if gpus is None:
                     hurts_head.add(fk)
                     continue
-            s.start(jid, gpus, now, started)
+            s.start(slot, gpus, now, started)
 
 
 class _Projection:
     """The cluster at the head's shadow time: running jobs that end by then are gone, and backfilled
     jobs that outlive it are still there. Exclusive single-node heads need only free-GPU counts."""
 
-    def __init__(self, s: Scheduler, freed: list[int], head: int) -> None:
+    def __init__(self, s: SchedulerView, freed: list[JobSlot], head: JobSlot) -> None:
         self.s = s
-        self.hg, self.hmem, self.hspan = s.gpus[head], s.mem[head], s.span[head]
+        self.hg, self.hmem, self.hspan = head.gpus, head.mem_gb, head.may_span
         self.freed = freed
         self._counts: list[int] | None = None
         self._idle_before: list[int] | None = None
@@ -130,17 +134,18 @@ class _Projection:
         else:
             self.state = s.state.copy()
             for r in freed:
-                self.state.release(s.alloc[r], s.mem[r])
+                self.state.release(r.alloc, r.mem_gb)
 
     @property
     def counts(self) -> list[int] | None:
         """Free GPUs per node at the shadow time (exclusive clusters), built on first use."""
         if self._counts is None and self._idle_before is not None:
             counts = self._idle_before
-            node_of, alloc = self.s.state.gpu_node, self.s.alloc
+            node_of, held = self.s.state.gpu_node, self.s.state.held
             for r in self.freed:
-                for g in alloc[r]:
-                    counts[node_of[g]] += 1
+                for g in r.alloc:
+                    if not held or g not in held:
+                        counts[node_of[g]] += 1
             self._counts = counts
         return self._counts
 
@@ -181,8 +186,8 @@ class _Projection:
         gpus = self.s.placer.find(self.state, self.hg, self.hmem, self.hspan) or []
         return {st.gpu_node[g] for g in gpus}
 
-    def place_elsewhere(self, jid: int) -> list[int] | None:
-        """GPUs for `jid` now on nodes the head does not need at the shadow time (booked), or None."""
+    def place_elsewhere(self, slot: JobSlot) -> list[int] | None:
+        """GPUs for a job now on nodes the head does not need at the shadow time (booked), or None."""
         s = self.s
         masked = s.state.copy()
         for n in self._head_nodes():
@@ -190,13 +195,13 @@ class _Projection:
                 masked.gpu_njobs[g] = max(masked.gpu_njobs[g], masked.max_share)
             masked.idle_total -= masked.node_idle[n]
             masked.node_idle[n] = 0
-        gpus = s.placer.find(masked, s.gpus[jid], s.mem[jid], s.span[jid])
-        if gpus is None or not self.keeps_head_placeable(gpus, s.mem[jid]):
+        gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span)
+        if gpus is None or not self.keeps_head_placeable(gpus, slot.mem_gb):
             return None
         return gpus
 
 
-def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]:
+def _reservation(s: SchedulerView, head: JobSlot, now: float) -> tuple[float, list[JobSlot]]:
     """Earliest time the head fits if running jobs end at their expected ends, and the jobs ended by then.
 
     Returns (inf, []) when that time is unknown (a running job has no estimate).
@@ -205,20 +210,23 @@ def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]
         return _reservation_general(s, head, now)
     # exclusive: free-GPU counts per node are all it takes
     idle = s.state.node_idle.copy()
-    caps, node_of = s.state.node_cap_gb, s.state.gpu_node
-    hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+    caps, node_of, held = s.state.node_cap_gb, s.state.gpu_node, s.state.held
+    hg, hmem, hspan = head.gpus, head.mem_gb, head.may_span
     usable = sum(k for n, k in enumerate(idle) if hmem is None or hmem <= caps[n]) if hspan else 0
-    freed: list[int] = []
+    freed: list[JobSlot] = []
     shadow = _INF
-    for end, jid in s.running:
+    for r in s.running():
+        end = r.expected_end_s
         if end > shadow:
             break
         if end == _INF:
             return _INF, []
-        freed.append(jid)
+        freed.append(r)
         if shadow < _INF:
             continue  # jobs ending at the same instant as the shadow are free by then too
-        for g in s.alloc[jid]:
+        for g in r.alloc:
+            if held and g in held:
+                continue  # offline, or held by another process: not freed by this job's end
             n = node_of[g]
             idle[n] += 1
             mem_ok = hmem is None or hmem <= caps[n]
@@ -228,20 +236,21 @@ def _reservation(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]
     return (shadow, freed) if shadow < _INF else (_INF, [])
 
 
-def _reservation_general(s: Scheduler, head: int, now: float) -> tuple[float, list[int]]:
+def _reservation_general(s: SchedulerView, head: JobSlot, now: float) -> tuple[float, list[JobSlot]]:
     proj = s.state.copy()
-    hg, hmem, hspan = s.gpus[head], s.mem[head], s.span[head]
+    hg, hmem, hspan = head.gpus, head.mem_gb, head.may_span
     placer, node_of = s.placer, proj.gpu_node
-    freed: list[int] = []
+    freed: list[JobSlot] = []
     shadow = _INF
-    for end, jid in s.running:
+    for r in s.running():
+        end = r.expected_end_s
         if end > shadow:
             break
         if end == _INF:
             return _INF, []
-        gpus = s.alloc[jid]
-        proj.release(gpus, s.mem[jid])
-        freed.append(jid)
+        gpus = r.alloc
+        proj.release(gpus, r.mem_gb)
+        freed.append(r)
         if shadow < _INF:
             continue
         if hspan:
@@ -268,26 +277,24 @@ class Conservative(Backfill):
         super().__init__()
         self.depth = depth
 
-    def select(self, s: Scheduler, now: float) -> list[Started]:
+    def select(self, s: SchedulerView, now: float) -> list[Started]:
         started: list[Started] = []
         reserved: dict[int, float] = {}
         self.reserved = reserved
         plan: _CountPlan | _GpuPlan = _GpuPlan(s, now) if s.state.sharing else _CountPlan(s, now)
-        for i, key in enumerate(s.queue):
-            jid = key[-1]
+        for i, slot in enumerate(s.waiting()):
             if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
                 break
-            t, where = plan.earliest(jid, only_now=i >= self.depth)
+            t, where = plan.earliest(slot, only_now=i >= self.depth)
             if where is None:
                 continue
             if t <= now:
-                gpus = plan.gpus_now(jid, where)
-                s.start(jid, gpus, now, started)
-                plan.book_started(jid, gpus)
+                gpus = plan.gpus_now(slot, where)
+                s.start(slot, gpus, now, started)
+                plan.book_started(slot, gpus)
             else:
-                plan.book(jid, t, where)
-                reserved[jid] = t
-        s.drop_started(started)
+                plan.book(slot, t, where)
+                reserved[slot.jid] = t
         return started
 
 
@@ -299,18 +306,22 @@ def _booked_end(t: float, plan_s: float) -> float:
 class _CountPlan:
     """Exclusive clusters: free GPUs per node at each breakpoint time (a step function)."""
 
-    def __init__(self, s: Scheduler, now: float) -> None:
+    def __init__(self, s: SchedulerView, now: float) -> None:
         self.s = s
         self.now = now
         self.times: list[float] = [now]
         self.free: list[list[int]] = [list(s.state.node_idle)]
-        node_of = s.state.gpu_node
-        for end, jid in s.running:
-            end = max(end, math.nextafter(now, _INF))  # past its estimate: ends at the next instant
+        node_of, held = s.state.gpu_node, s.state.held
+        for r in s.running():
+            end = max(
+                r.expected_end_s, math.nextafter(now, _INF)
+            )  # past its estimate: ends at the next instant
             if end == _INF:
                 continue
             per_node: dict[int, int] = {}
-            for g in s.alloc[jid]:
+            for g in r.alloc:
+                if held and g in held:
+                    continue  # offline, or held by another process: not freed by this job's end
                 per_node[node_of[g]] = per_node.get(node_of[g], 0) + 1
             i = self._breakpoint(end)
             for row in self.free[i:]:
@@ -349,9 +360,9 @@ class _CountPlan:
                 return t
         return _INF
 
-    def earliest(self, jid: int, only_now: bool) -> tuple[float, list[int] | None]:
+    def earliest(self, slot: JobSlot, only_now: bool) -> tuple[float, list[int] | None]:
         s = self.s
-        g, d, mem = s.gpus[jid], s.plan[jid], s.mem[jid]
+        g, d, mem = slot.gpus, slot.plan_s, slot.mem_gb
         caps = s.state.node_cap_gb
         nodes = [n for n in range(len(caps)) if mem is None or mem <= caps[n]]
         best_t, best_nodes = _INF, None
@@ -361,23 +372,23 @@ class _CountPlan:
                 best_t, best_nodes = t, [n]
             elif t == best_t and best_nodes is not None:
                 best_nodes.append(n)
-        if best_nodes is None and s.span[jid]:
+        if best_nodes is None and slot.may_span:
             best_t = self._earliest_spanning(nodes, g, d)
             best_nodes = nodes if best_t < _INF else None
         if only_now and best_t > self.now:
             return best_t, None
         return best_t, best_nodes
 
-    def gpus_now(self, jid: int, nodes: list[int]) -> list[int]:
+    def gpus_now(self, slot: JobSlot, nodes: list[int]) -> list[int]:
         """GPUs for a start now, on the nodes whose plan allows it, chosen by the placer."""
         s = self.s
         masked = s.state.copy()
         allowed = set(nodes)
-        window_min = self._window_min(0, s.plan[jid])
+        window_min = self._window_min(0, slot.plan_s)
         for n in range(len(masked.node_idle)):
             masked.node_idle[n] = min(masked.node_idle[n], window_min[n]) if n in allowed else 0
         masked.idle_total = sum(masked.node_idle)
-        gpus = s.placer.find(masked, s.gpus[jid], s.mem[jid], s.span[jid])
+        gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span)
         assert gpus is not None, "the count plan said the job fits now"
         return gpus
 
@@ -386,18 +397,17 @@ class _CountPlan:
         rows = [self.free[i]] + [r for t, r in zip(self.times[i + 1 :], self.free[i + 1 :]) if t < t_end]
         return [min(col) for col in zip(*rows)]
 
-    def book_started(self, jid: int, gpus: list[int]) -> None:
+    def book_started(self, slot: JobSlot, gpus: list[int]) -> None:
         per_node: dict[int, int] = {}
         for g in gpus:
             n = self.s.state.gpu_node[g]
             per_node[n] = per_node.get(n, 0) + 1
-        self._take(self.now, _booked_end(self.now, self.s.plan[jid]), per_node)
+        self._take(self.now, _booked_end(self.now, slot.plan_s), per_node)
 
-    def book(self, jid: int, t: float, nodes: list[int]) -> None:
-        s = self.s
-        g = s.gpus[jid]
+    def book(self, slot: JobSlot, t: float, nodes: list[int]) -> None:
+        g = slot.gpus
         i = bisect.bisect_left(self.times, t)
-        window_min = self._window_min(i, s.plan[jid])
+        window_min = self._window_min(i, slot.plan_s)
         per_node: dict[int, int] = {}
         for n in sorted(nodes, key=lambda n: -window_min[n]) if len(nodes) > 1 else nodes:
             take = min(window_min[n], g - sum(per_node.values()))
@@ -405,9 +415,9 @@ class _CountPlan:
                 per_node[n] = take
             if sum(per_node.values()) == g:
                 break
-        if len(nodes) > 1 and not s.span[jid]:
+        if len(nodes) > 1 and not slot.may_span:
             per_node = {nodes[0]: g}  # a single-node job: the first node that fits earliest
-        self._take(t, _booked_end(t, s.plan[jid]), per_node)
+        self._take(t, _booked_end(t, slot.plan_s), per_node)
 
     def _take(self, t0: float, t1: float, per_node: dict[int, int]) -> None:
         i0 = self._breakpoint(t0)
@@ -420,13 +430,14 @@ class _CountPlan:
 class _GpuPlan:
     """Sharing clusters: booked intervals per GPU (running jobs and reservations) with their memory."""
 
-    def __init__(self, s: Scheduler, now: float) -> None:
+    def __init__(self, s: SchedulerView, now: float) -> None:
         self.s = s
         self.now = now
+        self.base = s.state.without_jobs()  # offline GPUs and memory held by others stay
         self.booked: list[list[tuple[float, float, float | None]]] = [[] for _ in s.state.gpu_node]
         self.times: set[float] = {now}
-        for end, jid in s.running:
-            self._book(now, max(end, math.nextafter(now, _INF)), s.alloc[jid], s.mem[jid])
+        for r in s.running():
+            self._book(now, max(r.expected_end_s, math.nextafter(now, _INF)), r.alloc, r.mem_gb)
 
     def _book(self, t0: float, t1: float, gpus: tuple[int, ...] | list[int], mem: float | None) -> None:
         for g in gpus:
@@ -434,27 +445,27 @@ class _GpuPlan:
         if t1 < _INF:
             self.times.add(t1)
 
-    def earliest(self, jid: int, only_now: bool) -> tuple[float, list[int] | None]:
+    def earliest(self, slot: JobSlot, only_now: bool) -> tuple[float, list[int] | None]:
         s = self.s
-        d = s.plan[jid]
+        d = slot.plan_s
         for t in sorted(x for x in self.times if x >= self.now):
-            gpus = s.placer.find(self._window(t, _booked_end(t, d)), s.gpus[jid], s.mem[jid], s.span[jid])
+            gpus = s.placer.find(self._window(t, _booked_end(t, d)), slot.gpus, slot.mem_gb, slot.may_span)
             if gpus is not None or only_now:
                 return t, gpus
         return _INF, None
 
-    def gpus_now(self, jid: int, gpus: list[int]) -> list[int]:
+    def gpus_now(self, slot: JobSlot, gpus: list[int]) -> list[int]:
         return gpus
 
-    def book_started(self, jid: int, gpus: list[int]) -> None:
-        self._book(self.now, _booked_end(self.now, self.s.plan[jid]), gpus, self.s.mem[jid])
+    def book_started(self, slot: JobSlot, gpus: list[int]) -> None:
+        self._book(self.now, _booked_end(self.now, slot.plan_s), gpus, slot.mem_gb)
 
-    def book(self, jid: int, t: float, gpus: list[int]) -> None:
-        self._book(t, _booked_end(t, self.s.plan[jid]), gpus, self.s.mem[jid])
+    def book(self, slot: JobSlot, t: float, gpus: list[int]) -> None:
+        self._book(t, _booked_end(t, slot.plan_s), gpus, slot.mem_gb)
 
     def _window(self, t0: float, t1: float) -> ClusterState:
         """The cluster as a job running over [t0, t1) sees it: everything booked then counts."""
-        st = self.s._empty.copy()
+        st = self.base.copy()
         for g, booked in enumerate(self.booked):
             for a, b, mem in booked:
                 if a < t1 and b > t0:
@@ -462,11 +473,26 @@ class _GpuPlan:
         return st
 
 
-_BACKFILLS: dict[str, type[Backfill]] = {b.name: b for b in (NoBackfill, Easy, Conservative)}
+_BACKFILLS: dict[str, type[Backfill]] = {}
+
+
+def register_backfill(cls: type[Backfill]) -> type[Backfill]:
+    """Add a backfill mode class to the registry under its `name` (usable as a decorator)."""
+    _BACKFILLS[cls.name] = cls
+    return cls
+
+
+for _cls in (NoBackfill, Easy, Conservative):
+    register_backfill(_cls)
 
 
 def backfill_names() -> list[str]:
     return list(_BACKFILLS)
+
+
+def backfill_classes() -> dict[str, type[Backfill]]:
+    """The registered backfill mode classes by name (a copy: register with `register_backfill`)."""
+    return dict(_BACKFILLS)
 
 
 def get_backfill(name: str) -> Backfill:

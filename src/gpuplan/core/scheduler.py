@@ -1,22 +1,24 @@
 """The scheduling core: a queue in policy order, the running jobs, a placer and a backfill mode.
 
-The simulator, the local agent and the Slurm loop drive the same Scheduler and differ only in their
-clock: they call `submit`, `finish` and `schedule(now)` and start what `schedule` returns.
+The simulator, the local agent and the Slurm planner drive the same Scheduler and differ only in their
+clock: they call `submit`, `withdraw`, `finish`, `adopt` and `schedule(now)` and start what `schedule`
+returns. Everything they read goes through the `SchedulerView` surface (core/view.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
 from gpuplan.core.backfill import Backfill, get_backfill
+from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.state import ClusterState
-from gpuplan.errors import JobNeverFitsError
+from gpuplan.core.view import JobSlot, Started
+from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
 
 __all__ = ["Scheduler", "Started"]
@@ -24,18 +26,12 @@ __all__ = ["Scheduler", "Started"]
 _INF = math.inf
 
 
-class Started(NamedTuple):
-    """A start decision: job handle and the GPUs it gets (a tuple: cheap on the hot path)."""
-
-    jid: int
-    gpus: tuple[int, ...]
-
-
 class Scheduler:
     """Decides which waiting jobs start now and on which GPUs.
 
     Jobs are known by an integer handle `jid` chosen by the caller (the simulator uses trace order).
     Durations come from `Job.planning_duration_s(oracle)`; a job without one plans as endless.
+    The scheduler keeps one `JobSlot` per waiting or running job.
     """
 
     def __init__(
@@ -49,107 +45,184 @@ class Scheduler:
         self.spec = spec
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.backfill = get_backfill(backfill) if isinstance(backfill, str) else backfill
-        self.placer = get_placer(placer) if isinstance(placer, str) else placer
+        self._placer = get_placer(placer) if isinstance(placer, str) else placer
         self.oracle = oracle
-        self.state = ClusterState(spec)
-        self._empty = ClusterState(spec)
+        self._state = ClusterState(spec)
         self._fits_empty: dict[tuple[int, float | None, bool], bool] = {}
-        self.queue: SortedList = SortedList()  # (policy key..., jid)
-        self._qkey: dict[int, tuple[float, ...]] = {}
-        self.running: SortedList = SortedList()  # (expected end, jid)
-        self.expected_end: dict[int, float] = {}
-        self.alloc: dict[int, tuple[int, ...]] = {}
-        self.start_s: dict[int, float] = {}
-        self.gpus: dict[int, int] = {}
-        self.mem: dict[int, float | None] = {}
-        self.plan: dict[int, float] = {}
-        self.span: dict[int, bool] = {}
-        self.jobs: dict[int, Job] = {}
+        self._slots: dict[int, JobSlot] = {}
+        self._queue: SortedList = SortedList()  # (policy key..., jid, slot)
+        self._running: SortedList = SortedList()  # (expected end, jid, slot)
 
     # -- the clock-independent API -------------------------------------------------------------
-    def submit(self, jid: int, job: Job, book_mem_gb: float | None = None) -> None:
-        """Queue a job. Raises JobNeverFitsError when no placement on the empty cluster hosts it.
+    def submit(self, jid: int, job: Job, book_mem_gb: float | None = None) -> JobSlot:
+        """Queue a job and return its record.
 
         `book_mem_gb` overrides the per-GPU memory to book (default: the job's estimate, or its true
-        memory in oracle runs)."""
+        memory in oracle runs; `core.booking.booked_mem_gb` is the simulator's rule).
+
+        Raises:
+            JobNeverFitsError: no placement on the empty cluster hosts it (the message says why).
+            ScheduleError: `jid` is already waiting or running.
+        """
         mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
         shape = (job.gpus, mem, job.may_span_nodes)
-        if shape not in self._fits_empty:
-            self._fits_empty[shape] = self.placer.find(self._empty, *shape) is not None
-        if not self._fits_empty[shape]:
-            raise JobNeverFitsError(self._never_fits_message(job, mem))
-        plan = job.planning_duration_s(self.oracle)
-        self.jobs[jid] = job
-        self.gpus[jid] = job.gpus
-        self.mem[jid] = mem
-        self.plan[jid] = _INF if plan is None else max(plan, 0.0)
-        self.span[jid] = job.may_span_nodes
+        fits = self._fits_empty.get(shape)
+        if fits is None:
+            fits = self._fits_empty[shape] = fits_empty_cluster(self.spec, self._placer, *shape)
+        if not fits:
+            raise JobNeverFitsError(never_fits_message(self.spec, job, mem))
+        slot = self._new_slot(jid, job, mem)
         key = (*self.policy.key(job, jid, self.oracle), jid)
-        self._qkey[jid] = key
-        self.queue.add(key)
+        slot.key = key
+        self._queue.add((*key, slot))
+        return slot
+
+    def _new_slot(self, jid: int, job: Job, mem: float | None) -> JobSlot:
+        if jid in self._slots:
+            raise ScheduleError(f"job handle {jid} is already in use (job {self._slots[jid].job.id!r})")
+        plan = job.planning_duration_s(self.oracle)
+        slot = JobSlot(jid, job, job.gpus, mem, _INF if plan is None else max(plan, 0.0), job.may_span_nodes)
+        self._slots[jid] = slot
+        return slot
 
     def schedule(self, now: float) -> list[Started]:
         """Start every job the policy and the backfill mode allow now; returns the decisions."""
-        if not self.queue or (not self.state.sharing and self.state.idle_total == 0):
+        if not self._queue or (not self._state.sharing and self._state.idle_total == 0):
             return []  # nothing can start on a full exclusive cluster, whatever the mode
-        return self.backfill.select(self, now)
+        started = self.backfill.select(self, now)
+        for st in started:
+            self._queue.remove((*self._slots[st.jid].key, self._slots[st.jid]))
+        return started
 
-    def finish(self, jid: int) -> None:
-        """A running job ended: free its GPUs."""
-        self.running.remove((self.expected_end.pop(jid), jid))
-        self.state.release(self.alloc.pop(jid), self.mem[jid])
-        self.start_s.pop(jid, None)
-        for d in (self.gpus, self.mem, self.plan, self.span, self.jobs):
-            del d[jid]
+    def finish(self, jid: int) -> JobSlot:
+        """A running job ended: free its GPUs; returns its record (with its start and GPUs)."""
+        slot = self._slots.pop(jid)
+        self._running.remove((slot.expected_end_s, jid, slot))
+        self._state.release(slot.alloc, slot.mem_gb)
+        return slot
+
+    def withdraw(self, jid: int) -> JobSlot:
+        """A waiting job leaves the queue (cancelled, or held); returns its record.
+
+        Raises:
+            ScheduleError: the job is running (use `finish` when it ends) or unknown.
+        """
+        slot = self._slots.get(jid)
+        if slot is None or slot.is_running:
+            what = "unknown" if slot is None else "running, not waiting"
+            raise ScheduleError(f"cannot withdraw job handle {jid}: it is {what}")
+        del self._slots[jid]
+        self._queue.remove((*slot.key, slot))
+        return slot
+
+    def adopt(
+        self,
+        jid: int,
+        job: Job,
+        gpus: tuple[int, ...] | list[int],
+        start_s: float,
+        expected_end_s: float | None = None,
+        book_mem_gb: float | None = None,
+    ) -> JobSlot:
+        """Seed a job that is already running on `gpus` since `start_s` (a restarted agent, a live queue).
+
+        It is booked on its GPUs as they are, without a fit check: it runs there in reality.
+        `expected_end_s` defaults to start + its planned duration (endless when it has none); when
+        given, the job's planned duration becomes expected_end_s - start_s.
+
+        Raises:
+            ScheduleError: `jid` is already in use, or a GPU index is not on the cluster.
+        """
+        gpus = tuple(gpus)
+        bad = [g for g in gpus if not 0 <= g < self._state.total_gpus]
+        if bad or not gpus:
+            raise ScheduleError(
+                f"cannot adopt job {job.id!r} on GPUs {list(gpus)}: cluster {self.spec.name!r} has GPUs "
+                f"0..{self._state.total_gpus - 1}"
+            )
+        mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
+        slot = self._new_slot(jid, job, mem)
+        if expected_end_s is None:
+            expected_end_s = start_s + slot.plan_s
+        elif expected_end_s < _INF:
+            slot.plan_s = max(expected_end_s - start_s, 0.0)  # what the caller expects is the plan
+        self._book(slot, gpus, start_s, expected_end_s)
+        return slot
 
     def set_expected_end(self, jid: int, end_s: float) -> None:
         """Move a running job's expected end (its rate changed, or a better estimate came)."""
-        old = self.expected_end[jid]
+        slot = self._slots[jid]
+        old = slot.expected_end_s
         if old != end_s:
-            self.running.remove((old, jid))
-            self.running.add((end_s, jid))
-            self.expected_end[jid] = end_s
+            self._running.remove((old, jid, slot))
+            self._running.add((end_s, jid, slot))
+            slot.expected_end_s = end_s
+
+    def set_offline(self, gpu: int, offline: bool = True) -> None:
+        """Take a GPU out of service (or bring it back): see `ClusterState.set_offline`."""
+        self._state.set_offline(gpu, offline)
+
+    def hold_external(self, gpu: int, mem_gb: float) -> None:
+        """Memory held on a GPU by processes the scheduler did not start: see `ClusterState.hold_external`."""
+        self._state.hold_external(gpu, mem_gb)
+
+    # -- the read-only view (SchedulerView) ---------------------------------------------------------
+    @property
+    def state(self) -> ClusterState:
+        """The live cluster (read it; change it only through the Scheduler's methods)."""
+        return self._state
 
     @property
-    def waiting(self) -> int:
-        return len(self.queue)
+    def placer(self) -> Placer:
+        return self._placer
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self._queue)
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def waiting(self) -> Iterator[JobSlot]:
+        """Waiting jobs in policy order."""
+        return (entry[-1] for entry in self._queue)
 
     def waiting_jids(self) -> Iterator[int]:
-        """Waiting jobs in policy order."""
-        return (key[-1] for key in self.queue)
+        """Handles of the waiting jobs in policy order."""
+        return (entry[-2] for entry in self._queue)
 
-    # -- used by backfill modes ------------------------------------------------------------------
-    def start(self, jid: int, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]) -> None:
-        """Book `jid` on `gpus` at `now` (the queue entry is removed by `drop_started`)."""
+    def running(self) -> Iterator[JobSlot]:
+        """Running jobs by expected end, then handle."""
+        return (entry[2] for entry in self._running)
+
+    def slot(self, jid: int) -> JobSlot:
+        """The record of a waiting or running job (KeyError when the handle is unknown)."""
+        return self._slots[jid]
+
+    def __contains__(self, jid: object) -> bool:
+        return jid in self._slots
+
+    def projected_state(self, at_s: float) -> ClusterState:
+        """A copy of the cluster as it will be at `at_s` if every running job ends at its expected end."""
+        proj = self._state.copy()
+        for end, _jid, slot in self._running:
+            if end > at_s:
+                break
+            proj.release(slot.alloc, slot.mem_gb)
+        return proj
+
+    def start(
+        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+    ) -> None:
+        """Book a waiting job on `gpus` at `now` (called by backfill modes during `schedule`)."""
         gpus = tuple(gpus)
-        self.state.place(gpus, self.mem[jid])
-        self.alloc[jid] = gpus
-        self.start_s[jid] = now
-        end = now + self.plan[jid]
-        self.expected_end[jid] = end
-        self.running.add((end, jid))
-        started.append(Started(jid, gpus))
+        self._book(slot, gpus, now, now + slot.plan_s)
+        started.append(Started(slot.jid, gpus))
 
-    def drop_started(self, started: list[Started]) -> None:
-        for s in started:
-            self.queue.remove(self._qkey.pop(s.jid))
-
-    def fits_key(self, jid: int) -> tuple[object, ...]:
-        """Jobs with equal fits_key fit or fail alike on the same state."""
-        mem = self.mem[jid]
-        if not self.state.sharing and mem is not None and mem <= self.state.min_cap_gb:
-            mem = None
-        return (self.gpus[jid], mem, self.span[jid])
-
-    def _never_fits_message(self, job: Job, mem: float | None) -> str:
-        spec = self.spec
-        mem_txt = "unknown memory" if mem is None else f"{mem:g} GB per GPU"
-        span = "" if job.may_span_nodes else f" on one node (largest node: {spec.max_node_gpus} GPUs)"
-        biggest = max(n.gpu.mem_gb for n in spec.nodes)
-        fix = "Fix the job or use a larger --cluster"
-        if not job.may_span_nodes and job.gpus <= spec.total_gpus and (mem is None or mem <= biggest):
-            fix += ", or allow it to span nodes (may_span_nodes)"
-        return (
-            f"job {job.id!r} asks for {job.gpus} GPU(s) with {mem_txt}{span}; cluster {spec.name!r} has "
-            f"{spec.total_gpus} GPUs of at most {biggest:g} GB: it can never start. {fix}"
-        )
+    def _book(self, slot: JobSlot, gpus: tuple[int, ...], start_s: float, end_s: float) -> None:
+        self._state.place(gpus, slot.mem_gb)
+        slot.alloc = gpus
+        slot.start_s = start_s
+        slot.expected_end_s = end_s
+        self._running.add((end_s, slot.jid, slot))

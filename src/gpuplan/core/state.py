@@ -13,9 +13,16 @@ class ClusterState:
 
     GPUs have global indices 0..G-1 in node order. A job holds a set of GPUs and, on each, `mem_gb` of
     memory; a job whose memory is unknown (None) holds whole GPUs. Without sharing a GPU holds one job.
+
+    Two holds that are not jobs (the live clocks need them): a GPU taken out of service
+    (`set_offline`) is never placed on, and a job already running there runs on until it ends;
+    memory held by processes the scheduler did not start (`hold_external`) counts as one more
+    occupant of that GPU (with sharing, its memory is taken; without, the GPU is not free). GPUs
+    with such a hold are listed in `held`, so planners that count GPUs freed by ending jobs skip them.
     """
 
     __slots__ = (
+        "external_gb",
         "ff_hint",
         "gpu_cap_gb",
         "gpu_free_gb",
@@ -27,6 +34,7 @@ class ClusterState:
         "node_cap_gb",
         "node_gpus",
         "node_idle",
+        "offline",
         "sharing",
         "spec",
     )
@@ -53,6 +61,15 @@ class ClusterState:
         # Lowering a node's idle count never breaks it; `release` lowers the hint when it must.
         self.ff_hint = [0] * (max(self.node_idle) + 2)
         self.idle_total = len(self.gpu_node)
+        self.offline: set[int] = set()
+        self.external_gb: dict[int, float] = {}
+
+    @property
+    def held(self) -> set[int]:
+        """GPUs with a hold that is not a job (offline, or memory held by others); empty when none."""
+        if not self.external_gb:
+            return self.offline
+        return self.offline | set(self.external_gb)
 
     @property
     def total_gpus(self) -> int:
@@ -123,6 +140,73 @@ class ClusterState:
             return False
         return mem_gb <= self.gpu_free_gb[gpu]
 
+    # -- holds that are not jobs ---------------------------------------------------------------
+    def set_offline(self, gpu: int, offline: bool = True) -> None:
+        """Take a GPU out of service (or back with offline=False). Jobs running there keep running."""
+        self._check_gpu(gpu)
+        if offline == (gpu in self.offline):
+            return
+        if offline:
+            self.offline.add(gpu)
+            self._occupy(gpu, self.max_share, 0.0)  # as full as a GPU gets: nothing more fits
+        else:
+            self.offline.discard(gpu)
+            self._vacate(gpu, self.max_share, 0.0)
+
+    def hold_external(self, gpu: int, mem_gb: float) -> None:
+        """Set the memory held on `gpu` by processes the scheduler did not start (0 removes the hold).
+
+        Call it again with the new figure (e.g. the observed peak): it replaces the previous one.
+        """
+        self._check_gpu(gpu)
+        if mem_gb < 0 or mem_gb != mem_gb:
+            raise ValueError(f"external memory on GPU {gpu} must be >= 0 GB, not {mem_gb!r}")
+        old = self.external_gb.pop(gpu, None)
+        if old is not None:
+            self._vacate(gpu, 1, old)
+        if mem_gb > 0:
+            self.external_gb[gpu] = mem_gb
+            self._occupy(gpu, 1, mem_gb)
+
+    def _check_gpu(self, gpu: int) -> None:
+        if not 0 <= gpu < len(self.gpu_node):
+            raise ValueError(f"no GPU {gpu}: cluster {self.spec.name!r} has GPUs 0..{len(self.gpu_node) - 1}")
+
+    def _occupy(self, gpu: int, occupants: int, mem_gb: float) -> None:
+        if self.gpu_njobs[gpu] == 0:
+            self.node_idle[self.gpu_node[gpu]] -= 1
+            self.idle_total -= 1
+        self.gpu_njobs[gpu] += occupants
+        if self.sharing:
+            self.gpu_free_gb[gpu] -= mem_gb
+
+    def _vacate(self, gpu: int, occupants: int, mem_gb: float) -> None:
+        self.gpu_njobs[gpu] -= occupants
+        if self.sharing:
+            self.gpu_free_gb[gpu] += mem_gb
+        if self.gpu_njobs[gpu] == 0:
+            n = self.gpu_node[gpu]
+            self.node_idle[n] += 1
+            self.idle_total += 1
+            self.gpu_free_gb[gpu] = self.gpu_cap_gb[gpu]
+            if self.ff_hint[self.node_idle[n]] > n:
+                self.ff_hint[self.node_idle[n]] = n
+
+    def without_jobs(self) -> ClusterState:
+        """The cluster with no job on it, but with the same offline GPUs and external holds."""
+        new = self.copy()
+        new.gpu_free_gb = list(self.gpu_cap_gb)
+        new.gpu_njobs = [0] * len(self.gpu_node)
+        new.node_idle = [len(g) for g in self.node_gpus]
+        new.ff_hint = [0] * len(self.ff_hint)
+        new.idle_total = len(self.gpu_node)
+        new.offline, new.external_gb = set(), {}
+        for g in sorted(self.offline):
+            new.set_offline(g)
+        for g, mem in sorted(self.external_gb.items()):
+            new.hold_external(g, mem)
+        return new
+
     def copy(self) -> ClusterState:
         """A copy whose bookings are independent (the static layout is shared)."""
         new = object.__new__(ClusterState)
@@ -139,6 +223,8 @@ class ClusterState:
         new.node_idle = self.node_idle.copy()
         new.ff_hint = self.ff_hint.copy()
         new.idle_total = self.idle_total
+        new.offline = self.offline.copy()
+        new.external_gb = self.external_gb.copy()
         return new
 
     def fragmentation(self) -> float:

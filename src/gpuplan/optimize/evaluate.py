@@ -11,7 +11,9 @@ by one of two paths:
 
 The mirror is checked against `simulate` when an Evaluator is built (two orders); if the scheduling core
 has changed and they disagree, the Evaluator falls back to `simulate`, so a plan is never scored by a
-stale copy of the rules.
+stale copy of the rules. A hypothesis property (tests/test_evaluator_property.py) checks that it takes
+the fast path and gives the simulator's ends for random traces, clusters and orders of every kind it
+accepts, so the copy cannot drift unnoticed. Memory is booked by the core's `booked_mem_gb`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gpuplan.core.backfill import Backfill, Easy, NoBackfill, get_backfill
+from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.placement import FirstFit, Placer, get_placer
 from gpuplan.core.policies import Policy
 from gpuplan.core.scheduler import Scheduler
@@ -57,14 +60,6 @@ def objective_value(
     if objective == "mean-jct":
         return sum(e - r for e, r in zip(ends, rel)) / len(ends)
     return sum(g * (e - r) for e, r, g in zip(ends, rel, gpus)) / sum(gpus)
-
-
-def _booked_mem(job: Job, oracle: bool) -> float | None:
-    """The memory the simulator books for a job (its rule when it has one, else the planning memory)."""
-    from gpuplan.sim import engine
-
-    rule = getattr(engine, "_booked_mem", None)
-    return job.planning_mem_gb(oracle) if rule is None else rule(job, oracle)
 
 
 class _IndexOrder(Policy):
@@ -149,7 +144,7 @@ class Evaluator:
     def _check_fits(self) -> None:
         probe = Scheduler(self.cluster, "fifo", self.backfill, self.placer, oracle=self.oracle)
         for i, job in enumerate(self.jobs):  # raises JobNeverFitsError with the simulator's own message
-            probe.submit(i, job, book_mem_gb=_booked_mem(job, self.oracle))
+            probe.submit(i, job, book_mem_gb=booked_mem_gb(job, self.oracle))
 
     def _pick_path(self) -> Callable[[list[int]], list[float]]:
         if self.cluster.sharing:
@@ -160,7 +155,7 @@ class Evaluator:
             and type(self.placer) is FirstFit
             and not any(j.may_span_nodes for j in self.jobs)
         ):
-            self._mem = [_booked_mem(j, self.oracle) for j in self.jobs]
+            self._mem = [booked_mem_gb(j, self.oracle) for j in self.jobs]
             self._node_cap = [n.gpu.mem_gb for n in self.cluster.nodes]
             self._node_gpus = [n.gpus for n in self.cluster.nodes]
             min_cap = min(self._node_cap)

@@ -13,12 +13,15 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpuplan.core.backfill import Backfill
+from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.placement import Placer
 from gpuplan.core.policies import Policy
-from gpuplan.core.scheduler import Scheduler, Started
+from gpuplan.core.scheduler import Scheduler
+from gpuplan.core.view import Started
 from gpuplan.errors import ScheduleError
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.sim.bounds import lower_bound
@@ -28,7 +31,7 @@ from gpuplan.sim.result import JobRecord, SimResult
 if TYPE_CHECKING:
     from gpuplan.core.interference import InterferenceModel
 
-__all__ = ["ProgressFn", "require_durations", "simulate"]
+__all__ = ["ProgressFn", "RunningJob", "require_durations", "simulate"]
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
@@ -45,25 +48,38 @@ def simulate(
     oracle: bool = False,
     interference: InterferenceModel | None = None,
     progress: ProgressFn | None = None,
+    running: Sequence[RunningJob] = (),
+    now_s: float | None = None,
 ) -> SimResult:
     """Run `jobs` on `cluster` under one policy, backfill mode and placer.
 
-    Times in the result are seconds from the first submit.
+    Times in the result are seconds from the first submit. From a live state (`now_s` given, e.g. a
+    restarted agent or `gpuplan slurm plan`), the run starts at `now_s` with the `running` jobs on their
+    GPUs, `jobs` are the waiting ones (those submitted before `now_s` are queued at once), and times in
+    the result are seconds from `now_s` (submits and starts in the past are negative).
 
     Raises:
-        ScheduleError: a job has no true duration (the simulator needs one), or never fits.
+        ScheduleError: a job has no true duration (the simulator needs one), or never fits;
+            running jobs without `now_s`.
     """
-    require_durations(jobs)
+    if running and now_s is None:
+        raise ScheduleError("running jobs need now_s: the time the live state was taken")
+    if jobs or not running:
+        require_durations(jobs)
     sched = Scheduler(cluster, policy, backfill, placer, oracle=oracle)
     if interference is None and cluster.sharing:
         from gpuplan.core.interference import InterferenceModel
 
         interference = InterferenceModel.default()
-    run = _Run(jobs, sched, interference, progress)
+    run = _Run([*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s)
+    run.adopt(running)
     run.loop()
     records = sorted(run.records, key=lambda r: (r.start_s, r.job_id))
-    bound = lower_bound(jobs, cluster)
-    metrics = compute_metrics(records, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound.value_s)
+    if now_s is None:
+        bound_s = lower_bound(jobs, cluster).value_s
+    else:
+        bound_s = _live_bound(jobs, running, cluster, now_s)
+    metrics = compute_metrics(records, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound_s)
     return SimResult(
         policy=sched.policy.name,
         backfill=sched.backfill.name,
@@ -96,6 +112,38 @@ def require_durations(
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job already running when a simulation from a live state starts.
+
+    Attributes:
+        job: the job (its estimate plans the scheduler's expectations, as for waiting jobs).
+        gpus: the global GPU indices it holds.
+        start_s: when it started, on the same clock as `now_s` and the waiting jobs' submit_s.
+        remaining_s: how long it really runs on from `now_s` (what the simulator replays; sharing runs
+            take the time before now_s as its first phases, start-up and init first).
+        expected_end_s: when the scheduler expects it to end; default start_s + its planned duration.
+    """
+
+    job: Job
+    gpus: tuple[int, ...]
+    start_s: float
+    remaining_s: float
+    expected_end_s: float | None = None
+
+
+def _live_bound(
+    jobs: Sequence[Job], running: Sequence[RunningJob], cluster: ClusterSpec, now_s: float
+) -> float:
+    """A lower bound from a live state, seconds from now_s: nothing starts before now, and each running
+    job still has its remaining time to run (a relaxation that forgets where it runs)."""
+    rest = [replace(j, submit_s=max(j.submit_s, now_s)) for j in jobs]
+    rest += [replace(r.job, submit_s=now_s, duration_s=max(r.remaining_s, 0.0)) for r in running]
+    if not rest:
+        return 0.0
+    return lower_bound(rest, cluster).value_s + min(j.submit_s for j in rest) - now_s
+
+
 def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
     out = []
     if not oracle and (sched.policy.needs_duration or sched.backfill.name != "none"):
@@ -108,18 +156,6 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
     return out
 
 
-def _booked_mem(job: Job, oracle: bool) -> float | None:
-    """Memory the simulator books for a job: its estimate, or its true use when that is larger.
-
-    A job whose estimate is too low still takes its real memory (in life it would run out of memory
-    on a full GPU and be restarted; the simulator does not model that restart, it books what the job
-    really takes, so no schedule it makes is physically impossible)."""
-    est, true = job.planning_mem_gb(oracle), job.mem_gb
-    if est is None or true is None:
-        return est
-    return max(est, true)
-
-
 class _Run:
     """State of one simulation run (kept out of `simulate` so each step is a small method)."""
 
@@ -129,13 +165,17 @@ class _Run:
         sched: Scheduler,
         model: InterferenceModel | None,
         progress: ProgressFn | None,
+        waiting: int | None = None,
+        t0: float | None = None,
     ) -> None:
         self.jobs = jobs
         self.sched = sched
         self.model = model
         self.progress = progress
-        self.t0 = min(j.submit_s for j in jobs)
-        self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
+        n = len(jobs) if waiting is None else waiting  # jobs[n:] are running when the run starts
+        self.t0 = min(j.submit_s for j in jobs[:n]) if t0 is None else t0
+        self.order = sorted(range(n), key=lambda i: (jobs[i].submit_s, i))
+        self.work = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of each job in all
         self.heap: list[tuple[float, int, int, int]] = []  # (time, seq, jid, version)
         self.seq = itertools.count()
         self.records: list[JobRecord] = []
@@ -153,14 +193,51 @@ class _Run:
         self.version: dict[int, int] = {}
         self.start_t: dict[int, float] = {}
 
+    def adopt(self, running: Sequence[RunningJob]) -> None:
+        """Seed the jobs already running at time 0 of a live run (their jids follow the waiting jobs')."""
+        base = len(self.order)
+        for k, r in enumerate(running):
+            jid, start = base + k, r.start_s - self.t0
+            expected = None if r.expected_end_s is None else r.expected_end_s - self.t0
+            slot = self.sched.adopt(
+                jid, r.job, r.gpus, start, expected, booked_mem_gb(r.job, self.sched.oracle)
+            )
+            left, elapsed = max(r.remaining_s, 0.0), max(-start, 0.0)
+            self.work[jid] = elapsed + left
+            self.start_t[jid] = start
+            if not self.sharing:
+                heapq.heappush(self.heap, (left, next(self.seq), jid, 0))
+                continue
+            self._set_phases(jid, elapsed)
+            self.last_t[jid], self.rate[jid], self.version[jid] = 0.0, 1.0, 0
+            for g in slot.alloc:
+                self.gpu_jobs[g].add(jid)
+        if running and self.sharing:
+            self._rerate(set(range(base, base + len(running))), 0.0, force_all=True)
+        self.timeline[0] = (0.0, self.sched.state.busy_gpus)
+
+    def _set_phases(self, jid: int, elapsed: float) -> None:
+        """Solo seconds left of each phase after `elapsed` seconds of the job's work (sharing runs)."""
+        job, dur = self.jobs[jid], self.work[jid]
+        startup, init = job.startup_s or 0.0, job.init_s or 0.0
+        gpu_s = max(0.0, dur - startup - init)
+        left = [min(startup, dur), min(init, dur), gpu_s]
+        for k in range(3):
+            took = min(left[k], elapsed)
+            left[k] -= took
+            elapsed -= took
+        self.phases_left[jid] = left
+        self.phase[jid] = self._next_phase(jid, 0)
+        self.gpu_util[jid] = _gpu_phase_util(self._util(jid), dur, gpu_s)
+
     def loop(self) -> None:
         jobs, order, heap, sched, state = self.jobs, self.order, self.heap, self.sched, self.sched.state
-        n, ai, now = len(jobs), 0, 0.0
-        arrivals = [jobs[i].submit_s - self.t0 for i in order] + [_INF]
+        n, ai, now = len(order), 0, 0.0
+        arrivals = [max(jobs[i].submit_s - self.t0, 0.0) for i in order] + [_INF]
         version, heappop, timeline = self.version, heapq.heappop, self.timeline
         while ai < n or heap:
             t_next = min(arrivals[ai], heap[0][0] if heap else _INF)
-            if sched.queue:
+            if sched.waiting_count:
                 self.idle_wait_gpu_s += state.idle_total * (t_next - now)
             now = t_next
             while heap and heap[0][0] <= now:
@@ -171,28 +248,23 @@ class _Run:
                     self._phase_end(jid, now)
             while arrivals[ai] <= now:
                 job = jobs[order[ai]]
-                sched.submit(order[ai], job, book_mem_gb=_booked_mem(job, sched.oracle))
+                sched.submit(order[ai], job, book_mem_gb=booked_mem_gb(job, sched.oracle))
                 ai += 1
             for st in sched.schedule(now):
                 self._start(st, now)
             busy = len(state.gpu_node) - state.idle_total
             if busy != timeline[-1][1]:
                 timeline.append((now, busy))
-            if not heap and ai >= n and sched.queue:
+            if not heap and ai >= n and sched.waiting_count:
                 raise ScheduleError(self._stuck_message())
 
     def _start(self, st: Started, now: float) -> None:
         jid = st.jid
-        dur = self.jobs[jid].duration_s or 0.0
         self.start_t[jid] = now
         if not self.sharing:
-            heapq.heappush(self.heap, (now + dur, next(self.seq), jid, 0))
+            heapq.heappush(self.heap, (now + self.work[jid], next(self.seq), jid, 0))
             return
-        job = self.jobs[jid]
-        gpu_s = job.gpu_phase_s() or 0.0
-        self.phases_left[jid] = [min(job.startup_s or 0.0, dur), min(job.init_s or 0.0, dur), gpu_s]
-        self.phase[jid] = self._next_phase(jid, 0)
-        self.gpu_util[jid] = _gpu_phase_util(self._util(jid), dur, gpu_s)
+        self._set_phases(jid, 0.0)
         self.last_t[jid], self.rate[jid], self.version[jid] = now, 1.0, 0
         for g in st.gpus:
             self.gpu_jobs[g].add(jid)
@@ -212,15 +284,14 @@ class _Run:
         self.phases_left[jid][phase] = 0.0
         self.last_t[jid] = now
         self.phase[jid] = self._next_phase(jid, phase + 1)
-        self._rerate(self._neighbours(self.sched.alloc[jid]), now, force=jid)
+        self._rerate(self._neighbours(self.sched.slot(jid).alloc), now, force=jid)
 
     def _finish(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
-        gpus = self.sched.alloc[jid]
+        gpus = self.sched.finish(jid).alloc
         self.records.append(
             JobRecord(job.id, job.submit_s - self.t0, self.start_t.pop(jid), now, gpus, job.mem_gb, job.name)
         )
-        self.sched.finish(jid)
         self.done += 1
         if self.progress is not None and self.done % 2000 == 0:
             self.progress(self.done, len(self.jobs))
@@ -237,7 +308,7 @@ class _Run:
             out |= self.gpu_jobs[g]
         return out
 
-    def _rerate(self, affected: set[int], now: float, force: int = -1) -> None:
+    def _rerate(self, affected: set[int], now: float, force: int = -1, force_all: bool = False) -> None:
         """New progress rates for jobs whose GPU neighbours changed; move their phase-end events."""
         for a in sorted(affected):
             left = self.phases_left[a]
@@ -245,14 +316,14 @@ class _Run:
             left[phase] = max(left[phase] - (now - self.last_t[a]) * self.rate[a], 0.0)
             self.last_t[a] = now
             new = self._rate_of(a)
-            if new == self.rate[a] and a != force:
+            if new == self.rate[a] and a != force and not force_all:
                 continue
             self.rate[a] = new
             self.version[a] += 1
             heapq.heappush(self.heap, (now + left[phase] / new, next(self.seq), a, self.version[a]))
-            plan = self.sched.plan[a]
+            plan = self.sched.slot(a).plan_s
             if plan < _INF:
-                done = (self.jobs[a].duration_s or 0.0) - sum(left)
+                done = self.work[a] - sum(left)
                 self.sched.set_expected_end(a, now + max(plan - done, 0.0) / new)
 
     def _rate_of(self, jid: int) -> float:
@@ -262,7 +333,7 @@ class _Run:
         phase = self.phase[jid]
         if self.jobs[jid].duration_includes_sharing or phase == 0:
             return 1.0  # start-up is CPU work; a recorded shared duration is never slowed twice
-        gpus = self.sched.alloc[jid]
+        gpus = self.sched.slot(jid).alloc
         if phase == 1:
             return model.init_rate(any(len(self.gpu_jobs[g]) > 1 for g in gpus))
         util, rate = self.gpu_util[jid], 1.0
@@ -280,7 +351,7 @@ class _Run:
 
     def _stuck_message(self) -> str:
         ids = [self.jobs[j].id for j in itertools.islice(self.sched.waiting_jids(), 5)]
-        return f"{self.sched.waiting} job(s) can never start (first: {ids}); nothing runs and nothing arrives"
+        return f"{self.sched.waiting_count} job(s) can never start (first: {ids}); nothing runs and nothing arrives"
 
 
 def _gpu_phase_util(util_pct: float, duration_s: float, gpu_s: float) -> float:

@@ -8,25 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from gpuplan.core.booking import booked_mem_gb, fits_empty_cluster
+from gpuplan.core.placement import get_placer
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.sim.engine import _booked_mem
 
 __all__ = ["fits_on", "never_fit_warning", "split_never_fitting"]
 
 
 def fits_on(cluster: ClusterSpec, oracle: bool = False) -> Callable[[Job], bool]:
-    """Whether a job can start on the empty cluster: one node with enough GPUs of enough memory, or
-    enough such GPUs in all when the job may span nodes, with the memory the simulator books."""
+    """Whether a job can start on the empty cluster, with the memory the simulator books: the
+    scheduler's own test (`core.booking.fits_empty_cluster`)."""
     cache: dict[tuple[int, float | None, bool], bool] = {}
+    placer = get_placer("first-fit")
 
     def fits(job: Job) -> bool:
-        mem = _booked_mem(job, oracle)
+        mem = booked_mem_gb(job, oracle)
         key = (job.gpus, mem, job.may_span_nodes)
         if key not in cache:
-            sizes = [n.gpus for n in cluster.nodes if mem is None or mem <= n.gpu.mem_gb]
-            cache[key] = bool(sizes) and (
-                max(sizes) >= job.gpus or (job.may_span_nodes and sum(sizes) >= job.gpus)
-            )
+            cache[key] = fits_empty_cluster(cluster, placer, *key)
         return cache[key]
 
     return fits

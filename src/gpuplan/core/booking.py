@@ -1,0 +1,43 @@
+"""What a job books and whether it can ever fit: the rules every clock and every evaluator share."""
+
+from __future__ import annotations
+
+from gpuplan.core.placement import Placer
+from gpuplan.core.state import ClusterState
+from gpuplan.model import ClusterSpec, Job
+
+__all__ = ["booked_mem_gb", "fits_empty_cluster", "never_fits_message"]
+
+
+def booked_mem_gb(job: Job, oracle: bool = False) -> float | None:
+    """Memory per GPU the simulator books for a job: its estimate, or its true use when that is larger.
+
+    A job whose estimate is too low still takes its real memory (in life it would run out of memory
+    on a full GPU and be restarted; the simulator does not model that restart, it books what the job
+    really takes, so no schedule it makes is physically impossible). None: unknown, whole GPUs.
+    """
+    est, true = job.planning_mem_gb(oracle), job.mem_gb
+    if est is None or true is None:
+        return est
+    return max(est, true)
+
+
+def fits_empty_cluster(
+    spec: ClusterSpec, placer: Placer, gpus: int, mem_gb: float | None, may_span: bool
+) -> bool:
+    """Whether some placement on the empty cluster (every GPU in service) hosts the job."""
+    return placer.find(ClusterState(spec), gpus, mem_gb, may_span) is not None
+
+
+def never_fits_message(spec: ClusterSpec, job: Job, mem_gb: float | None) -> str:
+    """Why a job can never start on `spec`, and the fix (the text of JobNeverFitsError)."""
+    mem_txt = "unknown memory" if mem_gb is None else f"{mem_gb:g} GB per GPU"
+    span = "" if job.may_span_nodes else f" on one node (largest node: {spec.max_node_gpus} GPUs)"
+    biggest = max(n.gpu.mem_gb for n in spec.nodes)
+    fix = "Fix the job or use a larger --cluster"
+    if not job.may_span_nodes and job.gpus <= spec.total_gpus and (mem_gb is None or mem_gb <= biggest):
+        fix += ", or allow it to span nodes (may_span_nodes)"
+    return (
+        f"job {job.id!r} asks for {job.gpus} GPU(s) with {mem_txt}{span}; cluster {spec.name!r} has "
+        f"{spec.total_gpus} GPUs of at most {biggest:g} GB: it can never start. {fix}"
+    )

@@ -1,0 +1,100 @@
+"""What a scheduler shows to its backfill modes and to the clocks that drive it.
+
+`JobSlot` is the one record a Scheduler keeps per job (waiting or running); `SchedulerView` is the
+read-only surface over those records that backfill modes (core/backfill.py), the simulator, the local
+agent and the Slurm planner use. Backfill modes make exactly one change through it: `start`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from gpuplan.core.placement import Placer
+from gpuplan.core.state import ClusterState
+from gpuplan.model import Job
+
+__all__ = ["JobSlot", "SchedulerView", "Started"]
+
+
+class Started(NamedTuple):
+    """A start decision: job handle and the GPUs it gets (a tuple: cheap on the hot path)."""
+
+    jid: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(slots=True, eq=False)
+class JobSlot:
+    """Everything the scheduler knows of one job.
+
+    Attributes:
+        jid: the caller's integer handle.
+        job: the job as submitted.
+        gpus: GPUs it asks for.
+        mem_gb: memory booked per GPU (None: unknown, the job takes whole GPUs).
+        plan_s: planned duration (its estimate; `math.inf` when there is none).
+        may_span: it may take GPUs from several nodes.
+        key: its place in the waiting queue (policy key + jid).
+        alloc: the GPUs it holds while running (empty while waiting).
+        start_s: when it started (None while waiting).
+        expected_end_s: when the scheduler expects it to end (running jobs; `math.inf` when unknown).
+    """
+
+    jid: int
+    job: Job
+    gpus: int
+    mem_gb: float | None
+    plan_s: float
+    may_span: bool
+    key: tuple[object, ...] = ()
+    alloc: tuple[int, ...] = ()
+    start_s: float | None = None
+    expected_end_s: float = math.inf
+
+    @property
+    def is_running(self) -> bool:
+        return self.start_s is not None
+
+    def fits_key(self, state: ClusterState) -> tuple[object, ...]:
+        """Jobs with equal fits_key fit or fail alike on the same state."""
+        mem = self.mem_gb
+        if not state.sharing and mem is not None and mem <= state.min_cap_gb:
+            mem = None
+        return (self.gpus, mem, self.may_span)
+
+
+class SchedulerView(Protocol):
+    """The read-only surface of a Scheduler (plus `start`, the one change a backfill mode makes).
+
+    Backfill modes must not change `state` themselves: `start` books a job on it.
+    """
+
+    @property
+    def state(self) -> ClusterState:
+        """The live cluster: GPUs held by running jobs, offline GPUs, memory held by others."""
+
+    @property
+    def placer(self) -> Placer: ...
+
+    @property
+    def waiting_count(self) -> int: ...
+
+    def waiting(self) -> Iterator[JobSlot]:
+        """Waiting jobs in policy order."""
+
+    def running(self) -> Iterator[JobSlot]:
+        """Running jobs by expected end (then jid)."""
+
+    def slot(self, jid: int) -> JobSlot:
+        """The record of a waiting or running job (KeyError when unknown)."""
+
+    def projected_state(self, at_s: float) -> ClusterState:
+        """A copy of the cluster as it will be at `at_s` if every running job ends at its expected end."""
+
+    def start(
+        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+    ) -> None:
+        """Book a waiting job on `gpus` at `now` and append the decision to `started`."""
