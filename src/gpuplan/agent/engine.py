@@ -1,9 +1,10 @@
 """The agent's view of the core Scheduler: one node, live jobs, GPUs out of service, foreign memory.
 
 The agent drives `gpuplan.core.scheduler.Scheduler` with the same policies, backfill modes and placers
-as the simulator; only the clock differs (Unix time). This module adapts the agent's needs (withdraw a
-waiting job, re-seed a running one after a restart, hold a GPU for a process the agent did not start or
-for a lost GPU) to the Scheduler's methods.
+as the simulator; only the clock differs (Unix time). This module adapts the agent's needs to the Scheduler's public
+methods (docs/architecture.md, "The public core API"): `withdraw` a waiting job, `adopt` a running one
+after a restart, `hold_external` for memory of processes the agent did not start, `set_offline` for a
+lost GPU.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 __all__ = ["AgentPolicy", "Engine", "Projection", "node_spec"]
 
 _INF = math.inf
-_OFFLINE_BASE = -1_000_000  # pseudo job ids: -1_000_000 - gpu holds a lost GPU
-_FOREIGN_BASE = -2_000_000  # -2_000_000 - gpu holds memory of processes the agent did not start
 
 
 def node_spec(devices: list[GpuDevice], sharing: bool, max_jobs_per_gpu: int = 4) -> ClusterSpec:
@@ -93,20 +92,14 @@ class _LegacyEngine:
 
     def withdraw(self, jid: int) -> None:
         """Take a waiting job out of the queue (cancel, hold, a new plan rank)."""
-        s = self.sched
-        s.queue.remove(s._qkey.pop(jid))
-        for d in (s.gpus, s.mem, s.plan, s.span, s.jobs):
-            del d[jid]
+        self.sched.withdraw(jid)
 
     def is_waiting(self, jid: int) -> bool:
-        return jid in self.sched._qkey
+        return jid in self.sched and not self.sched.slot(jid).is_running
 
     def seed_running(self, jid: int, job: Job, gpus: tuple[int, ...], start_s: float) -> None:
         """A job already running on `gpus` since `start_s` (re-adopted after a restart)."""
-        self.sched.submit(jid, job)
-        started: list[Started] = []
-        self.sched.start(jid, gpus, start_s, started)
-        self.sched.drop_started(started)
+        self.sched.adopt(jid, job, gpus, start_s)
 
     def schedule(self, now: float) -> list[Started]:
         return self.sched.schedule(now)
@@ -115,11 +108,11 @@ class _LegacyEngine:
         self.sched.finish(jid)
 
     def is_running(self, jid: int) -> bool:
-        return jid in self.sched.alloc
+        return jid in self.sched and self.sched.slot(jid).is_running
 
     @property
     def waiting(self) -> int:
-        return self.sched.waiting
+        return self.sched.waiting_count
 
     def waiting_jids(self) -> list[int]:
         """Waiting jobs in policy order."""
@@ -130,13 +123,8 @@ class _LegacyEngine:
         """Take a GPU out of service (lost) or back; jobs already on it keep their booking."""
         if offline == (gpu in self.offline):
             return
-        jid = _OFFLINE_BASE - gpu
-        if offline:
-            self.offline.add(gpu)
-            self._hold(jid, gpu, None)
-        else:
-            self.offline.discard(gpu)
-            self.sched.finish(jid)
+        (self.offline.add if offline else self.offline.discard)(gpu)
+        self.sched.set_offline(gpu, offline)
 
     def set_foreign(self, gpu: int, mem_gb: float) -> None:
         """Memory held on `gpu` by processes the agent did not start (0: none). Exclusive nodes then
@@ -144,21 +132,11 @@ class _LegacyEngine:
         old = self.foreign_gb.get(gpu, 0.0)
         if mem_gb == old:
             return
-        jid = _FOREIGN_BASE - gpu
-        if old > 0:
-            self.sched.finish(jid)
-            del self.foreign_gb[gpu]
         if mem_gb > 0:
             self.foreign_gb[gpu] = mem_gb
-            self._hold(jid, gpu, min(mem_gb, self.spec.nodes[0].gpu.mem_gb))
-
-    def _hold(self, jid: int, gpu: int, mem_gb: float | None) -> None:
-        """Book `gpu` for a pseudo job that never ends (placed even over other bookings)."""
-        job = Job(id=f"hold-{gpu}", submit_s=0.0, gpus=1, mem_gb=mem_gb)
-        self.sched.submit(jid, job, book_mem_gb=mem_gb)
-        started: list[Started] = []
-        self.sched.start(jid, (gpu,), 0.0, started)
-        self.sched.drop_started(started)
+        else:
+            self.foreign_gb.pop(gpu, None)
+        self.sched.hold_external(gpu, min(max(mem_gb, 0.0), self.spec.nodes[0].gpu.mem_gb))
 
     # -- expected starts ---------------------------------------------------------------------------
     def projection(self, now: float, limit: int = 200) -> list[Projection]:
@@ -166,23 +144,23 @@ class _LegacyEngine:
         (an overrunning one ends now) and waiting jobs start in policy order, each when it fits."""
         s = self.sched
         state = s.state.copy()
-        heap = [(max(end, now), jid, s.alloc[jid], s.mem[jid]) for jid, end in s.expected_end.items()]
+        heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb) for r in s.running()]
         heapq.heapify(heap)
-        waiting = list(itertools.islice(s.waiting_jids(), limit))
+        waiting = list(itertools.islice(s.waiting(), limit))
         out: list[Projection] = []
         t = now
-        for k, jid in enumerate(waiting):
-            gpus = s.placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
+        for k, slot in enumerate(waiting):
+            gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
             while gpus is None:
                 if not heap or heap[0][0] == _INF:
-                    return out + [Projection(j, None) for j in waiting[k:]]
+                    return out + [Projection(w.jid, None) for w in waiting[k:]]
                 end, _, held, mem = heapq.heappop(heap)
                 t = max(t, end)
                 state.release(held, mem)
-                gpus = s.placer.find(state, s.gpus[jid], s.mem[jid], s.span[jid])
-            state.place(gpus, s.mem[jid])
-            out.append(Projection(jid, t))
-            heapq.heappush(heap, (t + s.plan[jid], jid, tuple(gpus), s.mem[jid]))
+                gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            state.place(gpus, slot.mem_gb)
+            out.append(Projection(slot.jid, t))
+            heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb))
         return out
 
 

@@ -110,7 +110,7 @@ def _emit(as_json: bool, data: dict[str, Any], text: str) -> None:
 
 
 def _errors():  # type: ignore[no-untyped-def]
-    from gpuplan.cli import _errors as errors
+    from gpuplan.commands.common import cli_errors as errors
 
     return errors()
 
