@@ -11,9 +11,10 @@ by one of two paths:
 
 The mirror is checked against `simulate` when an Evaluator is built (two orders); if the scheduling core
 has changed and they disagree, the Evaluator falls back to `simulate`, so a plan is never scored by a
-stale copy of the rules. A hypothesis property (tests/test_evaluator_property.py) checks that it takes
-the fast path and gives the simulator's ends for random traces, clusters and orders of every kind it
-accepts, so the copy cannot drift unnoticed. Memory is booked by the core's `booked_mem_gb`.
+stale copy of the rules. A hypothesis property (tests/test_invariants.py,
+test_plan_evaluator_gives_the_simulators_schedule) checks that it takes the fast path and gives the
+simulator's ends for random traces, clusters and orders of every kind it accepts, so the copy cannot
+drift unnoticed. Memory is booked by the core's `booked_mem_gb`.
 """
 
 from __future__ import annotations
