@@ -1,8 +1,8 @@
 """The agent's view of the core Scheduler: one node, live jobs, GPUs out of service, foreign memory.
 
 The agent drives `gpuplan.core.scheduler.Scheduler` with the same policies, backfill modes and placers
-as the simulator; only the clock differs (Unix time). This module adapts the agent's needs to the Scheduler's public
-methods (docs/architecture.md, "The public core API"): `withdraw` a waiting job, `adopt` a running one
+as the simulator; only the clock differs (Unix time). This module adapts the agent's needs to the
+Scheduler's public methods (docs/architecture.md, "The public core API"): `withdraw` a waiting job, `adopt` a running one
 after a restart, `hold_external` for memory of processes the agent did not start, `set_offline` for a
 lost GPU.
 """
@@ -13,7 +13,6 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.policies import Policy, get_policy
@@ -65,112 +64,13 @@ class Projection:
     start_s: float | None
 
 
-class _LegacyEngine:
-    """(Scheduler before core's public live API: removed once it lands.) The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
-
-    def __init__(self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str) -> None:
-        self.spec = spec
-        self.policy = policy
-        self.sched: Any = Scheduler(spec, policy, backfill, placer)
-        self.offline: set[int] = set()
-        self.foreign_gb: dict[int, float] = {}
-
-    # -- jobs ------------------------------------------------------------------------------------
-    def never_fits(self, gpus: int, mem_gb: float | None) -> str | None:
-        """Why a job can never start on this node, or None when it can."""
-        spec = self.spec
-        cap = spec.nodes[0].gpu.mem_gb
-        if gpus > spec.total_gpus:
-            return f"asks for {gpus} GPUs; this node has {spec.total_gpus}"
-        if mem_gb is not None and mem_gb > cap:
-            return f"asks for {mem_gb:g} GB per GPU; this node's GPUs have {cap:g} GB"
-        return None
-
-    def submit(self, jid: int, job: Job) -> None:
-        """Queue a waiting job (the caller checked `never_fits`)."""
-        self.sched.submit(jid, job)
-
-    def withdraw(self, jid: int) -> None:
-        """Take a waiting job out of the queue (cancel, hold, a new plan rank)."""
-        self.sched.withdraw(jid)
-
-    def is_waiting(self, jid: int) -> bool:
-        return jid in self.sched and not self.sched.slot(jid).is_running
-
-    def seed_running(self, jid: int, job: Job, gpus: tuple[int, ...], start_s: float) -> None:
-        """A job already running on `gpus` since `start_s` (re-adopted after a restart)."""
-        self.sched.adopt(jid, job, gpus, start_s)
-
-    def schedule(self, now: float) -> list[Started]:
-        return self.sched.schedule(now)
-
-    def finish(self, jid: int) -> None:
-        self.sched.finish(jid)
-
-    def is_running(self, jid: int) -> bool:
-        return jid in self.sched and self.sched.slot(jid).is_running
-
-    @property
-    def waiting(self) -> int:
-        return self.sched.waiting_count
-
-    def waiting_jids(self) -> list[int]:
-        """Waiting jobs in policy order."""
-        return list(self.sched.waiting_jids())
-
-    # -- GPUs the agent cannot give out ------------------------------------------------------------
-    def set_offline(self, gpu: int, offline: bool) -> None:
-        """Take a GPU out of service (lost) or back; jobs already on it keep their booking."""
-        if offline == (gpu in self.offline):
-            return
-        (self.offline.add if offline else self.offline.discard)(gpu)
-        self.sched.set_offline(gpu, offline)
-
-    def set_foreign(self, gpu: int, mem_gb: float) -> None:
-        """Memory held on `gpu` by processes the agent did not start (0: none). Exclusive nodes then
-        treat the GPU as taken; sharing nodes book that much memory."""
-        old = self.foreign_gb.get(gpu, 0.0)
-        if mem_gb == old:
-            return
-        if mem_gb > 0:
-            self.foreign_gb[gpu] = mem_gb
-        else:
-            self.foreign_gb.pop(gpu, None)
-        self.sched.hold_external(gpu, min(max(mem_gb, 0.0), self.spec.nodes[0].gpu.mem_gb))
-
-    # -- expected starts ---------------------------------------------------------------------------
-    def projection(self, now: float, limit: int = 200) -> list[Projection]:
-        """Expected starts of the first `limit` waiting jobs: running jobs end at their expected ends
-        (an overrunning one ends now) and waiting jobs start in policy order, each when it fits."""
-        s = self.sched
-        state = s.state.copy()
-        heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb) for r in s.running()]
-        heapq.heapify(heap)
-        waiting = list(itertools.islice(s.waiting(), limit))
-        out: list[Projection] = []
-        t = now
-        for k, slot in enumerate(waiting):
-            gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
-            while gpus is None:
-                if not heap or heap[0][0] == _INF:
-                    return out + [Projection(w.jid, None) for w in waiting[k:]]
-                end, _, held, mem = heapq.heappop(heap)
-                t = max(t, end)
-                state.release(held, mem)
-                gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
-            state.place(gpus, slot.mem_gb)
-            out.append(Projection(slot.jid, t))
-            heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb))
-        return out
-
-
-class _LiveEngine:
+class Engine:
     """The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
 
     def __init__(self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str) -> None:
         self.spec = spec
         self.policy = policy
-        self.sched: Any = Scheduler(spec, policy, backfill, placer)
+        self.sched = Scheduler(spec, policy, backfill, placer)
         self.offline: set[int] = set()
         self.foreign_gb: dict[int, float] = {}
 
@@ -261,7 +161,3 @@ class _LiveEngine:
             out.append(Projection(slot.jid, t))
             heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb))
         return out
-
-
-# The core's live API (withdraw, adopt, set_offline, hold_external) replaces the legacy adapter when present.
-Engine: Any = _LiveEngine if hasattr(Scheduler, "adopt") else _LegacyEngine
