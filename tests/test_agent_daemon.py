@@ -306,3 +306,25 @@ def test_history_is_read_by_audit_and_predict_fit(tmp_path: Path, daemon: Daemon
         14.0,
         15.0,
     ]
+
+
+def test_job_that_ended_while_the_agent_was_down_keeps_its_exit_status(
+    tmp_path: Path, daemon: DaemonFactory
+) -> None:
+    d = daemon()
+    jid = d.submit("sleep 0.3; exit 5")
+    d.wait_state(jid, "running")
+    d.kill9()
+    status = d.paths.job_dir(jid) / "status"
+    wait_until(status.exists, "the job's wrapper to write its exit status")
+    d.start()
+    job = d.wait_state(jid, "failed")
+    assert job["exit_code"] == 5 and job["attempt"] == 1
+
+
+def test_job_that_cannot_start_fails_once(daemon: DaemonFactory) -> None:
+    d = daemon()
+    reply = d.call("submit", command="true", cwd="/nonexistent/dir", env={})
+    job = d.wait_state(int(reply["id"]), "failed")
+    assert job["reason"].startswith("failed to start") and job["attempt"] == 1
+    assert d.call("status")["waiting"] == 0, "not queued again"
