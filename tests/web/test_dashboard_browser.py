@@ -63,6 +63,7 @@ def test_node_view_live(page: Any, served: dict[str, LiveServer], watch: Watch, 
         assert _count(page, "#proc-table tbody tr") == 5
         row = page.locator("#proc-table tr[data-gpu='6']").inner_text()
         assert "alice" in row and str(jid) in row and "late" in row, row
+        assert page.locator("#origin").inner_text() == "the GPUs directly (no agent sampling)"
         page.wait_for_function(
             f"document.getElementById('node-util')._fullData[6].x.length > {points}", timeout=TIMEOUT_MS
         )

@@ -15,6 +15,7 @@ from conftest import FakeAgentHome
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuplan.agent.store import Store
 from gpuplan.synth import synth_article
 from gpuplan.traces import write_trace
 from gpuplan.web.app import ServeConfig, create_app
@@ -357,3 +358,25 @@ def test_dashboard_on_a_running_agent(tmp_path: Path) -> None:
             assert client.post("/api/jobs/99/cancel", headers=token).status_code == 400  # the agent's answer
     finally:
         daemon.stop()
+
+
+def test_an_unreadable_store_is_named_and_the_gpus_still_report(tmp_path: Path) -> None:
+    home = FakeAgentHome(tmp_path / "home")
+    try:
+        home.run((1,), 12.0)
+        home.store.close()
+        home.paths.db.write_bytes(b"this is not a database\n" * 100)
+        with _client(home, tmp_path) as client:
+            queue = client.get("/api/queue").json()
+            m = _scrape(client)
+            node = client.get("/api/node").json()
+            assert client.get("/queue").status_code == 200
+    finally:
+        home.store = Store(tmp_path / "other.db")  # close() closes a store; the broken one is closed
+        home.close()
+    assert queue["total"] == 0
+    assert str(home.paths.db) in queue["error"] and "cannot read the agent's store" in queue["error"]
+    assert _by(m["gpuplan_queue_readable"]) == [0.0]
+    assert "gpuplan_queue_length" not in m
+    assert _by(m["DCGM_FI_DEV_FB_USED"], gpu="1") == [12.0 * MIB]  # the GPUs still report
+    assert node["latest"]["processes"][0]["mem_gb"] == 12.0 and node["latest"]["processes"][0]["job_id"] == ""

@@ -98,7 +98,11 @@ class _State:
             now = time.time()
             if self._plan is not None and now - self._plan_read_s < self.config.sample_s:
                 return self._plan[1]
-            rows = src.queue()
+            try:
+                rows = src.queue()
+            except GpuplanError as e:  # shown on the queue view; the other views still work
+                self._plan, self._plan_read_s = None, now
+                return QueuePlan([], {}, {}, set(), None, error=str(e))
             self._plan_read_s = now
             # replan when the queue changes, and at least once a minute (remaining times shift)
             key = (tuple((r.job_id, r.state) for r in rows), int(now // 60))
@@ -132,7 +136,11 @@ def create_app(config: ServeConfig) -> FastAPI:
         redoc_url=None,
     )
     app.state.gpuplan = shared
-    for status in config.source.history(time.time() - config.window_s):  # what the agent recorded
+    try:
+        recorded = config.source.history(time.time() - config.window_s)  # what the agent recorded
+    except GpuplanError:
+        recorded = []  # an unreadable store: the queue view names it; live readings still come
+    for status in recorded:
         shared.history.add(status)
     shared.sample()
     _pages(app)

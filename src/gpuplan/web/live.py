@@ -208,11 +208,17 @@ class NodeSource(LiveSource):
 
         if not self.paths.db.exists():
             return None
-        conn = connect(self.paths.db, readonly=True)
         try:
-            return read(conn)
-        finally:
-            conn.close()
+            conn = connect(self.paths.db, readonly=True)
+            try:
+                return read(conn)
+            finally:
+                conn.close()
+        except sqlite3.Error as e:
+            raise GpuplanError(
+                f"{self.paths.db}: cannot read the agent's store ({e}); it should be the SQLite file "
+                "`gpuplan agent start` writes (docs/agent.md)"
+            ) from e
 
     def _jobs(self, states: tuple[str, ...]) -> list[JobRow]:
         from gpuplan.agent.store import jobs_by_state
@@ -266,11 +272,15 @@ class NodeSource(LiveSource):
         )  # fmt: skip
 
     def snapshot(self) -> NodeStatus:
-        stored = self._from_store(time.time())
+        try:
+            stored = self._from_store(time.time())
+            running = self._jobs(("running",))
+        except GpuplanError:  # an unreadable store: the GPUs still report, unattributed
+            stored, running = None, []
         if stored is not None:
             return stored
         snap = self.backend.snapshot()
-        by_group = {j.pgid: j for j in self._jobs(("running",)) if j.pgid is not None}
+        by_group = {j.pgid: j for j in running if j.pgid is not None}
         gpus = tuple(self._gpu(g) for g in snap.gpus)
         procs = []
         for p in snap.procs:

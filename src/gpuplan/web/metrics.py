@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuplan.errors import GpuplanError
 from gpuplan.web.live import GpuStatus, LiveSource, ProcStatus, QueueRow
 
 __all__ = ["DCGM_SERIES", "WAIT_BUCKETS_S", "LiveCollector"]
@@ -56,7 +57,15 @@ class LiveCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self.source.snapshot()
-        rows = self.source.queue()
+        try:
+            rows: list[QueueRow] | None = self.source.queue()
+        except GpuplanError:  # an unreadable store: the GPU series still go out
+            rows = None
+        readable = GaugeMetricFamily(
+            "gpuplan_queue_readable", "0 when the queue (the agent's store) cannot be read."
+        )
+        readable.add_metric([], 0.0 if rows is None else 1.0)
+        yield readable
         yield from _gpu_metrics(snap.gpus)
         lost = GaugeMetricFamily("gpuplan_gpu_lost", "1 when the GPU stopped answering.", labels=_GPU_LABELS)
         for g in snap.gpus:
@@ -65,8 +74,9 @@ class LiveCollector(Collector):
         uuid = {g.index: g.uuid for g in snap.gpus}
         yield from _process_metrics(snap.processes, uuid)
         yield from _job_metrics(snap.processes)
-        yield from _queue_metrics(rows, self.clock())
-        yield self._waits.observe(rows)
+        if rows is not None:
+            yield from _queue_metrics(rows, self.clock())
+            yield self._waits.observe(rows)
         info = GaugeMetricFamily("gpuplan_fake_devices", "1 when the readings come from a fake device set.")
         info.add_metric([], 1.0 if self.source.is_fake else 0.0)
         yield info

@@ -33,7 +33,8 @@ def _shell(view: str, title: str, body: str, *, label: str, is_fake: bool, plotl
 def node_page(*, label: str, is_fake: bool, plotly_url: str) -> str:
     """Per-GPU readings, utilization and memory over the last minutes, per-process table; live."""
     body = """
-<p class="muted">Live: <span id="live-status">connecting…</span> · last update <span id="last-update">—</span></p>
+<p class="muted">Live: <span id="live-status">connecting…</span> · last update <span id="last-update">—</span>
+· readings from <span id="origin">—</span></p>
 <section><h2>GPUs</h2>
 <table class="summary" id="gpu-table"><thead><tr><th>GPU</th><th>Model</th><th>Node</th>
 <th class="num">Util %</th><th class="num">Memory GB</th><th class="num">Power W</th><th class="num">Temp °C</th>

@@ -77,6 +77,7 @@
         Plotly.extendTraces("node-util", { x: idx.map(function () { return [t]; }), y: snap.gpus.map(function (g) { return [g.util_pct]; }) }, idx, keep);
         Plotly.extendTraces("node-mem", { x: idx.map(function () { return [t]; }), y: snap.gpus.map(function (g) { return [g.mem_used_gb]; }) }, idx, keep);
         $("last-update").textContent = t.toLocaleTimeString();
+        $("origin").textContent = snap.origin === "store" ? "the agent's samples" : "the GPUs directly (no agent sampling)";
       };
       window.gpuplanStream = source;
     });
