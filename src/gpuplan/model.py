@@ -33,7 +33,8 @@ class Job:
             contends for GPU compute, but takes longer while the job shares its GPU (the sharing model's
             init_stretch; docs/interference.md). None: unknown, counted as 0. The rest of duration_s
             is the GPU phase, where sharing jobs slow each other down.
-        meta: anything else a reader keeps (state, queue, class label ...).
+        meta: anything else a reader keeps (state, queue, class label ...). `meta["checkpointable"]`
+            false marks a job that cannot checkpoint: preempted, it restarts from scratch.
     """
 
     id: str
@@ -53,6 +54,11 @@ class Job:
     startup_s: float | None = None
     init_s: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def checkpointable(self) -> bool:
+        """Whether a preempted run resumes from a checkpoint (default) or restarts from scratch."""
+        return self.meta.get("checkpointable", True) is not False
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:
         """The duration a policy may use: the truth for oracle runs, else the estimate or the limit."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuplan.core.estimates import job_name
 from gpuplan.model import Job
 from gpuplan.predict.base import job_end_s, target_value
 
@@ -24,14 +25,6 @@ STATS: tuple[str, ...] = ("n", "last", "median", "median_long", "max")
 STAT_NAMES: tuple[str, ...] = tuple(f"{lvl}_{s}" for lvl in LEVELS for s in STATS)
 K_LONG = 25
 """Recent values `median_long` and `max` take; `median` takes the last k."""
-
-
-def job_name(job: Job) -> str:
-    """The job's name, or for SWF logs its application number (meta `app`) as `app<N>`."""
-    if job.name:
-        return job.name
-    app = job.meta.get("app")
-    return f"app{app}" if app is not None and app != "" else ""
 
 
 @dataclass(slots=True)

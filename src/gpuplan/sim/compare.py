@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuplan.sim.result import SimResult
+from gpuplan.sim.result import PLAN_POLICY, SimResult
 
-__all__ = ["PLAN_POLICY", "best_run", "contenders", "no_winner_reason"]
+__all__ = ["PLAN_POLICY", "best_run", "contenders", "no_winner_reason", "same_runs"]
 
-PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for with true outcomes: never a contender
 
 
 def contenders(results: Sequence[SimResult]) -> list[SimResult]:
@@ -64,3 +63,24 @@ def best_run(results: Sequence[SimResult], ranked: bool = False) -> SimResult | 
     if ranked:
         return runs[0]
     return min(runs, key=lambda r: (round(r.metrics.makespan_s, 6), r.metrics.mean_jct_s, r.label))
+
+
+def _fingerprint(r: SimResult) -> tuple[object, ...]:
+    """What makes two runs the same run: their figures and every job's start, end and GPUs."""
+    rows = hash(tuple((rec.job_id, round(rec.start_s, 6), round(rec.end_s, 6), rec.gpus) for rec in r.records))
+    return (_figures(r), rows)
+
+
+def same_runs(results: Sequence[SimResult]) -> dict[int, str]:
+    """Runs that are the same run as an earlier one under another name: {index in results: label of
+    the first run with the same schedule}. Every output marks them instead of showing them as results
+    of their own (on a trace without estimates, sjf+easy is fifo+easy)."""
+    first: dict[tuple[object, ...], str] = {}
+    out: dict[int, str] = {}
+    for i, r in enumerate(results):
+        fp = _fingerprint(r)
+        if fp in first:
+            out[i] = first[fp]
+        else:
+            first[fp] = r.label
+    return out

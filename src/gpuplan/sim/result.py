@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gpuplan.model import ClusterSpec
 
-__all__ = ["JobRecord", "Metrics", "SimResult"]
+__all__ = ["PLAN_POLICY", "EstimateUse", "JobRecord", "Metrics", "SimResult"]
+
+PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for with true outcomes (a what-if, not a policy)
 
 
 @dataclass(slots=True)
@@ -40,9 +43,54 @@ class Metrics:
     lower_bound_s: float
     bound_ratio: float  # makespan_s / lower_bound_s
     gpu_hours: float  # occupied GPU-hours
+    preemptions: int = 0  # running jobs suspended or requeued by a preemptive policy
+    wasted_gpu_hours: float = 0.0  # GPU-hours of work lost to preemptions and of restart overhead
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
+
+
+@dataclass(slots=True)
+class EstimateUse:
+    """Where a run's duration estimates came from, and how many jobs had none when it needed one.
+
+    Attributes:
+        source: "oracle" (the true durations), "plan" (an order searched with the true durations),
+            "trace" (est_duration_s, else requested_s, as read) or "history" (learned online from
+            finished jobs, `--estimates history`).
+        needed: whether the policy or the backfill mode uses estimates at all.
+        without: jobs that had no estimate when submitted (0 when not needed).
+        fallback: what the policy and the backfill did for those jobs ("" when none).
+        by_level: history only: how many jobs got their estimate from each level (core/estimates.py).
+    """
+
+    source: str = "trace"
+    needed: bool = False
+    without: int = 0
+    fallback: str = ""
+    by_level: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def uses_true_durations(self) -> bool:
+        return self.source in ("oracle", "plan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "needed": self.needed,
+            "jobs_without_estimate": self.without,
+            "fallback": self.fallback,
+            "by_level": dict(self.by_level),
+        }
+
+    def describe(self) -> str:
+        """One line for tables and reports ("" when estimates did not matter)."""
+        if not self.needed or self.uses_true_durations:
+            return ""
+        src = "learned online from finished jobs" if self.source == "history" else "from the trace"
+        if not self.without:
+            return f"estimates {src}: every job had one"
+        return f"estimates {src}: {self.without} job(s) had none; {self.fallback}"
 
 
 @dataclass(slots=True)
@@ -59,6 +107,12 @@ class SimResult:
     util_timeline: list[tuple[float, int]]  # (time_s, occupied GPUs) from that time on
     gpu_labels: list[str]  # label of each global GPU index, e.g. "node1/gpu3"
     warnings: list[str] = field(default_factory=list)
+    estimates: EstimateUse = field(default_factory=EstimateUse)
+
+    @property
+    def uses_true_durations(self) -> bool:
+        """The run saw the true durations (an oracle run, or an order searched with them)."""
+        return self.oracle or self.policy == PLAN_POLICY or self.estimates.uses_true_durations
 
     @property
     def label(self) -> str:
@@ -86,5 +140,9 @@ class SimResult:
             "gpu_hours": m.gpu_hours,
             "lower_bound_s": m.lower_bound_s,
             "bound_ratio": m.bound_ratio,
+            "preemptions": m.preemptions,
+            "wasted_gpu_hours": m.wasted_gpu_hours,
+            "uses_true_durations": self.uses_true_durations,
+            "estimates": self.estimates.as_dict(),
             "cluster": self.cluster.as_dict(),
         }

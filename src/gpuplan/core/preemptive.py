@@ -1,0 +1,301 @@
+"""Preemptive policies that need no durations (las, tiresias, gittins) and the cost of preempting a job.
+
+A preemptive policy ranks jobs by a *level* that changes while they run (attained GPU-service) or wait
+(promotion against starvation). The scheduler (core/scheduler.py, `Scheduler.decide`) starts waiting
+jobs in rank order and suspends a running job only for a waiting job of a strictly lower level, so jobs
+of one level never preempt each other (no thrashing). Levels change only at known instants
+(`next_change_s`), where the clock calls the scheduler again.
+
+Attained service is GPU-seconds: GPUs x seconds the job has held them (restart overhead included: the
+scheduler sees wall time, not progress). docs/preemption.md says what each policy assumes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from gpuplan.core.policies import Policy, register_policy
+from gpuplan.model import Job
+
+if TYPE_CHECKING:
+    from gpuplan.core.view import JobSlot
+
+__all__ = [
+    "DEFAULT_CHECKPOINT_INTERVAL_S",
+    "DEFAULT_RESTART_OVERHEAD_S",
+    "Gittins",
+    "Las",
+    "PreemptionCost",
+    "Preempted",
+    "PreemptivePolicy",
+    "Tiresias",
+    "gittins_table",
+    "gpu_bucket",
+]
+
+_INF = math.inf
+
+DEFAULT_RESTART_OVERHEAD_S = 10.0
+"""Seconds a resumed job spends before it makes progress again, when the job does not say (its
+`startup_s + init_s`): the default overhead of the Tiresias simulator (SymbioticLab/Tiresias,
+simulator/run_sim.py, models without a measured overhead)."""
+
+DEFAULT_CHECKPOINT_INTERVAL_S = 0.0
+"""0: the job is checkpointed when it is preempted (Tiresias and Gandiva checkpoint on demand), so no
+work is lost; > 0: periodic checkpoints only, and the work since the last one is lost."""
+
+
+class Preempted(NamedTuple):
+    """A preemption decision: job handle, the GPUs it gave back, and how.
+
+    `action` is "suspend" (a checkpointable job: the agent checkpoints and stops it, Slurm
+    `scontrol requeue` of a job that checkpoints, and it resumes from its checkpoint) or "requeue" (a job
+    that cannot checkpoint is killed and starts from scratch: the agent's kill + requeue)."""
+
+    jid: int
+    gpus: tuple[int, ...]
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionCost:
+    """What a preemption costs a job.
+
+    Attributes:
+        restart_overhead_s: seconds a resumed job runs before it makes progress again; None: the
+            job's own `startup_s + init_s` where it has them (start-up and model build are redone), else
+            DEFAULT_RESTART_OVERHEAD_S.
+        checkpoint_interval_s: seconds of progress between checkpoints; 0 (default): checkpoint at the
+            preemption, nothing lost. A job with `checkpointable` False loses all its progress.
+    """
+
+    restart_overhead_s: float | None = None
+    checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S
+
+    def overhead_s(self, job: Job) -> float:
+        """Seconds of a resumed run before progress resumes (0 for a job that restarts from scratch:
+        its start-up is part of its own duration)."""
+        if not job.checkpointable:
+            return 0.0
+        if self.restart_overhead_s is not None:
+            return self.restart_overhead_s
+        if job.startup_s is not None or job.init_s is not None:
+            return (job.startup_s or 0.0) + (job.init_s or 0.0)
+        return DEFAULT_RESTART_OVERHEAD_S
+
+    def kept_s(self, job: Job, progress_s: float) -> float:
+        """Progress of one run segment that survives a preemption."""
+        if not job.checkpointable or progress_s <= 0.0:
+            return 0.0
+        c = self.checkpoint_interval_s
+        return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
+
+
+class PreemptivePolicy(Policy):
+    """A policy whose rank changes while jobs run or wait; lower level first, then the static key.
+
+    Subclasses give `level` (from the slot's attained service at `now`) and `next_change_s` (the
+    first instant after `now` its level may change). `observe` learns from a finished job; it returns
+    True when the levels of other jobs may have changed (the scheduler then ranks every job again).
+    """
+
+    preemptive = True
+
+    def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
+        return (job.submit_s, seq)
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        raise NotImplementedError
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return _INF
+
+    def observe(self, job: Job, service_gpu_s: float) -> bool:
+        return False
+
+    @property
+    def fallback_jobs(self) -> int:
+        """Jobs ranked without what the policy needs (Gittins before any history): 0 by default."""
+        return 0
+
+
+def attained_gpu_s(slot: JobSlot, now: float) -> float:
+    """GPU-seconds the job has held GPUs (since its last promotion), up to `now`."""
+    run = 0.0 if slot.start_s is None else max(now - slot.start_s, 0.0)
+    return slot.service_gpu_s + slot.gpus * run
+
+
+def _crossing_s(slot: JobSlot, now: float, threshold_gpu_s: float) -> float:
+    """When a running job's attained service reaches `threshold_gpu_s` (inf for a waiting job)."""
+    if slot.start_s is None:
+        return _INF
+    return slot.start_s + (threshold_gpu_s - slot.service_gpu_s) / slot.gpus
+
+
+@register_policy
+class Las(PreemptivePolicy):
+    """Least attained GPU-service first, in quanta: level = whole quanta of GPU-time attained."""
+
+    name = "las"
+    description = "least attained GPU-service first (preemptive, quanta of 1 GPU-hour; no durations needed)"
+
+    def __init__(self, quantum_gpu_s: float = 3600.0) -> None:
+        self.quantum_gpu_s = quantum_gpu_s
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        return float(math.floor(attained_gpu_s(slot, now) / self.quantum_gpu_s))
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        nxt = (self.level(slot, now) + 1.0) * self.quantum_gpu_s
+        return _crossing_s(slot, now, nxt)
+
+
+@register_policy
+class Tiresias(PreemptivePolicy):
+    """Discretized two-dimensional LAS (Tiresias, NSDI '19): K queues by attained GPU-time, FIFO within a
+    queue, and promotion to the first queue of a job that waited `promote_knob` x its last run time.
+
+    Args:
+        thresholds_gpu_s: attained GPU-seconds at which a job moves down a queue (K-1 values; the
+            authors' simulator uses 2 queues split at 3600).
+        promote_knob: PROMOTEKNOB (STARVELIMIT); 0 disables promotion.
+    """
+
+    name = "tiresias"
+    description = "Tiresias 2D-LAS: 2 queues split at 1 GPU-hour, FIFO inside, promotion after 8x the last run"
+
+    def __init__(self, thresholds_gpu_s: Sequence[float] = (3600.0,), promote_knob: float = 8.0) -> None:
+        self.thresholds = tuple(sorted(thresholds_gpu_s))
+        self.promote_knob = promote_knob
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        if self._promoted(slot, now):
+            slot.service_gpu_s = 0.0  # back to the first queue; its starvation clock starts again
+            slot.run_since_promotion_s = 0.0
+        return float(bisect.bisect_right(self.thresholds, attained_gpu_s(slot, now)))
+
+    def _promoted(self, slot: JobSlot, now: float) -> bool:
+        waited = now - slot.waiting_since_s
+        return (
+            self.promote_knob > 0
+            and slot.start_s is None
+            and slot.run_since_promotion_s > 0
+            and waited >= self.promote_knob * slot.run_since_promotion_s
+        )
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        if slot.start_s is None:
+            if self.promote_knob <= 0 or slot.run_since_promotion_s <= 0 or slot.service_gpu_s <= 0:
+                return _INF
+            return slot.waiting_since_s + self.promote_knob * slot.run_since_promotion_s
+        k = bisect.bisect_right(self.thresholds, attained_gpu_s(slot, now))
+        return _crossing_s(slot, now, self.thresholds[k]) if k < len(self.thresholds) else _INF
+
+
+def gpu_bucket(gpus: int) -> int:
+    """The GPU-count bucket of a job: 1, 2, 4, 8, ... (its GPU count rounded up to a power of 2)."""
+    return 1 << max(gpus - 1, 0).bit_length()
+
+
+def gittins_table(samples: Sequence[float], grid: Sequence[float]) -> list[float]:
+    """Gittins index of a job at each attained service of `grid`, from finished jobs' services.
+
+    At attained a, the index is the best ratio, over quanta that end at a later grid point a + d, of
+    the chance to finish within the quantum to the expected service it takes:
+    P(a < S <= a + d) / E[min(S, a + d) - a | S > a] (up to the common factor P(S > a)). A job that has
+    outlived every sample gets 0 (it runs last).
+    """
+    s = sorted(samples)
+    prefix = [0.0]
+    for v in s:
+        prefix.append(prefix[-1] + v)
+    n = len(s)
+    out = []
+    for k, a in enumerate(grid):
+        lo = bisect.bisect_right(s, a)
+        best = 0.0
+        for b in [*grid[k + 1 :], s[-1] if s else a]:
+            if b <= a or lo >= n:
+                continue
+            hi = bisect.bisect_right(s, b)
+            done = hi - lo
+            cost = (prefix[hi] - prefix[lo]) - done * a + (n - hi) * (b - a)
+            if cost > 0:
+                best = max(best, done / cost)
+        out.append(best)
+    return out
+
+
+class _Distribution:
+    """Services of finished jobs of one bucket and their Gittins table (rebuilt as the sample doubles)."""
+
+    __slots__ = ("built_at", "samples", "table")
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.table: list[float] = []
+        self.built_at = 0
+
+    def add(self, service_gpu_s: float, grid: Sequence[float]) -> bool:
+        self.samples.append(service_gpu_s)
+        n = len(self.samples)
+        if n >= 2 * self.built_at or n - self.built_at >= 500:
+            self.table = gittins_table(self.samples, grid)
+            self.built_at = n
+            return True
+        return False
+
+
+@register_policy
+class Gittins(PreemptivePolicy):
+    """Gittins index from the empirical GPU-time distribution of finished jobs, per GPU-count bucket.
+
+    A job's level is minus its index at the grid point below its attained GPU-time (a geometric grid,
+    the discretization that keeps preemptions few). A bucket with fewer than `min_samples` finished jobs
+    uses every bucket's jobs; with none at all, every job is at level 0 (FIFO) and counts as a fallback.
+    """
+
+    name = "gittins"
+    description = "Gittins index of attained GPU-time over finished jobs' GPU-time, per GPU-count bucket"
+
+    def __init__(self, first_gpu_s: float = 600.0, levels: int = 24, min_samples: int = 10) -> None:
+        self.grid = [0.0, *(first_gpu_s * 2.0**k for k in range(levels))]
+        self.min_samples = min_samples
+        self._dist: dict[int | None, _Distribution] = {}
+        self._fallback: set[int] = set()
+
+    def _table(self, gpus: int) -> list[float] | None:
+        for key in (gpu_bucket(gpus), None):
+            d = self._dist.get(key)
+            if d is not None and d.built_at >= self.min_samples:
+                return d.table
+        return None
+
+    def _point(self, slot: JobSlot, now: float) -> int:
+        return bisect.bisect_right(self.grid, attained_gpu_s(slot, now)) - 1
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        table = self._table(slot.gpus)
+        if table is None:
+            self._fallback.add(slot.jid)
+            return 0.0
+        return -table[self._point(slot, now)]
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        k = self._point(slot, now)
+        return _crossing_s(slot, now, self.grid[k + 1]) if k + 1 < len(self.grid) else _INF
+
+    def observe(self, job: Job, service_gpu_s: float) -> bool:
+        changed = False
+        for key in (gpu_bucket(job.gpus), None):
+            d = self._dist.setdefault(key, _Distribution())
+            changed |= d.add(service_gpu_s, self.grid) and d.built_at >= self.min_samples
+        return changed
+
+    @property
+    def fallback_jobs(self) -> int:
+        return len(self._fallback)
