@@ -19,6 +19,7 @@ __all__ = [
     "article_class",
     "get_policy",
     "policy_names",
+    "preemptive_policy_names",
     "register_policy",
 ]
 
@@ -45,6 +46,7 @@ class Policy(ABC):
     name: str = ""
     description: str = ""
     needs_duration: bool = False
+    preemptive: bool = False  # ranks change over time and running jobs may be preempted (core/preemptive.py)
 
     @abstractmethod
     def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
@@ -158,7 +160,13 @@ for _cls in (Fifo, ShortestFirst, LongestFirst, SmallGpusFirst, LargeGpusFirst, 
 
 
 def policy_names() -> list[str]:
-    return list(_POLICIES)
+    """The ordering policies (static keys): what `--policy all` runs and `gpuplan plan` searches from."""
+    return [n for n, cls in _POLICIES.items() if not cls.preemptive]
+
+
+def preemptive_policy_names() -> list[str]:
+    """The preemptive policies (las, tiresias, gittins): ranks change as jobs run; named explicitly."""
+    return [n for n, cls in _POLICIES.items() if cls.preemptive]
 
 
 def get_policy(name: str) -> Policy:
@@ -166,4 +174,9 @@ def get_policy(name: str) -> Policy:
     try:
         return _POLICIES[name]()
     except KeyError:
-        raise UnknownNameError("policy", name, policy_names()) from None
+        raise UnknownNameError("policy", name, list(_POLICIES)) from None
+
+
+# The preemptive policies register themselves (their module needs Policy and register_policy above).
+# isort: split
+from gpuplan.core import preemptive as _preemptive  # noqa: E402,F401

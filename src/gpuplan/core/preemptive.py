@@ -15,8 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from gpuplan.core.policies import Policy, register_policy
 from gpuplan.model import Job
@@ -25,12 +24,8 @@ if TYPE_CHECKING:
     from gpuplan.core.view import JobSlot
 
 __all__ = [
-    "DEFAULT_CHECKPOINT_INTERVAL_S",
-    "DEFAULT_RESTART_OVERHEAD_S",
     "Gittins",
     "Las",
-    "PreemptionCost",
-    "Preempted",
     "PreemptivePolicy",
     "Tiresias",
     "gittins_table",
@@ -38,62 +33,6 @@ __all__ = [
 ]
 
 _INF = math.inf
-
-DEFAULT_RESTART_OVERHEAD_S = 10.0
-"""Seconds a resumed job spends before it makes progress again, when the job does not say (its
-`startup_s + init_s`): the default overhead of the Tiresias simulator (SymbioticLab/Tiresias,
-simulator/run_sim.py, models without a measured overhead)."""
-
-DEFAULT_CHECKPOINT_INTERVAL_S = 0.0
-"""0: the job is checkpointed when it is preempted (Tiresias and Gandiva checkpoint on demand), so no
-work is lost; > 0: periodic checkpoints only, and the work since the last one is lost."""
-
-
-class Preempted(NamedTuple):
-    """A preemption decision: job handle, the GPUs it gave back, and how.
-
-    `action` is "suspend" (a checkpointable job: the agent checkpoints and stops it, Slurm
-    `scontrol requeue` of a job that checkpoints, and it resumes from its checkpoint) or "requeue" (a job
-    that cannot checkpoint is killed and starts from scratch: the agent's kill + requeue)."""
-
-    jid: int
-    gpus: tuple[int, ...]
-    action: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionCost:
-    """What a preemption costs a job.
-
-    Attributes:
-        restart_overhead_s: seconds a resumed job runs before it makes progress again; None: the
-            job's own `startup_s + init_s` where it has them (start-up and model build are redone), else
-            DEFAULT_RESTART_OVERHEAD_S.
-        checkpoint_interval_s: seconds of progress between checkpoints; 0 (default): checkpoint at the
-            preemption, nothing lost. A job with `checkpointable` False loses all its progress.
-    """
-
-    restart_overhead_s: float | None = None
-    checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S
-
-    def overhead_s(self, job: Job) -> float:
-        """Seconds of a resumed run before progress resumes (0 for a job that restarts from scratch:
-        its start-up is part of its own duration)."""
-        if not job.checkpointable:
-            return 0.0
-        if self.restart_overhead_s is not None:
-            return self.restart_overhead_s
-        if job.startup_s is not None or job.init_s is not None:
-            return (job.startup_s or 0.0) + (job.init_s or 0.0)
-        return DEFAULT_RESTART_OVERHEAD_S
-
-    def kept_s(self, job: Job, progress_s: float) -> float:
-        """Progress of one run segment that survives a preemption."""
-        if not job.checkpointable or progress_s <= 0.0:
-            return 0.0
-        c = self.checkpoint_interval_s
-        return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
-
 
 class PreemptivePolicy(Policy):
     """A policy whose rank changes while jobs run or wait; lower level first, then the static key.

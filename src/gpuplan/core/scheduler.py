@@ -15,13 +15,14 @@ from sortedcontainers import SortedList
 from gpuplan.core.backfill import Backfill, get_backfill
 from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.placement import Placer, get_placer
+from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
 
-__all__ = ["Scheduler", "Started"]
+__all__ = ["Decisions", "Preempted", "Scheduler", "Started"]
 
 _INF = math.inf
 
@@ -52,13 +53,15 @@ class Scheduler:
         self._slots: dict[int, JobSlot] = {}
         self._queue: SortedList = SortedList()  # (policy key..., jid, slot)
         self._running: SortedList = SortedList()  # (expected end, jid, slot)
+        self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
 
     # -- the clock-independent API -------------------------------------------------------------
-    def submit(self, jid: int, job: Job, book_mem_gb: float | None = None) -> JobSlot:
+    def submit(self, jid: int, job: Job, book_mem_gb: float | None = None, now: float | None = None) -> JobSlot:
         """Queue a job and return its record.
 
         `book_mem_gb` overrides the per-GPU memory to book (default: the job's estimate, or its true
-        memory in oracle runs; `core.booking.booked_mem_gb` is the simulator's rule).
+        memory in oracle runs; `core.booking.booked_mem_gb` is the simulator's rule). `now`: the
+        clock's time of the submit (default the job's submit_s; preemptive policies rank by it).
 
         Raises:
             JobNeverFitsError: no placement on the empty cluster hosts it (the message says why).
@@ -75,6 +78,9 @@ class Scheduler:
         key = (*self.policy.key(job, jid, self.oracle), jid)
         slot.key = key
         self._queue.add((*key, slot))
+        if self._pre is not None:
+            slot.waiting_since_s = job.submit_s if now is None else now
+            self._pre.enter(slot, slot.waiting_since_s)
         return slot
 
     def _new_slot(self, jid: int, job: Job, mem: float | None) -> JobSlot:
@@ -86,7 +92,13 @@ class Scheduler:
         return slot
 
     def schedule(self, now: float) -> list[Started]:
-        """Start every job the policy and the backfill mode allow now; returns the decisions."""
+        """Start every job the policy and the backfill mode allow now; returns the decisions.
+
+        Raises:
+            ScheduleError: the policy is preemptive (call `decide`: it may also suspend jobs).
+        """
+        if self._pre is not None:
+            raise ScheduleError(f"policy {self.policy.name!r} preempts jobs: drive it with decide(now)")
         if not self._queue or (not self._state.sharing and self._state.idle_total == 0):
             return []  # nothing can start on a full exclusive cluster, whatever the mode
         started = self.backfill.select(self, now)
@@ -94,8 +106,58 @@ class Scheduler:
             self._queue.remove((*self._slots[st.jid].key, self._slots[st.jid]))
         return started
 
-    def finish(self, jid: int) -> JobSlot:
-        """A running job ended: free its GPUs; returns its record (with its start and GPUs)."""
+    def decide(self, now: float) -> Decisions:
+        """One pass: the jobs to suspend or requeue (carry those out first), then the jobs to start.
+
+        Works for every policy; only preemptive ones (las, tiresias, gittins) ever preempt."""
+        if self._pre is None:
+            return Decisions([], self.schedule(now))
+        return self._pre.decide(now)
+
+    def next_event_s(self) -> float:
+        """When a preemptive policy wants the next pass even if nothing arrives or ends (a level
+        changes); `math.inf` for the others."""
+        return _INF if self._pre is None else self._pre.next_change_s()
+
+    def preempt(self, jid: int, now: float) -> Preempted:
+        """Suspend (checkpointable job) or requeue (the others) a running job: its GPUs are freed and it
+        waits again, keeping the GPU-service it attained. Returns what the clock must do.
+
+        Raises:
+            ScheduleError: the job is not running.
+        """
+        slot = self._slots.get(jid)
+        if slot is None or slot.start_s is None:
+            raise ScheduleError(f"cannot preempt job handle {jid}: it is not running")
+        run_s = max(now - slot.start_s, 0.0)
+        slot.service_gpu_s += slot.gpus * run_s
+        slot.run_since_promotion_s += run_s
+        self._running.remove((slot.expected_end_s, jid, slot))
+        self._state.release(slot.alloc, slot.mem_gb)
+        done = Preempted(jid, slot.alloc, "suspend" if slot.job.checkpointable else "requeue")
+        slot.alloc, slot.start_s, slot.expected_end_s = (), None, _INF
+        slot.waiting_since_s = now
+        slot.preemptions += 1
+        self._queue.add((*slot.key, slot))
+        return done
+
+    def start_waiting(self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]) -> None:
+        """Start a waiting job on `gpus` and take it out of the queue (the preemptive pass)."""
+        self._queue.remove((*slot.key, slot))
+        self.start(slot, gpus, now, started)
+
+    def finish(self, jid: int, now: float | None = None) -> JobSlot:
+        """A running job ended: free its GPUs; returns its record (with its start and GPUs).
+
+        `now`: when it ended (a preemptive policy that learns from finished jobs, gittins, needs it)."""
+        slot = self._slots[jid]
+        if self._pre is not None:
+            self._pre.leave(slot)
+            self._pre.forget(jid)
+            if now is not None and slot.start_s is not None:
+                service = slot.service_gpu_s + slot.gpus * max(now - slot.start_s, 0.0)
+                if self.policy.observe(slot.job, service):  # type: ignore[attr-defined]
+                    self._pre.rerank_all(now)
         slot = self._slots.pop(jid)
         self._running.remove((slot.expected_end_s, jid, slot))
         self._state.release(slot.alloc, slot.mem_gb)
@@ -113,6 +175,9 @@ class Scheduler:
             raise ScheduleError(f"cannot withdraw job handle {jid}: it is {what}")
         del self._slots[jid]
         self._queue.remove((*slot.key, slot))
+        if self._pre is not None:
+            self._pre.leave(slot)
+            self._pre.forget(jid)
         return slot
 
     def adopt(
@@ -147,6 +212,8 @@ class Scheduler:
         elif expected_end_s < _INF:
             slot.plan_s = max(expected_end_s - start_s, 0.0)  # what the caller expects is the plan
         self._book(slot, gpus, start_s, expected_end_s)
+        if self._pre is not None:
+            self._pre.enter(slot, start_s)
         return slot
 
     def set_expected_end(self, jid: int, end_s: float) -> None:

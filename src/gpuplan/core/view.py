@@ -41,6 +41,12 @@ class JobSlot:
         alloc: the GPUs it holds while running (empty while waiting).
         start_s: when it started (None while waiting).
         expected_end_s: when the scheduler expects it to end (running jobs; `math.inf` when unknown).
+        service_gpu_s: GPU-seconds it held GPUs in earlier runs (since its last promotion; preemptive
+            policies rank by it, core/preemptive.py).
+        run_since_promotion_s: seconds it ran since its last promotion (Tiresias' starvation clock).
+        waiting_since_s: when it last started waiting (its preemption; 0 before it ever ran).
+        preemptions: how many times it was preempted.
+        level: its rank level under a preemptive policy (lower runs first).
     """
 
     jid: int
@@ -53,6 +59,11 @@ class JobSlot:
     alloc: tuple[int, ...] = ()
     start_s: float | None = None
     expected_end_s: float = math.inf
+    service_gpu_s: float = 0.0
+    run_since_promotion_s: float = 0.0
+    waiting_since_s: float = 0.0
+    preemptions: int = 0
+    level: float = 0.0
 
     @property
     def is_running(self) -> bool:

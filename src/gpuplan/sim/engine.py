@@ -26,12 +26,14 @@ from gpuplan.errors import ScheduleError
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.metrics import compute_metrics
-from gpuplan.sim.result import JobRecord, SimResult
+from gpuplan.sim.result import EstimateUse, JobRecord, SimResult
 
 if TYPE_CHECKING:
+    from gpuplan.core.estimates import OnlineEstimator
     from gpuplan.core.interference import InterferenceModel
+    from gpuplan.core.preemption import PreemptionCost
 
-__all__ = ["ProgressFn", "RunningJob", "require_durations", "simulate"]
+__all__ = ["ProgressFn", "RunningJob", "estimate_use", "require_durations", "simulate"]
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
@@ -50,6 +52,8 @@ def simulate(
     progress: ProgressFn | None = None,
     running: Sequence[RunningJob] = (),
     now_s: float | None = None,
+    preemption: PreemptionCost | None = None,
+    estimator: OnlineEstimator | None = None,
 ) -> SimResult:
     """Run `jobs` on `cluster` under one policy, backfill mode and placer.
 
@@ -58,20 +62,31 @@ def simulate(
     GPUs, `jobs` are the waiting ones (those submitted before `now_s` are queued at once), and times in
     the result are seconds from `now_s` (submits and starts in the past are negative).
 
+    Preemptive policies (las, tiresias, gittins) run on `sim.preempt` with the `preemption` cost
+    model (default `PreemptionCost()`). With an `estimator` (core/estimates.py), each job's estimate is
+    learned at its submit from the jobs finished so far in this run (its own estimate is replaced).
+
     Raises:
         ScheduleError: a job has no true duration (the simulator needs one), or never fits;
-            running jobs without `now_s`.
+            running jobs without `now_s`; a preemptive policy on a sharing cluster.
     """
     if running and now_s is None:
         raise ScheduleError("running jobs need now_s: the time the live state was taken")
     if jobs or not running:
         require_durations(jobs)
     sched = Scheduler(cluster, policy, backfill, placer, oracle=oracle)
+    if sched.policy.preemptive:
+        if running:
+            raise ScheduleError(f"policy {sched.policy.name!r}: a live state cannot be simulated preemptively yet")
+        from gpuplan.sim.preempt import simulate_preemptive
+
+        return simulate_preemptive(jobs, sched, preemption)
     if interference is None and cluster.sharing:
         from gpuplan.core.interference import InterferenceModel
 
         interference = InterferenceModel.default()
     run = _Run([*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s)
+    run.estimator = estimator
     run.adopt(running)
     run.loop()
     records = sorted(run.records, key=lambda r: (r.start_s, r.job_id))
@@ -90,7 +105,8 @@ def simulate(
         records=records,
         util_timeline=run.timeline,
         gpu_labels=[sched.state.gpu_label(g) for g in range(sched.state.total_gpus)],
-        warnings=_warnings(jobs, sched, oracle),
+        warnings=_warnings(jobs, sched, oracle) if estimator is None else [],
+        estimates=estimate_use(jobs, sched, oracle, run.by_level if estimator is not None else None),
     )
 
 
@@ -144,6 +160,29 @@ def _live_bound(
     return lower_bound(rest, cluster).value_s + min(j.submit_s for j in rest) - now_s
 
 
+def estimate_use(
+    jobs: Sequence[Job], sched: Scheduler, oracle: bool, by_level: dict[str, int] | None = None
+) -> EstimateUse:
+    """Where the run's estimates came from and what the policy and backfill did for jobs without one.
+
+    `by_level`: jobs per level of an online estimator ("none": no estimate); None: the trace's own."""
+    needed = sched.policy.needs_duration or sched.backfill.name != "none"
+    if oracle:
+        return EstimateUse("oracle", needed)
+    if by_level is None:
+        without = sum(1 for j in jobs if j.planning_duration_s(False) is None) if needed else 0
+    else:
+        without = by_level.get("none", 0) if needed else 0
+    parts = []
+    if without and sched.policy.needs_duration:
+        parts.append(f"policy {sched.policy.name} ranks them as endless, after every job with an estimate")
+    if without and sched.backfill.name != "none":
+        parts.append(f"{sched.backfill.name} backfill plans them as endless: they are never backfilled")
+    return EstimateUse(
+        "trace" if by_level is None else "history", needed, without, "; ".join(parts), dict(by_level or {})
+    )
+
+
 def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
     out = []
     if not oracle and (sched.policy.needs_duration or sched.backfill.name != "none"):
@@ -192,6 +231,8 @@ class _Run:
         self.last_t: dict[int, float] = {}
         self.version: dict[int, int] = {}
         self.start_t: dict[int, float] = {}
+        self.estimator: OnlineEstimator | None = None
+        self.by_level: dict[str, int] = {}  # with an estimator: jobs per level their estimate came from
 
     def adopt(self, running: Sequence[RunningJob]) -> None:
         """Seed the jobs already running at time 0 of a live run (their jids follow the waiting jobs')."""
@@ -248,6 +289,8 @@ class _Run:
                     self._phase_end(jid, now)
             while arrivals[ai] <= now:
                 job = jobs[order[ai]]
+                if self.estimator is not None:
+                    job = self._estimated(job)
                 sched.submit(order[ai], job, book_mem_gb=booked_mem_gb(job, sched.oracle))
                 ai += 1
             for st in sched.schedule(now):
@@ -286,7 +329,17 @@ class _Run:
         self.phase[jid] = self._next_phase(jid, phase + 1)
         self._rerate(self._neighbours(self.sched.slot(jid).alloc), now, force=jid)
 
+    def _estimated(self, job: Job) -> Job:
+        """The job with the estimate learned from the jobs finished so far (none: its limit, if any)."""
+        assert self.estimator is not None
+        est = self.estimator.estimate(job)
+        level = "none" if est is None else est.level
+        self.by_level[level] = self.by_level.get(level, 0) + 1
+        return replace(job, est_duration_s=None if est is None else est.duration_s)
+
     def _finish(self, jid: int, now: float) -> None:
+        if self.estimator is not None:
+            self.estimator.observe(self.jobs[jid], now - self.start_t[jid])
         job = self.jobs[jid]
         gpus = self.sched.finish(jid).alloc
         self.records.append(

@@ -1,0 +1,223 @@
+"""Preemption in the core: what a preemption costs, the decisions a clock carries out, and the pass
+that starts and suspends jobs under a preemptive policy (core/preemptive.py).
+
+The Scheduler owns a `PreemptiveQueue` when its policy is preemptive; `Scheduler.decide(now)` returns
+`Decisions` (jobs to suspend or requeue, then jobs to start) that the simulator, the local agent
+(checkpoint + stop, or kill + requeue) and Slurm (`scontrol requeue`) carry out alike.
+
+The pass: waiting jobs in rank order (level, then the policy's static key); each starts where it fits;
+one that does not fit may take the GPUs of running jobs of a strictly higher level, the highest first
+(a victim whose GPUs the newcomer does not need keeps running). Jobs of one level never preempt each
+other. At most MAX_EXAMINED waiting jobs are looked at per pass (as Slurm's bf_max_job_test).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from sortedcontainers import SortedList
+
+from gpuplan.model import Job
+
+if TYPE_CHECKING:
+    from gpuplan.core.preemptive import PreemptivePolicy
+    from gpuplan.core.scheduler import Scheduler
+    from gpuplan.core.view import JobSlot, Started
+
+__all__ = [
+    "DEFAULT_CHECKPOINT_INTERVAL_S",
+    "DEFAULT_RESTART_OVERHEAD_S",
+    "MAX_EXAMINED",
+    "Decisions",
+    "Preempted",
+    "PreemptionCost",
+    "PreemptiveQueue",
+]
+
+_INF = math.inf
+MAX_EXAMINED = 500
+
+DEFAULT_RESTART_OVERHEAD_S = 10.0
+"""Seconds a resumed job spends before it makes progress again, when the job does not say (its
+`startup_s + init_s`): the default overhead of the Tiresias simulator (SymbioticLab/Tiresias,
+simulator/run_sim.py, models without a measured overhead)."""
+
+DEFAULT_CHECKPOINT_INTERVAL_S = 0.0
+"""0: the job is checkpointed when it is preempted (Tiresias and Gandiva checkpoint on demand), so no
+work is lost; > 0: periodic checkpoints only, and the work since the last one is lost."""
+
+
+class Preempted(NamedTuple):
+    """A preemption decision: job handle, the GPUs it gave back, and how.
+
+    `action` is "suspend" (a checkpointable job: the agent checkpoints and stops it, Slurm
+    `scontrol requeue` of a job that checkpoints, and it resumes from its checkpoint) or "requeue" (a job
+    that cannot checkpoint is killed and starts from scratch: the agent's kill + requeue)."""
+
+    jid: int
+    gpus: tuple[int, ...]
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionCost:
+    """What a preemption costs a job.
+
+    Attributes:
+        restart_overhead_s: seconds a resumed job runs before it makes progress again; None: the
+            job's own `startup_s + init_s` where it has them (start-up and model build are redone), else
+            DEFAULT_RESTART_OVERHEAD_S.
+        checkpoint_interval_s: seconds of progress between checkpoints; 0 (default): checkpoint at the
+            preemption, nothing lost. A job with `checkpointable` False loses all its progress.
+    """
+
+    restart_overhead_s: float | None = None
+    checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S
+
+    def overhead_s(self, job: Job) -> float:
+        """Seconds of a resumed run before progress resumes (0 for a job that restarts from scratch:
+        its start-up is part of its own duration)."""
+        if not job.checkpointable:
+            return 0.0
+        if self.restart_overhead_s is not None:
+            return self.restart_overhead_s
+        if job.startup_s is not None or job.init_s is not None:
+            return (job.startup_s or 0.0) + (job.init_s or 0.0)
+        return DEFAULT_RESTART_OVERHEAD_S
+
+    def kept_s(self, job: Job, progress_s: float) -> float:
+        """Progress of one run segment that survives a preemption."""
+        if not job.checkpointable or progress_s <= 0.0:
+            return 0.0
+        c = self.checkpoint_interval_s
+        return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
+
+
+
+class Decisions(NamedTuple):
+    """One pass's decisions, in the order a clock carries them out: preemptions, then starts."""
+
+    preempted: list[Preempted]
+    started: list[Started]
+
+
+class PreemptiveQueue:
+    """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change."""
+
+    def __init__(self, sched: Scheduler, policy: PreemptivePolicy) -> None:
+        self.sched = sched
+        self.policy = policy
+        self.waiting: SortedList = SortedList()  # (level, *static key ending in jid)
+        self.running: SortedList = SortedList()
+        self._entry: dict[int, tuple[object, ...]] = {}
+        self._changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
+        self._stamp: dict[int, int] = {}
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def enter(self, slot: JobSlot, now: float) -> None:
+        """Rank a job (waiting or running) at `now` and note when its level next changes."""
+        slot.level = self.policy.level(slot, now)
+        entry = (slot.level, *slot.key)
+        self._entry[slot.jid] = entry
+        (self.waiting if slot.start_s is None else self.running).add(entry)
+        stamp = self._stamp.get(slot.jid, 0) + 1
+        self._stamp[slot.jid] = stamp
+        t = self.policy.next_change_s(slot, now)
+        if t < _INF:
+            t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
+            heapq.heappush(self._changes, (t, slot.jid, stamp))
+
+    def leave(self, slot: JobSlot) -> None:
+        entry = self._entry.pop(slot.jid)
+        (self.waiting if slot.start_s is None else self.running).remove(entry)
+
+    def forget(self, jid: int) -> None:
+        """The job left the scheduler (finished or withdrawn) after `leave`."""
+        self._stamp.pop(jid, None)
+
+    def next_change_s(self) -> float:
+        """The next instant a level may change (the clock calls `decide` again then)."""
+        ch = self._changes
+        while ch and self._stamp.get(ch[0][1]) != ch[0][2]:
+            heapq.heappop(ch)
+        return ch[0][0] if ch else _INF
+
+    def refresh(self, now: float) -> None:
+        """Rank again every job whose level may have changed by `now`."""
+        ch = self._changes
+        while ch and ch[0][0] <= now:
+            _, jid, stamp = heapq.heappop(ch)
+            if self._stamp.get(jid) == stamp:
+                slot = self.sched.slot(jid)
+                self.leave(slot)
+                self.enter(slot, now)
+
+    def rerank_all(self, now: float) -> None:
+        """Rank every job again (the policy learned something that moves every level)."""
+        slots = [self.sched.slot(e[-1]) for e in (*self.waiting, *self.running)]  # type: ignore[misc]
+        self.waiting.clear()
+        self.running.clear()
+        self._entry.clear()
+        for slot in slots:
+            self.enter(slot, now)
+
+    # -- the pass ----------------------------------------------------------------------------------
+    def decide(self, now: float) -> Decisions:
+        self.refresh(now)
+        sched, state = self.sched, self.sched.state
+        out = Decisions([], [])
+        preempted: set[int] = set()
+        cursor: tuple[object, ...] | None = None
+        for _ in range(MAX_EXAMINED):
+            idx = 0 if cursor is None else self.waiting.bisect_right(cursor)
+            if idx >= len(self.waiting):
+                break
+            cursor = entry = self.waiting[idx]
+            level, jid = entry[0], entry[-1]
+            worst = self.running[-1][0] if self.running else -_INF
+            if not state.sharing and state.idle_total == 0 and level >= worst:  # type: ignore[operator]
+                break
+            if jid in preempted:
+                continue
+            slot = sched.slot(jid)  # type: ignore[arg-type]
+            gpus = sched.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            if gpus is None and level < worst:  # type: ignore[operator]
+                gpus = self._evict_for(slot, now, out.preempted, preempted)
+            if gpus is not None:
+                self.leave(slot)
+                sched.start_waiting(slot, gpus, now, out.started)
+                self.enter(slot, now)
+        return out
+
+    def _evict_for(
+        self, slot: JobSlot, now: float, out: list[Preempted], preempted: set[int]
+    ) -> list[int] | tuple[int, ...] | None:
+        """GPUs for `slot` after suspending running jobs of a higher level, or None (nothing changed)."""
+        sched, state = self.sched, self.sched.state
+        released: list[JobSlot] = []
+        gpus = None
+        for entry in reversed(list(self.running)):
+            if entry[0] <= slot.level:  # type: ignore[operator]
+                break
+            victim = sched.slot(entry[-1])  # type: ignore[arg-type]
+            state.release(victim.alloc, victim.mem_gb)
+            released.append(victim)
+            if state.sharing or state.idle_total >= slot.gpus:
+                gpus = sched.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+                if gpus is not None:
+                    break
+        taken = set(gpus or ())
+        for victim in released:  # undo: every victim when nothing fits, else those not in the way
+            state.place(victim.alloc, victim.mem_gb)
+        if gpus is None:
+            return None
+        for victim in released:
+            if taken.intersection(victim.alloc):
+                self.leave(victim)
+                out.append(sched.preempt(victim.jid, now))
+                self.enter(victim, now)
+                preempted.add(victim.jid)
+        return gpus

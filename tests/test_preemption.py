@@ -1,0 +1,122 @@
+"""Preemption in the core and the preemptive policies, on schedules computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.core.preemption import DEFAULT_RESTART_OVERHEAD_S, PreemptionCost
+from gpuplan.core.preemptive import Gittins, Las, Tiresias
+from gpuplan.core.scheduler import Scheduler
+from gpuplan.errors import ScheduleError
+from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
+from gpuplan.sim.engine import simulate
+
+ONE_GPU = ClusterSpec("1x1", (NodeSpec("n1", 1, GpuSpec("A100-80GB", 80.0)),))
+
+
+def _times(result):  # type: ignore[no-untyped-def]
+    return {r.job_id: (r.start_s, r.end_s) for r in result.records}
+
+
+def _long_and_short(**meta: object) -> list[Job]:
+    return [Job("long", 0.0, 1, duration_s=10_000.0, meta=dict(meta)), Job("short", 100.0, 1, duration_s=100.0)]
+
+
+def test_las_suspends_at_the_quantum_and_resumes_with_the_restart_overhead() -> None:
+    # long holds the GPU until its attained service leaves level 0 (3600 GPU-s); short, level 0, takes
+    # it then; long resumes at 3700 after 10 s of overhead with 6400 s of work left.
+    r = simulate(_long_and_short(), ONE_GPU, "las", "none")
+    assert _times(r) == {"long": (0.0, 3700.0 + DEFAULT_RESTART_OVERHEAD_S + 6400.0), "short": (3600.0, 3700.0)}
+    assert r.metrics.preemptions == 1
+    assert r.metrics.wasted_gpu_hours == pytest.approx(DEFAULT_RESTART_OVERHEAD_S / 3600)
+
+
+def test_work_since_the_last_checkpoint_is_lost() -> None:
+    # checkpoints every 1000 s: at 3600 s of progress 3000 s are saved, 600 lost; resuming costs 60 s.
+    cost = PreemptionCost(restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
+    r = simulate(_long_and_short(), ONE_GPU, "las", "none", preemption=cost)
+    assert _times(r)["long"] == (0.0, 3700.0 + 60.0 + 7000.0)
+    assert r.metrics.wasted_gpu_hours == pytest.approx((600.0 + 60.0) / 3600)
+
+
+def test_a_job_that_cannot_checkpoint_restarts_from_scratch() -> None:
+    r = simulate(_long_and_short(checkpointable=False), ONE_GPU, "las", "none")
+    assert _times(r)["long"] == (0.0, 3700.0 + 10_000.0)  # no overhead: its start-up is in its duration
+    assert r.metrics.preemptions == 1 and r.metrics.wasted_gpu_hours == pytest.approx(1.0)
+
+
+def test_tiresias_demotes_and_promotes_a_starving_job() -> None:
+    # 2 queues split at 100 GPU-s, promotion after waiting 2x the last run.
+    # 0-100 A (Q0 -> Q1 at 100); 100-200 B preempts A, Q1 at 200 (same queue as A: no preemption);
+    # 300: A has waited 200 = 2 x 100: promoted to Q0, preempts B; A resumes (10 s overhead, 200 left),
+    # back in Q1 at 400, ends 510; B resumes at 510 (10 s overhead, 100 left): ends 620.
+    jobs = [Job("A", 0.0, 1, duration_s=300.0), Job("B", 1.0, 1, duration_s=300.0)]
+    r = simulate(jobs, ONE_GPU, Tiresias((100.0,), promote_knob=2.0), "none")
+    assert _times(r) == {"A": (0.0, 510.0), "B": (100.0, 620.0)}
+    assert r.metrics.preemptions == 2
+    assert r.metrics.wasted_gpu_hours == pytest.approx(2 * DEFAULT_RESTART_OVERHEAD_S / 3600)
+
+
+def test_tiresias_without_promotion_lets_the_first_queue_finish_first() -> None:
+    jobs = [Job("A", 0.0, 1, duration_s=300.0), Job("B", 1.0, 1, duration_s=300.0)]
+    r = simulate(jobs, ONE_GPU, Tiresias((100.0,), promote_knob=0.0), "none")
+    # A to Q1 at 100, B runs 100-200, then both in Q1: B keeps the GPU and ends at 400; A resumes.
+    assert _times(r) == {"A": (0.0, 400.0 + 10.0 + 200.0), "B": (100.0, 400.0)}
+
+
+def test_gittins_learns_the_distribution_from_finished_jobs() -> None:
+    # j1, j2 (50 s each) finish with no history: first-come first-served (2 fallbacks). From {50, 50}
+    # the index at 0 GPU-s is 2/100 and at 100 GPU-s 0 (outlived every sample): j3 runs from 100, falls
+    # to index 0 at 200 and j4 (index 0.02) preempts it; j3 resumes at 250 with 900 s left.
+    jobs = [
+        Job("j1", 0.0, 1, duration_s=50.0),
+        Job("j2", 0.0, 1, duration_s=50.0),
+        Job("j3", 100.0, 1, duration_s=1000.0),
+        Job("j4", 150.0, 1, duration_s=50.0),
+    ]
+    r = simulate(jobs, ONE_GPU, Gittins(first_gpu_s=100.0, levels=4, min_samples=2), "none")
+    assert _times(r) == {"j1": (0.0, 50.0), "j2": (50.0, 100.0), "j3": (100.0, 1160.0), "j4": (200.0, 250.0)}
+    assert r.estimates.without == 2 and r.metrics.preemptions == 1
+
+
+def test_the_victim_is_the_lowest_ranked_job_and_only_where_needed() -> None:
+    # 2 nodes x 1 GPU: a (level 1 at 3600) and b (level 0, started later) run; c arrives: a is suspended.
+    spec = ClusterSpec("2x1", tuple(NodeSpec(f"n{i}", 1, GpuSpec("A", 80.0)) for i in (1, 2)))
+    jobs = [
+        Job("a", 0.0, 1, duration_s=8000.0),
+        Job("b", 3000.0, 1, duration_s=8000.0),
+        Job("c", 4000.0, 1, duration_s=100.0),
+    ]
+    r = simulate(jobs, spec, Las(), "none")
+    t = _times(r)
+    assert t["c"] == (4000.0, 4100.0) and t["b"] == (3000.0, 11000.0)
+    assert t["a"] == (0.0, 4100.0 + 10.0 + 4000.0)
+
+
+def test_scheduler_exposes_preemption_to_every_clock() -> None:
+    sched = Scheduler(ONE_GPU, Las(quantum_gpu_s=100.0), "none")
+    sched.submit(0, Job("a", 0.0, 1, meta={"checkpointable": False}), now=0.0)
+    assert sched.decide(0.0).started[0].jid == 0
+    assert sched.next_event_s() == pytest.approx(100.0)  # a leaves level 0 then
+    sched.submit(1, Job("b", 150.0, 1), now=150.0)
+    decided = sched.decide(150.0)
+    assert [(p.jid, p.gpus, p.action) for p in decided.preempted] == [(0, (0,), "requeue")]
+    assert [s.jid for s in decided.started] == [1]
+    assert sched.slot(0).service_gpu_s == 150.0 and sched.slot(0).preemptions == 1
+    with pytest.raises(ScheduleError, match="decide"):
+        sched.schedule(151.0)
+    with pytest.raises(ScheduleError, match="not running"):
+        sched.preempt(0, 151.0)
+
+
+def test_preemptive_policies_need_an_exclusive_cluster() -> None:
+    sharing = ClusterSpec("s", ONE_GPU.nodes, sharing=True)
+    with pytest.raises(ScheduleError, match="exclusive"):
+        simulate(_long_and_short(), sharing, "las", "none")
+
+
+def test_non_preemptive_policies_decide_what_schedule_starts() -> None:
+    a, b = Scheduler(ONE_GPU, "fifo", "easy"), Scheduler(ONE_GPU, "fifo", "easy")
+    for s in (a, b):
+        s.submit(0, Job("x", 0.0, 1, duration_s=5.0))
+    assert a.decide(0.0).started == b.schedule(0.0) and a.decide(0.0).preempted == []
