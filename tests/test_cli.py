@@ -22,6 +22,7 @@ CLI_FIX = FIXTURES / "cli"
 HETERO = FIXTURES / "clusters" / "hetero-exclusive.toml"
 
 POLICIES = ["fifo", "sjf", "ljf", "small-gpus-first", "large-gpus-first", "mem-desc", "gpu-time", "article"]
+PREEMPTIVE = ["las", "tiresias", "gittins"]
 BACKFILLS = ["none", "easy", "conservative"]
 PLACERS = ["first-fit", "best-fit", "spread"]
 PRESETS = ["1xH200-141GB", "4x8xA100-80GB", "8xA100-80GB"]
@@ -295,7 +296,8 @@ def test_policies_one_line_each() -> None:
 
 def test_policies_json() -> None:
     data = json.loads(_ok(_invoke("policies", "--json")).stdout)
-    assert [p["name"] for p in data["policies"]] == POLICIES
+    assert [p["name"] for p in data["policies"]] == [*POLICIES, *PREEMPTIVE]
+    assert [p["name"] for p in data["policies"] if p["preemptive"]] == PREEMPTIVE
     assert [b["name"] for b in data["backfill"]] == BACKFILLS
     assert set(PLACERS) <= {p["name"] for p in data["placers"]}
     for section in data.values():

@@ -27,6 +27,7 @@ from gpuplan.commands.common import parse_names as _names
 from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
+    from gpuplan.core.preemption import PreemptionCost
     from gpuplan.model import ClusterSpec, Job
     from gpuplan.sim.result import SimResult
 
@@ -56,13 +57,22 @@ def run_matrix(
     placer: str = "first-fit",
     oracle: bool = False,
     show_progress: bool = True,
+    estimates: str = "trace",
+    preemption: PreemptionCost | None = None,
 ) -> list[SimResult]:
-    """Simulate every policy x backfill pair; results sorted by makespan, then mean JCT."""
+    """Simulate every policy x backfill pair; results sorted by makespan, then mean JCT.
+
+    A preemptive policy (las, tiresias, gittins) ignores the backfill mode: it runs once, as +none.
+    `estimates` "history": every run learns its estimates online from its own finished jobs."""
     from gpuplan._progress import LazyProgress
+    from gpuplan.core.estimates import OnlineEstimator
+    from gpuplan.core.policies import preemptive_policy_names
     from gpuplan.sim.engine import simulate
 
     results = []
-    pairs = [(p, b) for p in policies for b in backfills]
+    preemptive = set(preemptive_policy_names())
+    pairs = [(p, b) for p in policies if p not in preemptive for b in backfills]
+    pairs += [(p, "none") for p in policies if p in preemptive]
     n = len(jobs)
     with LazyProgress(len(pairs) * n, "simulating", enabled=show_progress) as bar:
         for i, (p, b) in enumerate(pairs):
@@ -71,7 +81,10 @@ def run_matrix(
             def tick(done: int, total: int, base: int = i * n, label: str = label) -> None:
                 bar.set(base + done, label)
 
-            results.append(simulate(jobs, cluster, p, b, placer, oracle=oracle, progress=tick))
+            est = OnlineEstimator() if estimates == "history" else None
+            results.append(
+                simulate(jobs, cluster, p, b, placer, oracle=oracle, progress=tick, estimator=est, preemption=preemption)
+            )
             bar.set((i + 1) * n, label)
     results.sort(key=_rank)
     return results
@@ -102,10 +115,15 @@ def _print_table(results: Sequence[SimResult], title: str) -> None:
         table.add_column(col, justify="left" if first else "right", no_wrap=True)
     from gpuplan.sim.compare import best_run, contenders
 
+    from gpuplan.sim.compare import same_runs
+
     best = best_run(results, ranked=True)
-    for r in results:
+    same = same_runs(results)
+    for i, r in enumerate(results):
         m = r.metrics
         mark = " ← best" if r is best else (" ← FIFO" if r.policy == "fifo" else "")
+        if i in same:
+            mark = f" = {same[i]}"
         style = "bold green" if r is best else ("yellow" if r.policy == "fifo" else None)
         cells = dict(zip(cols, [
             r.label + mark, f"{m.makespan_s / 3600:.2f}", f"{100 * m.utilization:.1f}",
@@ -145,26 +163,34 @@ def simulate(
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip invalid rows and report how many, instead of stopping.")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Write DIR/report.html with Gantt and utilization plots.")] = None,
     predict: PredictOpt = None,
+    estimates: Annotated[str, typer.Option("--estimates", help="trace: the trace's estimates (or --predict); history: learned online from the jobs finished so far in each run.")] = "trace",
+    restart_overhead: Annotated[float | None, typer.Option("--restart-overhead", help="Seconds a preempted job needs to resume (default: its startup_s + init_s, else 10).")] = None,
+    checkpoint_every: Annotated[float, typer.Option("--checkpoint-every", help="Seconds of work between checkpoints; 0: checkpoint when preempted (nothing lost).")] = 0.0,
+    span: Annotated[bool, typer.Option("--span/--no-span", help="Let jobs wider than the largest node span nodes (default); --no-span leaves them out.")] = True,
     schedule_out: ScheduleOutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Simulate a trace under one or more policies and backfill modes."""
+    """Simulate a trace under one or more policies and backfill modes (las, tiresias, gittins preempt)."""
     with _errors():
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import backfill_names
         from gpuplan.core.placement import get_placer
-        from gpuplan.core.policies import policy_names
+        from gpuplan.core.policies import policy_names, preemptive_policy_names
 
-        policies = _names(policy, policy_names(), "policy")
+        policies = _names(policy, [*policy_names(), *preemptive_policy_names()], "policy", policy_names())
         backfills = _names(backfill, backfill_names(), "backfill mode")
+        source = _names(estimates, list(ESTIMATE_SOURCES), "estimate source")[0]
+        cost = _preemption_cost(restart_overhead, checkpoint_every)
         get_placer(placer)
         if cluster is not None:
             load_cluster(cluster)  # a bad --cluster fails before a long read
         result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
         jobs = apply_predictions(_runnable(result.jobs), predict)
         spec = _cluster_for(cluster, result, sharing)
-        jobs = fitting_jobs(jobs, spec, oracle)
-        results = run_matrix(jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json)
+        jobs = fitting_jobs(jobs, spec, oracle, span=span)
+        results = run_matrix(
+            jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json, estimates=source, preemption=cost
+        )
         _emit(
             results,
             as_json,
@@ -173,6 +199,18 @@ def simulate(
             schedules=True,
             schedule_out=schedule_out,
         )
+
+
+ESTIMATE_SOURCES = ("trace", "history")
+
+
+def _preemption_cost(restart_overhead_s: float | None, checkpoint_every_s: float) -> PreemptionCost:
+    from gpuplan.core.preemption import PreemptionCost
+
+    for name, v in (("--restart-overhead", restart_overhead_s), ("--checkpoint-every", checkpoint_every_s)):
+        if v is not None and not 0.0 <= v < float("inf"):
+            raise GpuplanError(f"{name} {v}: give seconds >= 0")
+    return PreemptionCost(restart_overhead_s, checkpoint_every_s)
 
 
 def _runnable(jobs: list[Job]) -> list[Job]:
@@ -223,8 +261,43 @@ def _summaries(results: Sequence[SimResult]) -> list[dict[str, Any]]:
     no run may be called best, why (`no_winner`, the same text on every run)."""
     from gpuplan.sim.compare import best_run, no_winner_reason
 
-    best, why = best_run(results), no_winner_reason(results)
-    return [{**r.summary(), "best": r is best, "no_winner": why} for r in results]
+    from gpuplan.sim.compare import same_runs
+
+    best, why, same = best_run(results), no_winner_reason(results), same_runs(results)
+    return [
+        {**r.summary(), "best": r is best, "no_winner": why, "same_run_as": same.get(i)}
+        for i, r in enumerate(results)
+    ]
+
+
+def _honesty_notes(results: Sequence[SimResult]) -> list[str]:
+    """What each run went on: estimates missing and what it fell back to, runs that are the same run
+    under another name, preemptions and their waste, jobs that ran across nodes."""
+    from gpuplan.sim.compare import same_runs
+
+    notes = []
+    lines: dict[str, list[str]] = {}
+    for r in results:
+        line = r.estimates.describe()
+        if line and r.estimates.without:
+            lines.setdefault(line, []).append(r.label)
+    notes.extend(f"{', '.join(labels)}: {line}." for line, labels in lines.items())
+    same = same_runs(results)
+    groups: dict[str, list[str]] = {}
+    for i, first in same.items():
+        groups.setdefault(first, []).append(results[i].label)
+    for first, others in groups.items():
+        notes.append(f"same run: {', '.join(others)} = {first} (identical schedules; not separate results).")
+    for r in results:
+        if r.metrics.preemptions:
+            notes.append(
+                f"{r.label}: {r.metrics.preemptions} preemptions, {r.metrics.wasted_gpu_hours:.1f} GPU-h "
+                "wasted (lost work and restart overhead)."
+            )
+    spanned = max((r.spanned_jobs for r in results), default=0)
+    if spanned:
+        notes.append(f"{spanned} job(s) ran across several nodes (jobs wider than a node span by default; --no-span).")
+    return notes
 
 
 def _notes(results: Sequence[SimResult]) -> list[str]:
@@ -233,6 +306,7 @@ def _notes(results: Sequence[SimResult]) -> list[str]:
     notes = []
     if any(r.oracle for r in results):
         notes.append("ORACLE run: policies saw the true durations, which no real scheduler knows.")
+    notes.extend(_honesty_notes(results))
     why = no_winner_reason(results)
     if why is not None:
         notes.append(f"no best run: {why}.")
@@ -322,16 +396,17 @@ def policies(as_json: JsonOpt = False) -> None:
     """List ordering policies, backfill modes and placers, one line each."""
     from gpuplan.core.backfill import backfill_classes
     from gpuplan.core.placement import get_placer, placer_names
-    from gpuplan.core.policies import get_policy, policy_names
+    from gpuplan.core.policies import get_policy, policy_names, preemptive_policy_names
 
     rows: dict[str, list[dict[str, Any]]] = {
         "policies": [
             {
                 "name": n,
                 "needs_duration": get_policy(n).needs_duration,
+                "preemptive": get_policy(n).preemptive,
                 "description": get_policy(n).description,
             }
-            for n in policy_names()
+            for n in [*policy_names(), *preemptive_policy_names()]
         ],
         "backfill": [{"name": n, "description": c.description} for n, c in backfill_classes().items()],
         "placers": [{"name": n, "description": get_placer(n).description} for n in placer_names()],
@@ -383,6 +458,7 @@ def synth_poisson_cmd(
     cluster: ClusterOpt = "4x8xA100-80GB",
     gpu_mix: Annotated[str | None, typer.Option("--gpu-mix", help="GPU-count mix, e.g. 1=0.6,2=0.2,8=0.2.")] = None,
     class_mix: Annotated[str | None, typer.Option("--class-mix", help="Weights of short,long,short-infer,long-infer, e.g. 26,24,24,6.")] = None,
+    tail: Annotated[float | None, typer.Option("--tail", help="Heavy-tailed durations: Pareto shape (e.g. 1.5) times each class's median.")] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:  # fmt: skip
     """A general workload: Poisson arrivals with a class mix and a GPU-count mix."""
@@ -394,7 +470,7 @@ def synth_poisson_cmd(
         spec = load_cluster(cluster)
         made = synth_poisson(
             jobs, seed=seed, rate_per_h=rate, load=load if load is not None or rate is not None else 0.9,
-            total_gpus=spec.total_gpus, mix=_class_mix(class_mix), gpu_mix=_gpu_mix(gpu_mix),
+            total_gpus=spec.total_gpus, mix=_class_mix(class_mix), gpu_mix=_gpu_mix(gpu_mix), tail_alpha=tail,
         )  # fmt: skip
         write_trace(made, out)
         typer.echo(f"wrote {len(made)} jobs to {out}")

@@ -97,8 +97,13 @@ def synth_poisson(
     total_gpus: int | None = None,
     mix: Sequence[tuple[JobClass, float]] | None = None,
     gpu_mix: Mapping[int, float] | None = None,
+    tail_alpha: float | None = None,
 ) -> list[Job]:
     """A general workload: Poisson arrivals, classes drawn from `mix` (class, weight).
+
+    `tail_alpha` makes durations heavy-tailed: each class's median times a Pareto factor of shape
+    alpha (median 1, no upper clip below 30 days); 1 < alpha < 2 gives the infinite-variance tails
+    measured in real clusters. None keeps the clipped log-normal classes.
 
     Give either `rate_per_h` (arrivals per hour) or `load` with `total_gpus` (offered GPU-time over
     capacity; 0.9 keeps a cluster busy without an endless queue). `gpu_mix` overrides every class's
@@ -119,10 +124,24 @@ def synth_poisson(
         idx = np.flatnonzero(picks == k)
         for i, r in zip(idx, cls.draw(rng, len(idx))):
             rows[i] = (cls, r)
+    if tail_alpha is not None:
+        _pareto_durations(rows, tail_alpha, rng)
     rate = _arrival_rate(rows, rate_per_h, load, total_gpus)
     submit = np.cumsum(rng.exponential(_HOUR / rate, n_jobs))
     submit -= submit[0]
     return _jobs(1, np.round(submit, 3).tolist(), rows, rng)
+
+
+_TAIL_CAP_S = 30 * 24 * _HOUR
+
+
+def _pareto_durations(rows, alpha: float, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]
+    """Replace each row's duration by its class median x a Pareto(alpha) factor of median 1."""
+    if not alpha > 0:
+        raise GpuplanError(f"--tail {alpha}: the Pareto shape must be > 0 (1.1 to 2 for heavy tails)")
+    factor = (1.0 - rng.uniform(0.0, 1.0, len(rows))) ** (-1.0 / alpha) / 2.0 ** (1.0 / alpha)
+    for (cls, r), f in zip(rows, factor):
+        r["duration_s"] = float(round(min(max(cls.median_s * f, cls.min_s), _TAIL_CAP_S)))
 
 
 def _arrival_rate(rows, rate_per_h, load, total_gpus) -> float:  # type: ignore[no-untyped-def]

@@ -88,11 +88,12 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def parse_names(text: str, valid: list[str], kind: str) -> list[str]:
+def parse_names(text: str, valid: list[str], kind: str, all_names: list[str] | None = None) -> list[str]:
+    """Comma-separated names, each one of `valid`; "all" means `all_names` (default: every valid name)."""
     from gpuplan.errors import UnknownNameError
 
     if text.strip() == "all":
-        return list(valid)
+        return list(valid if all_names is None else all_names)
     names = [t.strip() for t in text.split(",") if t.strip()]
     for n in names:
         if n not in valid:
@@ -155,11 +156,20 @@ def cluster_for(cluster: str | None, result: TraceResult, sharing: bool | None =
     return spec
 
 
-def fitting_jobs(jobs: list[Job], spec: ClusterSpec, oracle: bool = False) -> list[Job]:
+def fitting_jobs(jobs: list[Job], spec: ClusterSpec, oracle: bool = False, span: bool = True) -> list[Job]:
     """The jobs that can ever start on `spec`; the others are left out with one warning on stderr
-    (the same rule in every command)."""
-    from gpuplan.sim.fits import never_fit_warning, split_never_fitting
+    (the same rule in every command). With `span` (default), a job wider than the largest node may
+    span nodes (it ran that way where it came from); a note on stderr says how many."""
+    from gpuplan.sim.fits import allow_spanning, never_fit_warning, split_never_fitting
 
+    if span:
+        jobs, n = allow_spanning(jobs, spec)
+        if n:
+            typer.echo(
+                f"gpuplan: {n} job(s) ask for more GPUs than the largest node has ({spec.max_node_gpus}): "
+                "they may span nodes (--no-span leaves them out)",
+                err=True,
+            )
     ok, never = split_never_fitting(jobs, spec, oracle)
     if never and not ok:
         from gpuplan.errors import JobNeverFitsError

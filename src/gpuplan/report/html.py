@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.compare import best_run, contenders, no_winner_reason
+from gpuplan.sim.compare import best_run, contenders, no_winner_reason, same_runs
 from gpuplan.sim.result import JobRecord, SimResult
 
 __all__ = [
@@ -73,13 +73,16 @@ def report_data(results: Sequence[SimResult]) -> dict[str, Any]:
         ``{"runs": [...], "best": label | None, "lower_bounds_s": [...]}``. Each run has ``label``
         (unique within the report), ``policy``, ``backfill``, ``placer``, ``oracle``, ``is_fifo``,
         ``is_best``, ``records``, ``gantt_records`` (how many the Gantt draws), ``gantt_truncated``,
-        ``warnings`` and ``metrics`` (``Metrics.as_dict()``). The best run is the one with the
+        ``warnings``, ``same_run_as`` (the label of an earlier run with the same schedule, or None),
+        ``uses_true_durations``, ``estimates`` (`EstimateUse.as_dict()`) and ``metrics``
+        (``Metrics.as_dict()``). The best run is the one with the
         smallest makespan among the non-oracle runs (among all runs when every run is an oracle).
     """
     runs = _sorted_runs(results)
     labels = _unique_labels(runs)
     best = _best_index(runs)
-    entries = [_run_entry(r, labels[i], i == best) for i, r in enumerate(runs)]
+    same = same_runs(runs)
+    entries = [_run_entry(r, labels[i], i == best, same.get(i)) for i, r in enumerate(runs)]
     bounds = sorted({r.metrics.lower_bound_s for r in runs if math.isfinite(r.metrics.lower_bound_s)})
     return {
         "runs": entries,
@@ -238,7 +241,7 @@ def _best_index(runs: Sequence[SimResult]) -> int | None:
     return None if best is None else next(i for i, r in enumerate(runs) if r is best)
 
 
-def _run_entry(r: SimResult, label: str, is_best: bool) -> dict[str, Any]:
+def _run_entry(r: SimResult, label: str, is_best: bool, same_as: str | None = None) -> dict[str, Any]:
     shown = min(len(r.records), GANTT_MAX_RECORDS)
     return {
         "label": label,
@@ -252,6 +255,9 @@ def _run_entry(r: SimResult, label: str, is_best: bool) -> dict[str, Any]:
         "gantt_records": shown,
         "gantt_truncated": shown < len(r.records),
         "warnings": list(r.warnings),
+        "same_run_as": same_as,
+        "uses_true_durations": r.uses_true_durations,
+        "estimates": r.estimates.as_dict(),
         "metrics": {k: _finite(v) for k, v in r.metrics.as_dict().items()},
     }
 

@@ -175,7 +175,7 @@ def estimate_use(
         without = by_level.get("none", 0) if needed else 0
     parts = []
     if without and sched.policy.needs_duration:
-        parts.append(f"policy {sched.policy.name} ranks them as endless, after every job with an estimate")
+        parts.append(f"policy {sched.policy.name} ranks them as endless, after every job with an estimate (first come, first served among themselves)")
     if without and sched.backfill.name != "none":
         parts.append(f"{sched.backfill.name} backfill plans them as endless: they are never backfilled")
     return EstimateUse(

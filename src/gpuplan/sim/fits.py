@@ -12,7 +12,7 @@ from gpuplan.core.booking import booked_mem_gb, fits_empty_cluster
 from gpuplan.core.placement import get_placer
 from gpuplan.model import ClusterSpec, Job
 
-__all__ = ["fits_on", "never_fit_warning", "split_never_fitting"]
+__all__ = ["allow_spanning", "fits_on", "never_fit_warning", "split_never_fitting"]
 
 
 def fits_on(cluster: ClusterSpec, oracle: bool = False) -> Callable[[Job], bool]:
@@ -53,3 +53,18 @@ def never_fit_warning(never: Sequence[Job], total: int, cluster: ClusterSpec) ->
         f"largest node {cluster.max_node_gpus} GPUs, GPUs of at most {biggest:g} GB): left out "
         f"(first: {first.id!r}, {first.gpus} GPU(s){mem}); pass a larger --cluster to include them"
     )
+
+
+def allow_spanning(jobs: Sequence[Job], cluster: ClusterSpec) -> tuple[list[Job], int]:
+    """Jobs where every job wider than the cluster's largest node, but no wider than the cluster, may
+    span nodes (a job that wide can only have run that way in its own trace), and how many changed."""
+    from dataclasses import replace
+
+    widest, total = cluster.max_node_gpus, cluster.total_gpus
+    out, n = [], 0
+    for j in jobs:
+        if widest < j.gpus <= total and not j.may_span_nodes:
+            j = replace(j, may_span_nodes=True)
+            n += 1
+        out.append(j)
+    return out, n

@@ -137,9 +137,10 @@ def simulate_preemptive(
             f"policy {policy.name!r} preempts and starts any job that fits in rank order: backfill mode "
             f"{sched.backfill.name!r} changes nothing (its runs are the {policy.name}+none run)"
         )
+    learns = hasattr(policy, "min_samples")  # gittins: a distribution of finished jobs' GPU-time
     uses = EstimateUse(
-        source="trace",
-        needed=fallback > 0,
+        source="history" if learns else "trace",
+        needed=learns,
         without=fallback,
         fallback="ranked first-come first-served until finished jobs gave a distribution" if fallback else "",
     )

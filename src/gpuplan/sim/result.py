@@ -87,10 +87,12 @@ class EstimateUse:
         """One line for tables and reports ("" when estimates did not matter)."""
         if not self.needed or self.uses_true_durations:
             return ""
-        src = "learned online from finished jobs" if self.source == "history" else "from the trace"
+        src = "estimates from the trace"
+        if self.source == "history":
+            src = "estimates learned online from finished jobs" if self.by_level else "a distribution of finished jobs"
         if not self.without:
-            return f"estimates {src}: every job had one"
-        return f"estimates {src}: {self.without} job(s) had none; {self.fallback}"
+            return f"{src}: every job had one"
+        return f"{src}: {self.without} job(s) had none; {self.fallback}"
 
 
 @dataclass(slots=True)
@@ -108,6 +110,12 @@ class SimResult:
     gpu_labels: list[str]  # label of each global GPU index, e.g. "node1/gpu3"
     warnings: list[str] = field(default_factory=list)
     estimates: EstimateUse = field(default_factory=EstimateUse)
+
+    @property
+    def spanned_jobs(self) -> int:
+        """Jobs that ran on GPUs of more than one node."""
+        node_of = [label.split("/", 1)[0] for label in self.gpu_labels]
+        return sum(1 for r in self.records if len({node_of[g] for g in r.gpus}) > 1)
 
     @property
     def uses_true_durations(self) -> bool:
@@ -143,6 +151,7 @@ class SimResult:
             "preemptions": m.preemptions,
             "wasted_gpu_hours": m.wasted_gpu_hours,
             "uses_true_durations": self.uses_true_durations,
+            "spanned_jobs": self.spanned_jobs,
             "estimates": self.estimates.as_dict(),
             "cluster": self.cluster.as_dict(),
         }
