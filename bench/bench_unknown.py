@@ -47,7 +47,9 @@ def alibaba_stripped(path: Path, load: float = 0.85) -> tuple[list[Job], Cluster
     span = max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)
     gpus = max(round(area / span / load), max(j.gpus for j in jobs))
     sizes = [8] * (gpus // 8) + ([gpus % 8] if gpus % 8 else [])
-    spec = ClusterSpec(f"alibaba-exclusive-{gpus}", tuple(NodeSpec(f"n{i + 1}", g, _GPU) for i, g in enumerate(sizes)))
+    spec = ClusterSpec(
+        f"alibaba-exclusive-{gpus}", tuple(NodeSpec(f"n{i + 1}", g, _GPU) for i, g in enumerate(sizes))
+    )
     return jobs, spec, area / span / gpus
 
 
@@ -56,7 +58,11 @@ def heavy_tail_stripped(n_jobs: int = 5000, load: float = 0.85) -> tuple[list[Jo
     from gpuplan.synth import synth_poisson
 
     spec = load_cluster("4x8xA100-80GB")
-    return _strip(synth_poisson(n_jobs, seed=0, load=load, total_gpus=spec.total_gpus, tail_alpha=1.5)), spec, load
+    return (
+        _strip(synth_poisson(n_jobs, seed=0, load=load, total_gpus=spec.total_gpus, tail_alpha=1.5)),
+        spec,
+        load,
+    )
 
 
 def compare(workload: str, jobs: list[Job], spec: ClusterSpec, load: float) -> dict[str, object]:

@@ -71,7 +71,9 @@ def test_estimates_never_see_the_job_itself_or_the_future(rows, data, policy) ->
         assert all(end[o] <= submit[j.id] for o in before)  # finished by its submit (t0 is 0 here)
     # Changing the duration of job k and every later one changes no estimate made up to k's submit.
     k = data.draw(st.integers(0, len(jobs) - 1))
-    new = [d * 3 + 1 for d in data.draw(st.lists(st.integers(1, 300), min_size=len(jobs), max_size=len(jobs)))]
+    new = [
+        d * 3 + 1 for d in data.draw(st.lists(st.integers(1, 300), min_size=len(jobs), max_size=len(jobs)))
+    ]
     changed = [replace(j, duration_s=float(new[i])) if i >= k else j for i, j in enumerate(jobs)]
     est2 = _run(changed, policy)
     for j in jobs:

@@ -19,14 +19,20 @@ def _times(result):  # type: ignore[no-untyped-def]
 
 
 def _long_and_short(**meta: object) -> list[Job]:
-    return [Job("long", 0.0, 1, duration_s=10_000.0, meta=dict(meta)), Job("short", 100.0, 1, duration_s=100.0)]
+    return [
+        Job("long", 0.0, 1, duration_s=10_000.0, meta=dict(meta)),
+        Job("short", 100.0, 1, duration_s=100.0),
+    ]
 
 
 def test_las_suspends_at_the_quantum_and_resumes_with_the_restart_overhead() -> None:
     # long holds the GPU until its attained service leaves level 0 (3600 GPU-s); short, level 0, takes
     # it then; long resumes at 3700 after 10 s of overhead with 6400 s of work left.
     r = simulate(_long_and_short(), ONE_GPU, "las", "none")
-    assert _times(r) == {"long": (0.0, 3700.0 + DEFAULT_RESTART_OVERHEAD_S + 6400.0), "short": (3600.0, 3700.0)}
+    assert _times(r) == {
+        "long": (0.0, 3700.0 + DEFAULT_RESTART_OVERHEAD_S + 6400.0),
+        "short": (3600.0, 3700.0),
+    }
     assert r.metrics.preemptions == 1
     assert r.metrics.wasted_gpu_hours == pytest.approx(DEFAULT_RESTART_OVERHEAD_S / 3600)
 

@@ -31,7 +31,10 @@ def _ok(*args: str | Path) -> Result:
 
 def _stripped(tmp_path: Path) -> Path:
     """A Philly-style log: id, submit, duration, GPUs only; a queue that ordering could shorten."""
-    jobs = [Job(f"j{i}", 30.0 * i, 2 + 2 * (i % 3 == 0), duration_s=300.0 if i % 4 else 5_000.0) for i in range(40)]
+    jobs = [
+        Job(f"j{i}", 30.0 * i, 2 + 2 * (i % 3 == 0), duration_s=300.0 if i % 4 else 5_000.0)
+        for i in range(40)
+    ]
     path = tmp_path / "philly.csv"
     with path.open("w") as f:
         f.write("job_id,submission_time,duration,num_gpu\n")
@@ -52,7 +55,10 @@ def test_without_estimates_duration_policies_are_marked_as_the_fifo_run(tmp_path
     assert "ranks them as endless" in runs["sjf+easy"]["estimates"]["fallback"]
     table = " ".join(_ok(*args).stdout.split())
     assert "sjf+easy = fifo+easy" in table
-    assert "same run: sjf+easy, gpu-time+easy = fifo+easy" in table or "same run: gpu-time+easy, sjf+easy = fifo+easy" in table
+    assert (
+        "same run: sjf+easy, gpu-time+easy = fifo+easy" in table
+        or "same run: gpu-time+easy, sjf+easy = fifo+easy" in table
+    )
     assert "40 job(s) had none" in table
 
 
@@ -67,7 +73,16 @@ def test_history_estimates_change_the_run_and_say_where_they_came_from(tmp_path:
 
 
 def test_preemptive_policies_run_once_and_count_their_preemptions(tmp_path: Path) -> None:
-    args = ("simulate", _stripped(tmp_path), "-c", "8xA100-80GB", "-p", "fifo,las,tiresias", "-b", "none,easy")
+    args = (
+        "simulate",
+        _stripped(tmp_path),
+        "-c",
+        "8xA100-80GB",
+        "-p",
+        "fifo,las,tiresias",
+        "-b",
+        "none,easy",
+    )
     runs = _runs(_ok(*args, "--json", "--restart-overhead", "30"))
     assert set(runs) == {"fifo+none", "fifo+easy", "las+none", "tiresias+none"}
     assert runs["las+none"]["preemptions"] > 0 and runs["las+none"]["wasted_gpu_hours"] > 0
@@ -84,7 +99,9 @@ def test_preemptive_policies_run_once_and_count_their_preemptions(tmp_path: Path
         (("-p", "las", "--sharing"), "exclusive clusters only"),
     ],
 )
-def test_bad_preemption_options_are_one_line_errors(tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
+def test_bad_preemption_options_are_one_line_errors(
+    tmp_path: Path, extra: tuple[str, ...], message: str
+) -> None:
     result = _invoke("simulate", _stripped(tmp_path), "-c", "8xA100-80GB", *extra)
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -112,7 +129,9 @@ def test_jobs_wider_than_a_node_span_by_default(tmp_path: Path) -> None:
 
 def test_heavy_tail_durations() -> None:
     plain = np.array([j.duration_s for j in synth_poisson(3000, seed=3, load=0.8, total_gpus=32)])
-    tail = np.array([j.duration_s for j in synth_poisson(3000, seed=3, load=0.8, total_gpus=32, tail_alpha=1.5)])
+    tail = np.array(
+        [j.duration_s for j in synth_poisson(3000, seed=3, load=0.8, total_gpus=32, tail_alpha=1.5)]
+    )
     assert plain.var() / plain.mean() ** 2 < 2.0 < 4.0 < tail.var() / tail.mean() ** 2
     again = [j.duration_s for j in synth_poisson(3000, seed=3, load=0.8, total_gpus=32, tail_alpha=1.5)]
     assert again == tail.tolist()

@@ -83,7 +83,17 @@ def run_matrix(
 
             est = OnlineEstimator() if estimates == "history" else None
             results.append(
-                simulate(jobs, cluster, p, b, placer, oracle=oracle, progress=tick, estimator=est, preemption=preemption)
+                simulate(
+                    jobs,
+                    cluster,
+                    p,
+                    b,
+                    placer,
+                    oracle=oracle,
+                    progress=tick,
+                    estimator=est,
+                    preemption=preemption,
+                )
             )
             bar.set((i + 1) * n, label)
     results.sort(key=_rank)
@@ -113,9 +123,7 @@ def _print_table(results: Sequence[SimResult], title: str) -> None:
     for col in keep:
         first = col == "policy+backfill"
         table.add_column(col, justify="left" if first else "right", no_wrap=True)
-    from gpuplan.sim.compare import best_run, contenders
-
-    from gpuplan.sim.compare import same_runs
+    from gpuplan.sim.compare import best_run, contenders, same_runs
 
     best = best_run(results, ranked=True)
     same = same_runs(results)
@@ -189,7 +197,15 @@ def simulate(
         spec = _cluster_for(cluster, result, sharing)
         jobs = fitting_jobs(jobs, spec, oracle, span=span)
         results = run_matrix(
-            jobs, spec, policies, backfills, placer, oracle, show_progress=not as_json, estimates=source, preemption=cost
+            jobs,
+            spec,
+            policies,
+            backfills,
+            placer,
+            oracle,
+            show_progress=not as_json,
+            estimates=source,
+            preemption=cost,
         )
         _emit(
             results,
@@ -259,9 +275,7 @@ PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan
 def _summaries(results: Sequence[SimResult]) -> list[dict[str, Any]]:
     """What --json prints per run: its summary (with its cluster), whether it is the best, and, when
     no run may be called best, why (`no_winner`, the same text on every run)."""
-    from gpuplan.sim.compare import best_run, no_winner_reason
-
-    from gpuplan.sim.compare import same_runs
+    from gpuplan.sim.compare import best_run, no_winner_reason, same_runs
 
     best, why, same = best_run(results), no_winner_reason(results), same_runs(results)
     return [
@@ -275,7 +289,7 @@ def _honesty_notes(results: Sequence[SimResult]) -> list[str]:
     under another name, preemptions and their waste, jobs that ran across nodes."""
     from gpuplan.sim.compare import same_runs
 
-    notes = []
+    notes: list[str] = []
     lines: dict[str, list[str]] = {}
     for r in results:
         line = r.estimates.describe()
@@ -296,7 +310,9 @@ def _honesty_notes(results: Sequence[SimResult]) -> list[str]:
             )
     spanned = max((r.spanned_jobs for r in results), default=0)
     if spanned:
-        notes.append(f"{spanned} job(s) ran across several nodes (jobs wider than a node span by default; --no-span).")
+        notes.append(
+            f"{spanned} job(s) ran across several nodes (jobs wider than a node span by default; --no-span)."
+        )
     return notes
 
 

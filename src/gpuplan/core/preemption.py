@@ -96,7 +96,6 @@ class PreemptionCost:
         return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
 
 
-
 class Decisions(NamedTuple):
     """One pass's decisions, in the order a clock carries them out: preemptions, then starts."""
 
@@ -183,7 +182,9 @@ class PreemptiveQueue:
             if jid in preempted:
                 continue
             slot = sched.slot(jid)  # type: ignore[arg-type]
-            gpus = sched.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            gpus: list[int] | tuple[int, ...] | None = sched.placer.find(
+                state, slot.gpus, slot.mem_gb, slot.may_span
+            )
             if gpus is None and level < worst:  # type: ignore[operator]
                 gpus = self._evict_for(slot, now, out.preempted, preempted)
             if gpus is not None:

@@ -34,6 +34,7 @@ __all__ = [
 
 _INF = math.inf
 
+
 class PreemptivePolicy(Policy):
     """A policy whose rank changes while jobs run or wait; lower level first, then the static key.
 
@@ -105,7 +106,9 @@ class Tiresias(PreemptivePolicy):
     """
 
     name = "tiresias"
-    description = "Tiresias 2D-LAS: 2 queues split at 1 GPU-hour, FIFO inside, promotion after 8x the last run"
+    description = (
+        "Tiresias 2D-LAS: 2 queues split at 1 GPU-hour, FIFO inside, promotion after 8x the last run"
+    )
 
     def __init__(self, thresholds_gpu_s: Sequence[float] = (3600.0,), promote_knob: float = 8.0) -> None:
         self.thresholds = tuple(sorted(thresholds_gpu_s))

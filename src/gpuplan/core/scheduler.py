@@ -15,8 +15,8 @@ from sortedcontainers import SortedList
 from gpuplan.core.backfill import Backfill, get_backfill
 from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.placement import Placer, get_placer
-from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
 from gpuplan.core.policies import Policy, get_policy
+from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.errors import JobNeverFitsError, ScheduleError
@@ -56,7 +56,9 @@ class Scheduler:
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
 
     # -- the clock-independent API -------------------------------------------------------------
-    def submit(self, jid: int, job: Job, book_mem_gb: float | None = None, now: float | None = None) -> JobSlot:
+    def submit(
+        self, jid: int, job: Job, book_mem_gb: float | None = None, now: float | None = None
+    ) -> JobSlot:
         """Queue a job and return its record.
 
         `book_mem_gb` overrides the per-GPU memory to book (default: the job's estimate, or its true
@@ -141,7 +143,9 @@ class Scheduler:
         self._queue.add((*slot.key, slot))
         return done
 
-    def start_waiting(self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]) -> None:
+    def start_waiting(
+        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+    ) -> None:
         """Start a waiting job on `gpus` and take it out of the queue (the preemptive pass)."""
         self._queue.remove((*slot.key, slot))
         self.start(slot, gpus, now, started)

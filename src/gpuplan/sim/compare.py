@@ -13,7 +13,6 @@ from gpuplan.sim.result import PLAN_POLICY, SimResult
 __all__ = ["PLAN_POLICY", "best_run", "contenders", "no_winner_reason", "same_runs"]
 
 
-
 def contenders(results: Sequence[SimResult]) -> list[SimResult]:
     """The runs that may be called best: policies a live queue can run (no oracle, no searched order);
     the oracle runs when there is nothing else, and every run as a last resort."""
@@ -67,7 +66,9 @@ def best_run(results: Sequence[SimResult], ranked: bool = False) -> SimResult | 
 
 def _fingerprint(r: SimResult) -> tuple[object, ...]:
     """What makes two runs the same run: their figures and every job's start, end and GPUs."""
-    rows = hash(tuple((rec.job_id, round(rec.start_s, 6), round(rec.end_s, 6), rec.gpus) for rec in r.records))
+    rows = hash(
+        tuple((rec.job_id, round(rec.start_s, 6), round(rec.end_s, 6), rec.gpus) for rec in r.records)
+    )
     return (_figures(r), rows)
 
 

@@ -77,7 +77,9 @@ def simulate(
     sched = Scheduler(cluster, policy, backfill, placer, oracle=oracle)
     if sched.policy.preemptive:
         if running:
-            raise ScheduleError(f"policy {sched.policy.name!r}: a live state cannot be simulated preemptively yet")
+            raise ScheduleError(
+                f"policy {sched.policy.name!r}: a live state cannot be simulated preemptively yet"
+            )
         from gpuplan.sim.preempt import simulate_preemptive
 
         return simulate_preemptive(jobs, sched, preemption)
@@ -175,7 +177,9 @@ def estimate_use(
         without = by_level.get("none", 0) if needed else 0
     parts = []
     if without and sched.policy.needs_duration:
-        parts.append(f"policy {sched.policy.name} ranks them as endless, after every job with an estimate (first come, first served among themselves)")
+        parts.append(
+            f"policy {sched.policy.name} ranks them as endless, after every job with an estimate (first come, first served among themselves)"
+        )
     if without and sched.backfill.name != "none":
         parts.append(f"{sched.backfill.name} backfill plans them as endless: they are never backfilled")
     return EstimateUse(

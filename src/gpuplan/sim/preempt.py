@@ -113,7 +113,13 @@ class PreemptiveRun:
         self.wasted_gpu_s += len(slot.alloc) * self.seg_overhead.pop(jid)
         self.records.append(
             JobRecord(
-                job.id, job.submit_s - self.t0, self.first_start.pop(jid), now, slot.alloc, job.mem_gb, job.name
+                job.id,
+                job.submit_s - self.t0,
+                self.first_start.pop(jid),
+                now,
+                slot.alloc,
+                job.mem_gb,
+                job.name,
             )
         )
 

@@ -89,7 +89,11 @@ class EstimateUse:
             return ""
         src = "estimates from the trace"
         if self.source == "history":
-            src = "estimates learned online from finished jobs" if self.by_level else "a distribution of finished jobs"
+            src = (
+                "estimates learned online from finished jobs"
+                if self.by_level
+                else "a distribution of finished jobs"
+            )
         if not self.without:
             return f"{src}: every job had one"
         return f"{src}: {self.without} job(s) had none; {self.fallback}"
