@@ -198,7 +198,8 @@ class Gittins(PreemptivePolicy):
 
     A job's level is minus its index at the grid point below its attained GPU-time (a geometric grid,
     the discretization that keeps preemptions few). A bucket with fewer than `min_samples` finished jobs
-    uses every bucket's jobs; with none at all, every job is at level 0 (FIFO) and counts as a fallback.
+    uses every bucket's jobs; before any bucket has enough, jobs rank by attained service on the same
+    grid (LAS) and count as fallbacks.
     """
 
     name = "gittins"
@@ -222,9 +223,9 @@ class Gittins(PreemptivePolicy):
 
     def level(self, slot: JobSlot, now: float) -> float:
         table = self._table(slot.gpus)
-        if table is None:
+        if table is None:  # no history yet: least attained service, on the same grid
             self._fallback.add(slot.jid)
-            return 0.0
+            return float(self._point(slot, now))
         return -table[self._point(slot, now)]
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:

@@ -148,7 +148,7 @@ def simulate_preemptive(
         source="history" if learns else "trace",
         needed=learns,
         without=fallback,
-        fallback="ranked first-come first-served until finished jobs gave a distribution" if fallback else "",
+        fallback="ranked by attained GPU-service (LAS) until finished jobs gave a distribution" if fallback else "",
     )
     return SimResult(
         policy=policy.name,
