@@ -148,7 +148,9 @@ def simulate_preemptive(
         source="history" if learns else "trace",
         needed=learns,
         without=fallback,
-        fallback="ranked by attained GPU-service (LAS) until finished jobs gave a distribution" if fallback else "",
+        fallback="ranked by attained GPU-service (LAS) until finished jobs gave a distribution"
+        if fallback
+        else "",
     )
     return SimResult(
         policy=policy.name,
