@@ -38,7 +38,6 @@ def test_heavy_tail_best_blind_run_reaches_both_floors() -> None:
 @pytest.mark.skipif(not ALIBABA.is_file(), reason=f"{ALIBABA} absent (real traces live in ../shared/data)")
 def test_alibaba_las_reaches_both_floors() -> None:
     from bench_unknown import alibaba_stripped
-
     from gpuplan.sim.engine import simulate
 
     jobs, spec, load = alibaba_stripped(ALIBABA)
