@@ -144,6 +144,13 @@ def start_cmd(
         from gpuplan.core.policies import get_policy
 
         get_policy(policy), get_backfill(backfill), get_placer(placer)  # unknown names: one line, now
+        if get_policy(policy).preemptive:
+            from gpuplan.errors import GpuplanError
+
+            raise GpuplanError(
+                f"--policy {policy}: a preemptive policy; the agent does not suspend jobs yet (the core's "
+                "Scheduler.decide does; docs/preemption.md): simulate it with `gpuplan simulate`"
+            )
         paths = _paths()
         open_backend(gpus, set_id=str(paths.home)).close()
         config = AgentConfig(
