@@ -16,6 +16,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   predict: fit / predict time of the predictors on 100,000 jobs (issue #5).
   agent-submit-latency, agent-pass-10k: the local agent's submit -> start latency on a free GPU and one
     scheduling pass with 10,000 queued jobs (issue #10: p95 <= 200 ms, pass <= 100 ms; aim p95 <= 50 ms).
+  web-queue-10k, web-whatif-10k: the dashboard's queue API with 10,000 queued jobs, and a what-if on a
+    10,000-job trace (issue #12; the browser's first render is printed by tests/web).
 """
 
 from __future__ import annotations
@@ -180,6 +182,18 @@ def _agent_pass_case() -> list[dict[str, object]]:
     return [bench_pass(policy="sjf", backfill="easy"), bench_pass(policy="fifo", backfill="conservative")]
 
 
+def _web_queue_case() -> dict[str, object]:
+    from bench_web import bench_queue
+
+    return bench_queue()
+
+
+def _web_whatif_case() -> dict[str, object]:
+    from bench_web import bench_whatif
+
+    return bench_whatif()
+
+
 def _plan_case() -> list[dict[str, object]]:
     from bench_plan import bench_plan
 
@@ -200,6 +214,8 @@ _OTHER = {
     "predict": _predict_case,
     "agent-submit-latency": _agent_latency_case,
     "agent-pass-10k": _agent_pass_case,
+    "web-queue-10k": _web_queue_case,
+    "web-whatif-10k": _web_whatif_case,
 }
 
 

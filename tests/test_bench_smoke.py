@@ -72,3 +72,13 @@ def test_agent_bench_runs_on_tiny_sizes() -> None:
     row = bench_pass(queued=50)
     assert 45 <= row["queued"] < 50, "a freed GPU started a queued job"
     assert {"free_step_ms_median", "blocked_pass_ms_median", "queue_call_ms", "within_floor"} <= set(row)
+
+
+def test_web_bench_rows() -> None:
+    from bench_web import bench_queue, bench_whatif
+
+    queue = bench_queue(300)
+    assert queue["rows_in_first_page"] == 100 and queue["gantt_jobs"] == 300
+    assert {"first_page_s", "gantt_s", "next_page_s"} <= set(queue)
+    whatif = bench_whatif(200)
+    assert whatif["runs"] == 3 and whatif["gantt_kb"] > 0

@@ -103,11 +103,11 @@ class _State:
             except GpuplanError as e:  # shown on the queue view; the other views still work
                 self._plan, self._plan_read_s = None, now
                 return QueuePlan([], {}, {}, set(), None, error=str(e))
-            self._plan_read_s = now
             # replan when the queue changes, and at least once a minute (remaining times shift)
             key = (tuple((r.job_id, r.state) for r in rows), int(now // 60))
             if self._plan is None or self._plan[0] != key:
                 self._plan = (key, plan_queue(rows, src.cluster, src.policy, src.backfill, now))
+            self._plan_read_s = time.time()  # the period counts from when the plan is ready
             return self._plan[1]
 
 

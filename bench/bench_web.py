@@ -1,0 +1,90 @@
+"""Dashboard benchmarks (issue #12): the queue view's API with 10,000 queued jobs in the agent's
+store, and a what-if on a 10,000-job trace. The browser's own first render is printed by
+tests/web (Playwright); these time the server side that it waits for.
+
+`bench_queue` fills a store in a temporary GPUPLAN_HOME with `n` queued jobs, serves it on the fake
+device set (FastAPI's TestClient, in process) and times the first page of `/api/queue` (store read and
+plan), the planned Gantt and a second page. `bench_whatif` writes a Poisson trace of `n` jobs for one
+8-GPU node and times `POST /api/whatif` with FIFO and SJF (3 runs with the FIFO baseline), then one
+run's Gantt.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _client(home: Path, trace_root: Path) -> Any:
+    from fastapi.testclient import TestClient
+
+    from gpuplan.agent.gpus import open_backend
+    from gpuplan.agent.paths import AgentPaths
+    from gpuplan.web.app import ServeConfig, create_app
+    from gpuplan.web.live import NodeSource
+
+    paths = AgentPaths.from_env(home)
+    source = NodeSource(open_backend("fake:8xA100-80GB", set_id=str(paths.home)), paths, "fake:8xA100-80GB")
+    return TestClient(create_app(ServeConfig(source, trace_root=trace_root)))
+
+
+def _timed(call: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = call()
+    return out, round(time.perf_counter() - t0, 3)
+
+
+def bench_queue(n: int = 10_000) -> dict[str, object]:
+    from gpuplan.agent.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        store = Store(home / "agent.db")
+        now = time.time()
+        store.conn.execute("BEGIN")
+        for i in range(n):
+            store.add_job(command="true", gpus=(1, 2, 1, 4, 8)[i % 5], mem_gb=20.0, state="queued",
+                          submit_s=now - 3600 + i * 3600 / n, est_duration_s=600.0 + (i % 7) * 300.0)  # fmt: skip
+        store.conn.execute("COMMIT")
+        store.close()
+        with _client(home, Path(tmp)) as client:
+            first, first_s = _timed(lambda: client.get("/api/queue?offset=0&limit=100"))
+            gantt, gantt_s = _timed(lambda: client.get("/api/queue/gantt"))
+            _, next_s = _timed(lambda: client.get("/api/queue?offset=100&limit=100"))
+    return {
+        "case": "web-queue-10k",
+        "jobs": n,
+        "rows_in_first_page": len(first.json()["rows"]),
+        "first_page_s": first_s,
+        "gantt_s": gantt_s,
+        "gantt_jobs": gantt.json()["jobs"],
+        "next_page_s": next_s,
+    }
+
+
+def bench_whatif(n: int = 10_000) -> dict[str, object]:
+    from gpuplan.synth import synth_poisson
+    from gpuplan.traces import write_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_trace(synth_poisson(n, seed=0, load=0.9, total_gpus=8), root / "trace.csv")
+        (root / "home").mkdir()
+        with _client(root / "home", root) as client:
+            resp, whatif_s = _timed(
+                lambda: client.post("/api/whatif", params={"path": "trace.csv", "policies": "fifo,sjf"})
+            )
+            res = resp.json()
+            gantt, gantt_s = _timed(lambda: client.get(f"/api/whatif/{res['id']}/gantt/{res['best']}"))
+    return {
+        "case": "web-whatif-10k",
+        "jobs": n,
+        "runs": len(res["data"]["runs"]),
+        "whatif_s": whatif_s,
+        "response_kb": round(len(resp.content) / 1024, 1),
+        "gantt_s": gantt_s,
+        "gantt_kb": round(len(gantt.content) / 1024, 1),
+    }
