@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from conftest import BUSY_JOBS, LiveServer, Watch, shot
 
+from gpuplan.core.policies import policy_names
 from gpuplan.synth import synth_article
 from gpuplan.traces import write_trace
 from gpuplan.web.app import QUEUE_GANTT_JOBS
@@ -156,7 +157,7 @@ def test_whatif_table_charts_and_bad_rows(
     write_trace(jobs, trace)
     page.goto(served["busy"].url + "/whatif")
     policies = page.locator("input[name='policy']").count()
-    assert policies == 8
+    assert policies == len(policy_names())
     page.set_input_files("#wf-file", str(trace))
     page.click("#wf-run")
     page.wait_for_selector("body[data-whatif='done']", timeout=60_000)
