@@ -454,13 +454,14 @@ def clusters(as_json: JsonOpt = False) -> None:
 def synth_article_cmd(
     out: Annotated[Path, typer.Option("--out", help="Output trace (.jsonl or .csv).")],
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-) -> None:
+    small_inference: Annotated[int, typer.Option("--small-inference", min=0, help="Add N small 1-GPU inference jobs arriving over the first 8 h (docs/mig.md).")] = 0,
+) -> None:  # fmt: skip
     """The article's scenario: 50 fine-tunes + 30 batch-inference jobs at t=0 (docs/scenario.md)."""
     with _errors():
-        from gpuplan.synth import synth_article
+        from gpuplan.synth import synth_article, synth_small_inference
         from gpuplan.traces import write_trace
 
-        jobs = synth_article(seed)
+        jobs = synth_article(seed) + synth_small_inference(small_inference, seed=seed)
         write_trace(jobs, out)
         typer.echo(f"wrote {len(jobs)} jobs to {out}")
 
@@ -530,12 +531,14 @@ def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
 def _register_commands() -> None:
     """Commands that live in their own modules (their heavy imports stay inside the command)."""
     from gpuplan.commands.audit import audit
+    from gpuplan.commands.mig import mig_app
     from gpuplan.commands.plan import plan
     from gpuplan.commands.predict import predict_app
     from gpuplan.commands.serve import serve
 
     app.command(name="audit")(audit)
     app.command(name="plan")(plan)
+    app.add_typer(mig_app, name="mig")
     app.add_typer(predict_app, name="predict")
     app.command(name="serve")(serve)
     _register_agent_commands()

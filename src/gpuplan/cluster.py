@@ -15,7 +15,7 @@ from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
 
 __all__ = ["cluster_from_toml", "cluster_to_toml", "load_cluster", "preset_names"]
 
-_NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb"}
+_NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb", "mig"}
 _TOP_KEYS = {"name", "sharing", "max_jobs_per_gpu", "nodes"}
 
 
@@ -92,9 +92,47 @@ def _node_group(group: Any, where: str, already: int) -> list[NodeSpec]:
         raise ClusterError(f"{where}: gpu_mem_gb = {mem!r} must be a positive number of GiB")
     gpu = GpuSpec(str(group.get("gpu_model", f"GPU-{mem}GB")), float(mem))
     prefix = str(group.get("name", "node"))
-    if count == 1 and "name" in group:
-        return [NodeSpec(prefix, gpus, gpu)]
-    return [NodeSpec(f"{prefix}{already + k + 1}", gpus, gpu) for k in range(count)]
+    names = (
+        [prefix] if count == 1 and "name" in group else [f"{prefix}{already + k + 1}" for k in range(count)]
+    )
+    if "mig" not in group:
+        return [NodeSpec(name, gpus, gpu) for name in names]
+    layouts = _mig_layouts(group["mig"], gpus, gpu, where)
+    from gpuplan.core.mig import MigLayoutError, mig_node_specs
+
+    try:
+        return [spec for name in names for spec in mig_node_specs(name, gpu, layouts)]
+    except MigLayoutError as e:
+        raise ClusterError(f"{where}: mig: {e}") from None
+
+
+def _mig_layouts(value: Any, gpus: int, gpu: GpuSpec, where: str) -> list[tuple[str, ...]]:
+    """`mig = ["3g.40gb", ...]` (every GPU) or `mig = [[...], [], ...]` (one layout per GPU, [] = whole)."""
+    from gpuplan.core.mig import MigLayoutError, mig_gpu
+
+    try:
+        table = mig_gpu(gpu.model)
+    except MigLayoutError as e:
+        raise ClusterError(f"{where}: mig: {e}") from None
+    if abs(table.mem_gb - gpu.mem_gb) > 1.0:
+        raise ClusterError(
+            f"{where}: mig: gpu_mem_gb = {gpu.mem_gb:g} does not match {table.model} ({table.mem_gb:g} GB); "
+            "set gpu_mem_gb to the GPU's memory"
+        )
+    usage = (
+        'a list of MIG profile names for every GPU (mig = ["3g.40gb", "4g.40gb"]) or one such list per GPU'
+    )
+    if not isinstance(value, list) or not value:
+        raise ClusterError(f"{where}: mig = {value!r} must be {usage}")
+    if all(isinstance(v, str) for v in value):
+        return [tuple(value)] * gpus
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value):
+        raise ClusterError(f"{where}: mig = {value!r} must be {usage}")
+    if len(value) != gpus:
+        raise ClusterError(
+            f"{where}: mig has {len(value)} layouts for {gpus} GPUs: give one per GPU ([] = whole GPU)"
+        )
+    return [tuple(v) for v in value]
 
 
 def _positive_int(value: Any, where: str) -> int:

@@ -83,10 +83,20 @@ class Job:
 
 @dataclass(slots=True, frozen=True)
 class GpuSpec:
-    """A GPU model: its name and memory."""
+    """A GPU model: its name and memory; or one MIG slice of a GPU (docs/formats.md, "MIG").
+
+    Attributes:
+        model: the GPU model ("A100-80GB"); for a MIG slice, the model and the profile ("A100-80GB MIG 3g.40gb").
+        mem_gb: its memory.
+        compute_fraction: its share of a whole GPU's compute (1 for a whole GPU, 3/7 for a 3g slice).
+        mig_profile: the MIG profile of a slice ("3g.40gb"); empty for a whole GPU. A slice hosts only
+            single-GPU jobs: no job spans slices.
+    """
 
     model: str
     mem_gb: float
+    compute_fraction: float = 1.0
+    mig_profile: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,11 +152,29 @@ class ClusterSpec:
         }
 
     def describe(self) -> str:
-        """One line such as '8 GPUs on 1 node (8x A100-80GB), exclusive'."""
+        """One line such as '8 GPUs on 1 node (8x A100-80GB), exclusive'; with MIG slices (nodes named
+        NODE/gpuI:PROFILE@START) the slices are counted per profile and their node once."""
         groups: dict[tuple[int, str], int] = {}
+        slices: dict[str, int] = {}
         for n in self.nodes:
+            if n.gpu.mig_profile:
+                slices[n.gpu.model] = slices.get(n.gpu.model, 0) + 1
+                continue
             key = (n.gpus, n.gpu.model)
             groups[key] = groups.get(key, 0) + 1
         parts = [f"{cnt}x{g}x {model}" if cnt > 1 else f"{g}x {model}" for (g, model), cnt in groups.items()]
         mode = f"sharing (up to {self.max_jobs_per_gpu} jobs/GPU)" if self.sharing else "exclusive"
-        return f"{self.total_gpus} GPUs on {len(self.nodes)} node(s) ({', '.join(parts)}), {mode}"
+        if not slices:
+            return f"{self.total_gpus} GPUs on {len(self.nodes)} node(s) ({', '.join(parts)}), {mode}"
+        parts += [f"{cnt}x {model}" for model, cnt in slices.items()]
+        cut = {
+            n.name.split("/")[0] + "/" + n.name.split("/")[1].split(":")[0]
+            for n in self.nodes
+            if n.gpu.mig_profile
+        }
+        whole = sum(n.gpus for n in self.nodes if not n.gpu.mig_profile)
+        hosts = {n.name.split("/")[0] for n in self.nodes}
+        return (
+            f"{whole + len(cut)} GPUs ({len(cut)} cut into {sum(slices.values())} MIG slices) on "
+            f"{len(hosts)} node(s) ({', '.join(parts)}), {mode}"
+        )

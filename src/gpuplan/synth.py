@@ -14,7 +14,14 @@ import numpy as np
 from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
 
-__all__ = ["ARTICLE_MIX", "JobClass", "synth_article", "synth_poisson"]
+__all__ = [
+    "ARTICLE_MIX",
+    "SMALL_INFER",
+    "JobClass",
+    "synth_article",
+    "synth_poisson",
+    "synth_small_inference",
+]
 
 _MIN = 60.0
 _HOUR = 3600.0
@@ -68,6 +75,11 @@ LONG_FT = JobClass("long-moderate-mem", "fine-tune", {1: 0.45, 2: 0.35, 4: 0.15,
 LONG_INFER = JobClass("very-long-low-mem", "inference", {1: 1.0},
                       2.0 * _HOUR, 0.2, 1.6 * _HOUR, 2.8 * _HOUR, (6.0, 16.0), (18.0, 40.0))  # fmt: skip
 
+# Small online/batch inference (a 1-3B model, small batches): one GPU, a few GB, rarely busy. Not in the
+# article's mix; `synth_small_inference` streams them in beside it (docs/mig.md).
+SMALL_INFER = JobClass("small-low-mem", "inference", {1: 1.0},
+                       8 * _MIN, 0.5, 2 * _MIN, 30 * _MIN, (4.0, 16.0), (10.0, 35.0))  # fmt: skip
+
 # (class, jobs): 50 fine-tunes and 30 batch-inference jobs.
 ARTICLE_MIX: tuple[tuple[JobClass, int], ...] = (
     (SHORT_FT, 26),
@@ -86,6 +98,19 @@ def synth_article(seed: int = 0) -> list[Job]:
         rows.extend((cls, r) for r in cls.draw(rng, n))
     order = rng.permutation(len(rows))
     return _jobs(1, [0.0] * len(rows), [rows[k] for k in order], rng)
+
+
+def synth_small_inference(
+    n_jobs: int, *, seed: int = 0, hours: float = 8.0, first_id: int = 1001
+) -> list[Job]:
+    """`n_jobs` small inference jobs (`SMALL_INFER`) arriving uniformly at random over the first `hours`,
+    in submit order, ids from j{first_id}."""
+    if n_jobs < 0 or not hours > 0:
+        raise ValueError(f"n_jobs must be >= 0 and hours > 0, got {n_jobs}, {hours}")
+    rng = np.random.default_rng([seed, 7])
+    submit = np.sort(rng.uniform(0.0, hours * _HOUR, n_jobs)).round()
+    rows = [(SMALL_INFER, r) for r in SMALL_INFER.draw(rng, n_jobs)]
+    return _jobs(first_id, [float(t) for t in submit], rows, rng)
 
 
 def synth_poisson(

@@ -106,6 +106,9 @@ class Placer(ABC):
         else:
             caps = state.node_cap_gb
             fits = [k if mem_gb <= caps[n] else 0 for n, k in enumerate(state.node_idle)]
+        nodes_spec = state.spec.nodes
+        if any(node.gpu.mig_profile for node in nodes_spec):  # a job never spans MIG slices
+            fits = [0 if nodes_spec[n].gpu.mig_profile else f for n, f in enumerate(fits)]
         if sum(fits) < gpus:
             return None
         nodes = [(n, f) for n, f in enumerate(fits) if f > 0]

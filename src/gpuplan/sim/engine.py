@@ -226,6 +226,9 @@ class _Run:
         self.idle_wait_gpu_s = 0.0
         self.done = 0
         self.sharing = sched.state.sharing
+        # MIG: each GPU's share of a whole GPU's compute (None when every GPU is whole)
+        fractions = [node.gpu.compute_fraction for node in sched.state.spec.nodes for _ in range(node.gpus)]
+        self.fraction: list[float] | None = fractions if min(fractions) < 1.0 else None
         # sharing only: progress bookkeeping per running job
         self.gpu_jobs: list[set[int]] = [set() for _ in sched.state.gpu_node]
         self.rate: dict[int, float] = {}
@@ -308,14 +311,29 @@ class _Run:
     def _start(self, st: Started, now: float) -> None:
         jid = st.jid
         self.start_t[jid] = now
+        extra = self._slice_extra_s(jid, st.gpus)
         if not self.sharing:
-            heapq.heappush(self.heap, (now + self.work[jid], next(self.seq), jid, 0))
+            heapq.heappush(self.heap, (now + self.work[jid] + extra, next(self.seq), jid, 0))
             return
         self._set_phases(jid, 0.0)
+        self.phases_left[jid][_GPU_PHASE] += extra
         self.last_t[jid], self.rate[jid], self.version[jid] = now, 1.0, 0
         for g in st.gpus:
             self.gpu_jobs[g].add(jid)
         self._rerate(self._neighbours(st.gpus), now, force=jid)
+
+    def _slice_extra_s(self, jid: int, gpus: tuple[int, ...]) -> float:
+        """Extra seconds the job's GPU phase takes on these GPUs: 0 on whole GPUs; on MIG slices its GPU
+        phase is `slice_slowdown` times longer. A duration recorded while sharing is not exempt: a slice
+        has fewer SMs, not neighbours."""
+        if self.fraction is None:
+            return 0.0
+        from gpuplan.core.mig import slice_slowdown
+
+        job, dur = self.jobs[jid], self.work[jid]
+        gpu_s = max(0.0, dur - (job.startup_s or 0.0) - (job.init_s or 0.0))
+        util = _gpu_phase_util(self._util(jid), dur, gpu_s)
+        return gpu_s * (max(slice_slowdown(util, self.fraction[g]) for g in gpus) - 1.0)
 
     def _next_phase(self, jid: int, first: int) -> int:
         """The first phase from `first` on with work left (the GPU phase when none has)."""
