@@ -31,7 +31,7 @@ def plan(
 ) -> None:  # fmt: skip
     """Pick per-GPU MIG layouts for a trace (static for the run, or after one re-cut) and compare them with
     exclusive whole GPUs and memory sharing, under the same policy."""
-    from gpuplan.cli import _cluster_for, _errors, _load_trace, _names, _runnable
+    from gpuplan.cli import _cluster_for, _errors, _load_trace, _names, _runnable, fitting_jobs
 
     with _errors():
         from gpuplan.core.backfill import backfill_names
@@ -43,7 +43,7 @@ def plan(
         result = _load_trace(trace, None, None, False)
         spec = _cluster_for(cluster, result, None)
         found = plan_mig(
-            _runnable(result.jobs),
+            fitting_jobs(_runnable(result.jobs), spec),
             spec,
             objective=objective,
             policy=policy,
