@@ -298,6 +298,8 @@ def test_history_is_read_by_audit_and_predict_fit(tmp_path: Path, daemon: Daemon
     jobs = read_trace(history).jobs
     assert len(jobs) == 7 and {j.meta["state"] for j in jobs} == {"COMPLETED", "FAILED"}
     assert all(j.duration_s is not None and j.duration_s >= 0 for j in jobs)
+    # phases, where the samples saw the job: they fit in its duration (the reader checks it too)
+    assert all((j.startup_s or 0.0) + (j.init_s or 0.0) <= (j.duration_s or 0.0) + 1e-9 for j in jobs)
     assert sorted(j.mem_gb for j in jobs if j.name.startswith("train")) == [
         10.0,
         11.0,

@@ -14,6 +14,7 @@ from gpuplan.agent.store import (
     connect,
     events_since,
     get_job,
+    job_phases,
     job_profile,
     jobs_by_state,
     samples_since,
@@ -75,6 +76,18 @@ def test_samples_and_profile(tmp_path: Path) -> None:
     assert job_profile(conn, jid, attempt=2).samples == 0
     assert store.prune(11.5) == 2 + 2 + 2 + 2
     assert [s.t_s for s in samples_since(conn, 0)] == [12.0, 12.0]
+
+
+def test_phases_from_a_jobs_samples(tmp_path: Path) -> None:
+    # started at 100: no memory at 101, memory but idle at 103 and 105, busy from 107: start-up 3 s, init 4 s
+    store = _store(tmp_path)
+    jid = _add(store, state="running", gpu_ids="0")
+    for t, mem, util in [(101.0, None, None), (103.0, 2.0, 0.0), (105.0, 20.0, 1.0), (107.0, 20.0, 90.0)]:
+        store.add_samples(t, [(0, "A100", util, mem, 80.0, None, 40.0, False)], [(jid, 1, 0, 7, mem, util)])
+    conn = connect(store.path, readonly=True)
+    assert job_phases(conn, jid, 1, 100.0, 60.0) == (3.0, 4.0)
+    assert job_phases(conn, jid, 1, 100.0, 5.0) == (3.0, 2.0)  # clipped: both fit in the duration
+    assert job_phases(conn, jid, 2, 100.0, 60.0) == (None, None)  # no samples of that attempt
 
 
 def test_events_record_the_uid(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
-"""Start-up and init phases measured from a job's own samples (gpuplan.profile.phases)."""
+"""Start-up and init phases measured from a job's own samples (gpuplan.core.phases)."""
 
 from __future__ import annotations
 
-from gpuplan.profile.phases import JobSample, Phases, phases_from_samples
+from gpuplan.core.phases import JobSample, Phases, phases_from_samples
 
 
 def _samples(rows: list[tuple[float, float | None, float | None]]) -> list[JobSample]:

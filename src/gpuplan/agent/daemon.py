@@ -30,7 +30,7 @@ from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
 from gpuplan.agent.gpus import GpuBackend, Snapshot, open_backend
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.protocol import AgentError, bind_socket, peer_uid, read_request, send_reply
-from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_profile
+from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_profile
 from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces._fields import job_record
@@ -442,6 +442,11 @@ class Agent:
             return
         prof = job_profile(self.store.conn, jid, row.attempt)
         duration = (row.end_s - row.start_s) if row.start_s is not None and row.end_s is not None else None
+        startup_s, init_s = (
+            job_phases(self.store.conn, jid, row.attempt, row.start_s, duration)
+            if row.start_s is not None and duration is not None
+            else (None, None)
+        )
         meta = {
             "state": "OUT_OF_MEMORY" if row.oom else _HISTORY_STATE.get(row.state, row.state.upper()),
             "exit_code": row.exit_code,
@@ -464,6 +469,8 @@ class Agent:
             name=row.name,
             gpu_util_pct=prof.mean_util_pct,
             command=row.command,
+            startup_s=startup_s,
+            init_s=init_s,
             meta=meta,
         )
         line = json.dumps(job_record(job), ensure_ascii=False, allow_nan=False) + "\n"

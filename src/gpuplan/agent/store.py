@@ -30,6 +30,7 @@ __all__ = [
     "connect",
     "events_since",
     "get_job",
+    "job_phases",
     "job_profile",
     "job_samples_since",
     "jobs_by_state",
@@ -261,6 +262,22 @@ def events_since(conn: sqlite3.Connection, t_s: float) -> list[dict[str, Any]]:
         "SELECT t_s, uid, action, job_id, detail FROM events WHERE t_s > ? ORDER BY t_s", (t_s,)
     ).fetchall()
     return [dict(r) for r in rows]
+
+
+def job_phases(
+    conn: sqlite3.Connection, job_id: int, attempt: int, start_s: float, duration_s: float
+) -> tuple[float | None, float | None]:
+    """(startup_s, init_s) of one attempt from its samples (`gpuplan.core.phases`): no GPU memory yet,
+    then memory but idle, then busy. Clipped so that both fit in `duration_s`; None where unknown."""
+    from gpuplan.core.phases import JobSample, phases_from_samples
+
+    rows = conn.execute(
+        "SELECT t_s, mem_gb, util_pct FROM job_samples WHERE job_id = ? AND attempt = ?", (job_id, attempt)
+    ).fetchall()
+    phases = phases_from_samples(start_s, [JobSample(r[0], r[1], r[2]) for r in rows])
+    startup = None if phases.startup_s is None else min(phases.startup_s, duration_s)
+    init = None if phases.init_s is None else min(phases.init_s, duration_s - (startup or 0.0))
+    return startup, init
 
 
 def job_profile(conn: sqlite3.Connection, job_id: int, attempt: int | None = None) -> JobProfile:
