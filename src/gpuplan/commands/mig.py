@@ -31,7 +31,11 @@ def plan(
 ) -> None:  # fmt: skip
     """Pick per-GPU MIG layouts for a trace (static for the run, or after one re-cut) and compare them with
     exclusive whole GPUs and memory sharing, under the same policy."""
-    from gpuplan.cli import _cluster_for, _errors, _load_trace, _names, _runnable, fitting_jobs
+    from gpuplan.commands.common import cli_errors as _errors
+    from gpuplan.commands.common import cluster_for as _cluster_for
+    from gpuplan.commands.common import fitting_jobs
+    from gpuplan.commands.common import load_trace as _load_trace
+    from gpuplan.commands.common import parse_names as _names
 
     with _errors():
         from gpuplan.core.backfill import backfill_names
@@ -43,7 +47,7 @@ def plan(
         result = _load_trace(trace, None, None, False)
         spec = _cluster_for(cluster, result, None)
         found = plan_mig(
-            fitting_jobs(_runnable(result.jobs), spec),
+            fitting_jobs(result.jobs, spec),
             spec,
             objective=objective,
             policy=policy,
