@@ -6,6 +6,11 @@
   head's reservation intact.
 - conservative: every waiting job, in order, gets a reservation; a job starts now only where it
   delays no earlier job's reservation.
+
+Jobs without an estimate plan as endless, under one rule for EASY and conservative: when a blocked job
+can get no reservation because it needs GPUs that such a job holds (running, or reserved ahead of it),
+its start time is unknown and no job behind it starts in that pass (as under `none`). An endless job
+itself starts ahead of a blocked one only on GPUs no reservation ever needs.
 """
 
 from __future__ import annotations
@@ -286,6 +291,8 @@ class Conservative(Backfill):
             if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
                 break
             t, where = plan.earliest(slot, only_now=i >= self.depth)
+            if t == _INF and i < self.depth:
+                break  # no known start (it needs GPUs a job without an estimate holds): as EASY's head, it blocks the rest
             if where is None:
                 continue
             if t <= now:
@@ -293,7 +300,7 @@ class Conservative(Backfill):
                 s.start(slot, gpus, now, started)
                 plan.book_started(slot, gpus)
             else:
-                plan.book(slot, t, where)
+                slot.reservation = plan.book(slot, t, where)  # kept there by later passes
                 reserved[slot.jid] = t
         return started
 
@@ -355,6 +362,9 @@ class _CountPlan:
         """Earliest start where the GPUs free on each node throughout [t, t+d) add up to g: a spanning
         job holds the same GPUs for its whole run."""
         for i, t in enumerate(self.times):
+            row = self.free[i]
+            if sum(row[n] for n in nodes) < g:
+                continue  # not even free at t: no need to look over the window
             window_min = self._window_min(i, d)
             if sum(window_min[n] for n in nodes) >= g:
                 return t
@@ -372,19 +382,33 @@ class _CountPlan:
                 best_t, best_nodes = t, [n]
             elif t == best_t and best_nodes is not None:
                 best_nodes.append(n)
-        if best_nodes is None and slot.may_span:
-            best_t = self._earliest_spanning(nodes, g, d)
-            best_nodes = nodes if best_t < _INF else None
+        if slot.may_span and best_t > self.now:
+            # free GPUs of several nodes together may host it before any single node can
+            span_t = self._earliest_spanning(nodes, g, d)
+            if span_t < best_t:
+                best_t, best_nodes = span_t, nodes
+        note = slot.reservation
+        if best_nodes is not None and len(best_nodes) > 1 and isinstance(note, dict) and len(note) == 1:
+            (kept,) = note
+            if kept in best_nodes and not (slot.may_span and best_nodes is nodes):
+                best_nodes = [kept]  # the node it was reserved on, whatever the placer ranks first
         if only_now and best_t > self.now:
             return best_t, None
         return best_t, best_nodes
 
     def gpus_now(self, slot: JobSlot, nodes: list[int]) -> list[int]:
-        """GPUs for a start now, on the nodes whose plan allows it, chosen by the placer."""
+        """GPUs for a start now, on the nodes whose plan allows it, chosen by the placer (a spanning job
+        reserved across nodes takes its reserved share of each, when it still fits)."""
         s = self.s
+        window_min = self._window_min(0, slot.plan_s)
+        kept = self._kept(slot, window_min)
+        if kept is not None and len(kept) > 1:
+            njobs = s.state.gpu_njobs
+            return sorted(
+                g for n, k in kept.items() for g in [x for x in s.state.node_gpus[n] if njobs[x] == 0][:k]
+            )
         masked = s.state.copy()
         allowed = set(nodes)
-        window_min = self._window_min(0, slot.plan_s)
         for n in range(len(masked.node_idle)):
             masked.node_idle[n] = min(masked.node_idle[n], window_min[n]) if n in allowed else 0
         masked.idle_total = sum(masked.node_idle)
@@ -404,10 +428,23 @@ class _CountPlan:
             per_node[n] = per_node.get(n, 0) + 1
         self._take(self.now, _booked_end(self.now, slot.plan_s), per_node)
 
-    def book(self, slot: JobSlot, t: float, nodes: list[int]) -> None:
+    @staticmethod
+    def _kept(slot: JobSlot, window_min: list[int]) -> dict[int, int] | None:
+        """The GPUs per node the job was last reserved on, if they are all free over this window."""
+        note = slot.reservation
+        if isinstance(note, dict) and note and all(window_min[n] >= k for n, k in note.items()):
+            return note
+        return None
+
+    def book(self, slot: JobSlot, t: float, nodes: list[int]) -> dict[int, int]:
+        """Reserve the job from t on `nodes`; returns the GPUs taken per node."""
         g = slot.gpus
         i = bisect.bisect_left(self.times, t)
         window_min = self._window_min(i, slot.plan_s)
+        kept = self._kept(slot, window_min) if slot.may_span and len(nodes) > 1 else None
+        if kept is not None and sum(kept.values()) == g:
+            self._take(t, _booked_end(t, slot.plan_s), kept)
+            return kept
         per_node: dict[int, int] = {}
         for n in sorted(nodes, key=lambda n: -window_min[n]) if len(nodes) > 1 else nodes:
             take = min(window_min[n], g - sum(per_node.values()))
@@ -418,6 +455,7 @@ class _CountPlan:
         if len(nodes) > 1 and not slot.may_span:
             per_node = {nodes[0]: g}  # a single-node job: the first node that fits earliest
         self._take(t, _booked_end(t, slot.plan_s), per_node)
+        return per_node
 
     def _take(self, t0: float, t1: float, per_node: dict[int, int]) -> None:
         i0 = self._breakpoint(t0)
@@ -448,8 +486,12 @@ class _GpuPlan:
     def earliest(self, slot: JobSlot, only_now: bool) -> tuple[float, list[int] | None]:
         s = self.s
         d = slot.plan_s
+        note = slot.reservation
         for t in sorted(x for x in self.times if x >= self.now):
-            gpus = s.placer.find(self._window(t, _booked_end(t, d)), slot.gpus, slot.mem_gb, slot.may_span)
+            window = self._window(t, _booked_end(t, d))
+            if isinstance(note, list) and all(window.gpu_fits(g, slot.mem_gb) for g in note):
+                return t, list(note)  # the GPUs it was reserved on, whatever the placer ranks first
+            gpus = s.placer.find(window, slot.gpus, slot.mem_gb, slot.may_span)
             if gpus is not None or only_now:
                 return t, gpus
         return _INF, None
@@ -460,8 +502,10 @@ class _GpuPlan:
     def book_started(self, slot: JobSlot, gpus: list[int]) -> None:
         self._book(self.now, _booked_end(self.now, slot.plan_s), gpus, slot.mem_gb)
 
-    def book(self, slot: JobSlot, t: float, gpus: list[int]) -> None:
+    def book(self, slot: JobSlot, t: float, gpus: list[int]) -> list[int]:
+        """Reserve the job from t on `gpus`; returns them."""
         self._book(t, _booked_end(t, slot.plan_s), gpus, slot.mem_gb)
+        return gpus
 
     def _window(self, t0: float, t1: float) -> ClusterState:
         """The cluster as a job running over [t0, t1) sees it: everything booked then counts."""

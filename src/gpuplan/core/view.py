@@ -47,6 +47,9 @@ class JobSlot:
         waiting_since_s: when it last started waiting (its preemption; 0 before it ever ran).
         preemptions: how many times it was preempted.
         level: its rank level under a preemptive policy (lower runs first).
+        reservation: the backfill mode's note of where it last reserved the job (conservative: GPUs
+            per node, or the GPUs with sharing), so a later pass keeps it there whatever the placer
+            would rank first; the one field a backfill mode writes.
     """
 
     jid: int
@@ -64,6 +67,7 @@ class JobSlot:
     waiting_since_s: float = 0.0
     preemptions: int = 0
     level: float = 0.0
+    reservation: object = None
 
     @property
     def is_running(self) -> bool:

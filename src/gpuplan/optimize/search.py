@@ -215,7 +215,7 @@ def plan_order(
         result=result, start_policy=start.label, start_value_s=start_value, start_metrics=start.metrics,
         fifo_value_s=ev.value(objective, _ends(fifo, index)), fifo_metrics=fifo.metrics, bound=bound,
         exact=exact, evaluations=ev.count, seconds=time.perf_counter() - t_start,
-        stop_reason="bound" if value <= target else reason, seed=seed, baselines=baselines,
+        stop_reason=_stop_reason(value, bound.value_s, target, reason), seed=seed, baselines=baselines,
     )  # fmt: skip
 
 
@@ -315,6 +315,15 @@ def _run_cpsat(
         lower_bound_s=simple_bound(jobs, cluster, objective).value_s if makespan else None,
         upper_bound_s=start.metrics.makespan_s if makespan else None, deterministic=max_evals is not None,
     )  # fmt: skip
+
+
+def _stop_reason(value_s: float, bound_s: float, target_s: float, reason: str) -> str:
+    """'bound' (proven optimal) only for a plan the bound covers: at or above the bound, within the target.
+
+    A plan below its own lower bound means the bound does not hold for it: no optimality is claimed."""
+    if bound_s - 1e-6 <= value_s <= target_s:
+        return "bound"
+    return reason if reason != "bound" else "bound-not-covering"
 
 
 def _target(bound_s: float, jobs: Sequence[Job], objective: str) -> float:

@@ -80,13 +80,22 @@ def _big_jobs_bound(rel: list[tuple[float, Job]], cluster: ClusterSpec) -> float
     return best
 
 
+def _least_mem_gb(job: Job) -> float | None:
+    """The least memory per GPU any gpuplan schedule books for the job: its true use when known (an
+    oracle run books exactly that; others book at least that), else its estimate (what runs on the
+    estimates book; an oracle run books the whole GPU), else None (every run books whole GPUs)."""
+    return job.mem_gb if job.mem_gb is not None else job.est_mem_gb
+
+
 def _mem_taken(job: Job, cluster: ClusterSpec) -> float:
-    """GPU memory a job holds on each GPU: its own when known, else the smallest whole GPU."""
+    """GPU memory a job holds on each GPU at the least: see `_least_mem_gb`; unknown: the smallest GPU whole."""
     smallest = min(n.gpu.mem_gb for n in cluster.nodes)
-    return smallest if job.mem_gb is None else min(job.mem_gb, smallest)
+    mem = _least_mem_gb(job)
+    return smallest if mem is None else min(mem, smallest)
 
 
 def _cannot_share(job: Job, cluster: ClusterSpec) -> bool:
     """A job using more than half of the largest GPU shares it with no other such job."""
     largest = max(n.gpu.mem_gb for n in cluster.nodes)
-    return job.mem_gb is None or job.mem_gb * 2 > largest
+    mem = _least_mem_gb(job)
+    return mem is None or mem * 2 > largest

@@ -194,7 +194,9 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
         if unknown:
             out.append(
                 f"{unknown} of {len(jobs)} jobs have neither est_duration_s nor requested_s: "
-                "they plan as endless (never backfilled); fill est_duration_s or use --oracle"
+                "they plan as endless: one starts ahead of a blocked job only on GPUs no reservation ever "
+                "needs, and while one runs, a blocked job that needs its GPUs gets no reservation and the "
+                "jobs behind it wait as under backfill none; fill est_duration_s or use --oracle"
             )
     return out
 
