@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState
 from gpuplan.model import ClusterSpec, Job
@@ -23,10 +25,24 @@ def booked_mem_gb(job: Job, oracle: bool = False) -> float | None:
 
 
 def fits_empty_cluster(
-    spec: ClusterSpec, placer: Placer, gpus: int, mem_gb: float | None, may_span: bool
+    spec: ClusterSpec,
+    placer: Placer,
+    gpus: int,
+    mem_gb: float | None,
+    may_span: bool,
+    *,
+    empty: ClusterState | None = None,
 ) -> bool:
-    """Whether some placement on the empty cluster (every GPU in service) hosts the job."""
-    return placer.find(ClusterState(spec), gpus, mem_gb, may_span) is not None
+    """Whether some placement on the empty cluster (every GPU in service) hosts the job.
+
+    `empty`: an empty ClusterState of `spec` the caller keeps (saves building or looking one up)."""
+    return placer.find(_empty_state(spec) if empty is None else empty, gpus, mem_gb, may_span) is not None
+
+
+@functools.lru_cache(maxsize=16)
+def _empty_state(spec: ClusterSpec) -> ClusterState:
+    # one empty state per cluster: placers only read it (first-fit's node hint stays valid on it)
+    return ClusterState(spec)
 
 
 def never_fits_message(spec: ClusterSpec, job: Job, mem_gb: float | None) -> str:

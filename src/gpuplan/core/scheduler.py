@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from operator import itemgetter
 
 from sortedcontainers import SortedList
 
@@ -25,6 +26,8 @@ from gpuplan.model import ClusterSpec, Job
 __all__ = ["Decisions", "Preempted", "Scheduler", "Started"]
 
 _INF = math.inf
+# queue entries end with (jid, slot), running entries are (expected end, jid, slot): C-level getters
+_LAST, _SECOND_LAST, _THIRD = itemgetter(-1), itemgetter(-2), itemgetter(2)
 
 
 class Scheduler:
@@ -49,6 +52,7 @@ class Scheduler:
         self._placer = get_placer(placer) if isinstance(placer, str) else placer
         self.oracle = oracle
         self._state = ClusterState(spec)
+        self._empty = ClusterState(spec)
         self._fits_empty: dict[tuple[int, float | None, bool], bool] = {}
         self._slots: dict[int, JobSlot] = {}
         self._queue: SortedList = SortedList()  # (policy key..., jid, slot)
@@ -73,7 +77,9 @@ class Scheduler:
         shape = (job.gpus, mem, job.may_span_nodes)
         fits = self._fits_empty.get(shape)
         if fits is None:
-            fits = self._fits_empty[shape] = fits_empty_cluster(self.spec, self._placer, *shape)
+            fits = self._fits_empty[shape] = fits_empty_cluster(
+                self.spec, self._placer, *shape, empty=self._empty
+            )
         if not fits:
             raise JobNeverFitsError(never_fits_message(self.spec, job, mem))
         slot = self._new_slot(jid, job, mem)
@@ -257,15 +263,15 @@ class Scheduler:
 
     def waiting(self) -> Iterator[JobSlot]:
         """Waiting jobs in policy order."""
-        return (entry[-1] for entry in self._queue)
+        return map(_LAST, self._queue)
 
     def waiting_jids(self) -> Iterator[int]:
         """Handles of the waiting jobs in policy order."""
-        return (entry[-2] for entry in self._queue)
+        return map(_SECOND_LAST, self._queue)
 
     def running(self) -> Iterator[JobSlot]:
         """Running jobs by expected end, then handle."""
-        return (entry[2] for entry in self._running)
+        return map(_THIRD, self._running)
 
     def slot(self, jid: int) -> JobSlot:
         """The record of a waiting or running job (KeyError when the handle is unknown)."""
