@@ -191,14 +191,7 @@ def _by_index(case: Case) -> dict[int, object]:
     return {index[r.job_id]: r for r in res.records}
 
 
-# First-fit and single-node jobs for now: conservative leaves a spanning job waiting that fits now across
-# nodes (issue 9, defect 2), and under best-fit/spread a job can start after its reservation because the
-# placer puts an earlier job on the node the plan reserved for it (defect 4); this property found both.
-# The fixes are the core helper's; widen to every placer and spanning jobs once they are on main.
-_CONSERVATIVE = cases(
-    estimates="exact", clusters=exclusive_clusters(), backfills=("conservative",), placers=("first-fit",),
-    spanning=False,
-)  # fmt: skip
+_CONSERVATIVE = cases(estimates="exact", clusters=exclusive_clusters(), backfills=("conservative",))
 
 
 @INVARIANTS(400)
