@@ -18,6 +18,12 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     scheduling pass with 10,000 queued jobs (issue #10: p95 <= 200 ms, pass <= 100 ms; aim p95 <= 50 ms).
   web-queue-10k, web-whatif-10k: the dashboard's queue API with 10,000 queued jobs, and a what-if on a
     10,000-job trace (issue #12; the browser's first render is printed by tests/web).
+  replay-alibaba, replay-nasa: the default replay (fifo+easy on the trace's own cluster) against the
+    trace's own span (issue #15: within 5 % when no job waits).
+  report-nasa-all: `gpuplan simulate NASA -p all -b all --out DIR`: report.html size and the command's
+    peak memory (issue #15 floor: <= 25 MB and <= 600 MB).
+  all-policy-alibaba: `gpuplan simulate openb_pod_list_default.csv -p all -b all --json`, wall time
+    (issue #15 floor: <= 30 s).
 """
 
 from __future__ import annotations
@@ -164,6 +170,63 @@ def _audit_case(name: str, path: Path) -> dict[str, object]:
             "within_floor": took <= 10.0}  # fmt: skip
 
 
+def _replay_case(name: str, path: Path) -> dict[str, object]:
+    if not path.is_file():
+        return {"case": name, "skipped": f"{path} absent (real traces live in ../shared/data)"}
+    from gpuplan.sim.engine import simulate
+    from gpuplan.traces import read_trace
+
+    trace = read_trace(path)
+    ran = [j for j in trace.jobs if j.duration_s is not None]
+    ends = [j.meta.get("end_s", j.meta.get("start_s", j.submit_s) + (j.duration_s or 0.0)) for j in ran]
+    own_s = max(ends) - min(j.submit_s for j in ran)
+    assert trace.cluster is not None
+    t0 = time.perf_counter()
+    m = simulate(ran, trace.cluster, "fifo", "easy").metrics
+    took = time.perf_counter() - t0
+    off = m.makespan_s / own_s - 1
+    return {"case": name, "jobs": len(ran), "replay_span_h": round(m.makespan_s / 3600, 2),
+            "trace_span_h": round(own_s / 3600, 2), "off_pct": round(100 * off, 2),
+            "mean_wait_s": round(m.mean_wait_s, 1), "simulate_s": round(took, 2),
+            "within_floor": abs(off) <= 0.05}  # fmt: skip
+
+
+def _cli_child(args: list[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run `gpuplan ARGS` in a child; (process, wall seconds, the child's peak memory in MB)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "gpuplan.cli", *args], capture_output=True, text=True)
+    took = time.perf_counter() - t0
+    return proc, took, round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+
+
+def _report_nasa_case() -> dict[str, object]:
+    import tempfile
+
+    path = _SHARED / "pwa-nasa-ipsc-1993" / "NASA-iPSC-1993-3.1-cln.swf"
+    if not path.is_file():
+        return {"case": "report-nasa-all", "skipped": f"{path} absent"}
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, took, peak = _cli_child(["simulate", str(path), "-p", "all", "-b", "all", "--out", tmp])
+        if proc.returncode != 0:
+            return {"case": "report-nasa-all", "error": proc.stderr.strip().splitlines()[-1:]}
+        size_mb = round((Path(tmp) / "report.html").stat().st_size / 1e6, 2)
+    return {"case": "report-nasa-all", "runs": 24, "wall_s": round(took, 1), "report_mb": size_mb,
+            "peak_rss_mb": peak, "floor_report_mb": 25, "floor_rss_mb": 600,
+            "within_floor": size_mb <= 25 and peak <= 600}  # fmt: skip
+
+
+def _all_policy_alibaba_case() -> dict[str, object]:
+    path = _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+    if not path.is_file():
+        return {"case": "all-policy-alibaba", "skipped": f"{path} absent"}
+    proc, took, peak = _cli_child(["simulate", str(path), "-p", "all", "-b", "all", "--json"])
+    if proc.returncode != 0:
+        return {"case": "all-policy-alibaba", "error": proc.stderr.strip().splitlines()[-1:]}
+    runs = json.loads(proc.stdout)
+    return {"case": "all-policy-alibaba", "runs": len(runs), "wall_s": round(took, 1), "peak_rss_mb": peak,
+            "no_winner": runs[0].get("no_winner"), "floor_s": 30.0, "within_floor": took <= 30.0}  # fmt: skip
+
+
 def _predict_case() -> list[dict[str, object]]:
     from bench_predict import bench_predict
 
@@ -216,6 +279,14 @@ _OTHER = {
     "agent-pass-10k": _agent_pass_case,
     "web-queue-10k": _web_queue_case,
     "web-whatif-10k": _web_whatif_case,
+    "replay-alibaba": lambda: _replay_case(
+        "replay-alibaba", _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+    ),
+    "replay-nasa": lambda: _replay_case(
+        "replay-nasa", _SHARED / "pwa-nasa-ipsc-1993" / "NASA-iPSC-1993-3.1-cln.swf"
+    ),
+    "report-nasa-all": _report_nasa_case,
+    "all-policy-alibaba": _all_policy_alibaba_case,
 }
 
 

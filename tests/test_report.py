@@ -153,30 +153,44 @@ def test_structure(page: str) -> None:
         "fig-compare-data",
         "fig-util-data",
         "report-data",
-        *(f"gantt-{i}-data" for i in range(4)),
+        *(f"gantt-{i}-data" for i in (1, 3)),  # the best run and the FIFO baseline only
     }
     assert "Plotly.Plots.resize" in page
     assert page.rstrip().endswith("</html>")
 
 
-def test_one_gantt_per_run_with_one_bar_per_job_gpu(page: str) -> None:
+def test_gantt_for_the_runs_that_matter_one_bar_per_block_of_gpus(page: str) -> None:
     blocks = _blocks(page)
-    assert len(re.findall(r'class="gantt-panel"', page)) == 4
-    for i in range(4):
+    assert len(re.findall(r'class="gantt-panel"', page)) == 2
+    data = _strict_json(blocks["report-data"])
+    assert [(r["label"], r["gantt_drawn"]) for r in data["runs"]] == [
+        ("sjf+easy (oracle)", False),
+        ("sjf+easy", True),
+        ("fifo+easy", False),
+        ("fifo+none", True),
+    ]
+    assert "not for 2 other run(s): sjf+easy (oracle), fifo+easy" in page
+    for i in (1, 3):
         fig = _strict_json(blocks[f"gantt-{i}-data"])
         assert {t["type"] for t in fig["data"]} == {"bar"}
         assert {t["orientation"] for t in fig["data"]} == {"h"}
-        assert sum(len(t["x"]) for t in fig["data"]) == 2 + 1 + 3
+        assert sum(len(t["x"]) for t in fig["data"]) == 1 + 1 + 2  # j1 on GPUs 0-1, j2, j3 on 0-1 and 3
         assert {t["name"] for t in fig["data"]} == {"train", "eval"}
         assert fig["layout"]["yaxis"]["ticktext"] == _labels(CLUSTER)
 
 
 def test_gantt_bar_spans_start_to_end_in_hours(page: str) -> None:
-    fig = _strict_json(_blocks(page)["gantt-0-data"])
+    fig = _strict_json(_blocks(page)["gantt-1-data"])
     train = next(t for t in fig["data"] if t["name"] == "train")
     rows = sorted(zip(train["base"], train["x"], (c[0] for c in train["customdata"]), strict=True))
     assert rows[0] == (0.0, 1.0, "j1")
     assert rows[-1] == (1.0, 1.0, "j3")
+    blocks = sorted(
+        (y, w)
+        for y, w, c in zip(train["y"], train["width"], train["customdata"], strict=True)
+        if c[0] == "j3"
+    )
+    assert blocks == [(0.5, pytest.approx(1 + 0.8 * 0.92)), (3.0, pytest.approx(0.8 * 0.92))]
     j3 = next(c for c in train["customdata"] if c[0] == "j3")
     assert j3[5] == pytest.approx((3600 - 600) / 3600, abs=1e-4)  # wait = start - submit
     assert "node1/gpu1" in j3[2]

@@ -29,6 +29,7 @@ from gpuplan.sim.result import JobRecord, SimResult
 
 __all__ = [
     "GANTT_MAX_RECORDS",
+    "GANTT_MAX_RUNS",
     "PAGE_CSS",
     "PLOT_CONFIG",
     "UTIL_MAX_POINTS",
@@ -43,7 +44,10 @@ __all__ = [
 GANTT_MAX_RECORDS = 5000
 """A Gantt draws at most this many records of a run (the first by start time)."""
 
-UTIL_MAX_POINTS = 5000
+GANTT_MAX_RUNS = 3
+"""The page draws the Gantt of at most this many runs (best, FIFO baseline, searched plan)."""
+
+UTIL_MAX_POINTS = 2000
 """A utilization line longer than this is resampled to time-weighted means over equal bins."""
 
 _MAX_COLOUR_GROUPS = 10
@@ -82,7 +86,8 @@ def report_data(results: Sequence[SimResult]) -> dict[str, Any]:
     labels = _unique_labels(runs)
     best = _best_index(runs)
     same = same_runs(runs)
-    entries = [_run_entry(r, labels[i], i == best, same.get(i)) for i, r in enumerate(runs)]
+    drawn = _gantt_runs(runs)
+    entries = [_run_entry(r, labels[i], i == best, same.get(i), i in drawn) for i, r in enumerate(runs)]
     bounds = sorted({r.metrics.lower_bound_s for r in runs if math.isfinite(r.metrics.lower_bound_s)})
     return {
         "runs": entries,
@@ -241,8 +246,21 @@ def _best_index(runs: Sequence[SimResult]) -> int | None:
     return None if best is None else next(i for i, r in enumerate(runs) if r is best)
 
 
-def _run_entry(r: SimResult, label: str, is_best: bool, same_as: str | None = None) -> dict[str, Any]:
-    shown = min(len(r.records), GANTT_MAX_RECORDS)
+def _gantt_runs(runs: Sequence[SimResult]) -> set[int]:
+    """Indices of the runs whose Gantt the page draws: the best run (or the first policy run when none
+    is best), the FIFO baseline (fifo+none, else the first FIFO run) and searched plans. Drawing every
+    run of a 24-run comparison made pages of hundreds of MB that no browser opens."""
+    lead = contenders(runs)[0]
+    fifo = [r for r in runs if r.policy == "fifo"]
+    base = next((r for r in fifo if r.backfill == "none"), fifo[0] if fifo else None)
+    keep = [lead, *([base] if base is not None else []), *(r for r in runs if r.policy == _PLAN)]
+    return {i for i, r in enumerate(runs) if any(r is k for k in keep[:GANTT_MAX_RUNS])}
+
+
+def _run_entry(
+    r: SimResult, label: str, is_best: bool, same_as: str | None = None, gantt: bool = True
+) -> dict[str, Any]:
+    shown = min(len(r.records), GANTT_MAX_RECORDS) if gantt else 0
     return {
         "label": label,
         "policy": r.policy,
@@ -252,8 +270,9 @@ def _run_entry(r: SimResult, label: str, is_best: bool, same_as: str | None = No
         "is_fifo": r.policy == "fifo",
         "is_best": is_best,
         "records": len(r.records),
+        "gantt_drawn": gantt,
         "gantt_records": shown,
-        "gantt_truncated": shown < len(r.records),
+        "gantt_truncated": gantt and shown < len(r.records),
         "warnings": list(r.warnings),
         "same_run_as": same_as,
         "uses_true_durations": r.uses_true_durations,
@@ -512,7 +531,7 @@ def _util_figure(runs: Sequence[SimResult], labels: Sequence[str], best: int) ->
         if was_resampled:
             resampled.append(label)
         fig.add_trace(
-            go.Scatter(
+            go.Scattergl(  # WebGL: dozens of long step lines stay fluid
                 x=xs,
                 y=ys,
                 name=label,
@@ -587,12 +606,37 @@ _GANTT_HOVER = (
 )
 
 
+def _blocks(
+    i: int, gpus: Sequence[int], lanes: tuple[dict[tuple[int, int], int], dict[int, int]]
+) -> list[tuple[float, float]]:
+    """(row centre, bar width in rows) of the bars of record `i`: one per run of consecutive GPUs that the job
+    holds alone (a 128-GPU job is one bar, not 128), one per GPU where GPUs are shared (lanes)."""
+    lane, lanes_per_gpu = lanes
+    out: list[tuple[float, float]] = []
+    start = prev = -2
+    for g in sorted(gpus):
+        if lanes_per_gpu[g] > 1:
+            height = _BAR_SPAN / lanes_per_gpu[g]
+            out.append((g - _BAR_SPAN / 2 + height * (lane[(i, g)] + 0.5), height * 0.92))
+            continue
+        if g != prev + 1 or start < 0:
+            if start >= 0:
+                out.append(((start + prev) / 2, prev - start + _BAR_SPAN * 0.92))
+            start = g
+        prev = g
+    if start >= 0:
+        out.append(((start + prev) / 2, prev - start + _BAR_SPAN * 0.92))
+    return out
+
+
 def _gantt_traces(
     records: Sequence[JobRecord],
     labels: Sequence[str],
     lanes: tuple[dict[tuple[int, int], int], dict[int, int]],
+    merge: bool = False,
 ) -> list[dict[str, Any]]:
-    """One horizontal bar trace per colour group, as plain dicts.
+    """One horizontal bar trace per colour group, as plain dicts; `merge`: one bar per block of
+    consecutive GPUs a job holds alone (the report), else one bar per job and GPU (the dashboard).
 
     Plain dicts, not `go.Bar`: plotly's validation and deep copies of 10^4-10^5 bars cost seconds
     per run, and plotly.js reads the same JSON.
@@ -611,12 +655,21 @@ def _gantt_traces(
             round(rec.end_s / 3600, 4),
             round((rec.start_s - rec.submit_s) / 3600, 4),
         ]
-        for g in rec.gpus:
-            height = _BAR_SPAN / lanes_per_gpu[g]
-            cols["y"].append(round(g - _BAR_SPAN / 2 + height * (lane[(i, g)] + 0.5), 4))
+        if merge:
+            bars_of = _blocks(i, rec.gpus, lanes)
+        else:
+            bars_of = [
+                (
+                    g - _BAR_SPAN / 2 + _BAR_SPAN / lanes_per_gpu[g] * (lane[(i, g)] + 0.5),
+                    _BAR_SPAN / lanes_per_gpu[g] * 0.92,
+                )
+                for g in rec.gpus
+            ]
+        for y, width in bars_of:
+            cols["y"].append(round(y, 4))
             cols["base"].append(round(rec.start_s / 3600, 5))
             cols["x"].append(round(max(rec.end_s - rec.start_s, 0.0) / 3600, 5))
-            cols["width"].append(round(height * 0.92, 4))
+            cols["width"].append(round(width, 4))
             cols["customdata"].append(hover)
     order = sorted(bars, key=lambda n: (n == "other", n))
     return [
@@ -633,7 +686,7 @@ def _gantt_traces(
     ]
 
 
-def _gantt_figure(r: SimResult, records: Sequence[JobRecord]) -> dict[str, Any]:
+def _gantt_figure(r: SimResult, records: Sequence[JobRecord], merge: bool = False) -> dict[str, Any]:
     """The Gantt of ``records`` as a plotly figure dict: y = GPU rows (GPU 0 on top), x = hours."""
     top_gpu = max((g for rec in records for g in rec.gpus), default=-1)
     n_gpus = max(r.cluster.total_gpus, len(r.gpu_labels), top_gpu + 1, 1)
@@ -651,19 +704,28 @@ def _gantt_figure(r: SimResult, records: Sequence[JobRecord]) -> dict[str, Any]:
         showgrid=False,
     )
     layout["legend"].update(title={"text": "job name"})
-    return {"data": _gantt_traces(records, labels, lanes), "layout": layout}
+    return {"data": _gantt_traces(records, labels, lanes, merge), "layout": layout}
 
 
 def _gantt_section(runs: Sequence[SimResult], data: dict[str, Any], best: int) -> str:
-    options, panels = [], []
+    options, panels, others = [], [], []
     for i, (r, entry) in enumerate(zip(runs, data["runs"], strict=True)):
         label = html.escape(entry["label"])
+        if not entry["gantt_drawn"]:
+            others.append(label)
+            continue
         selected = " selected" if i == best else ""
         options.append(f'<option value="{i}"{selected}>{label}</option>')
         panels.append(_gantt_panel(i, r, entry, hidden=i != best))
+    note = "One bar per job and block of GPUs it holds alone; jobs sharing a GPU are drawn in thinner lanes."
+    if others:
+        note += (
+            f" Drawn for the runs that matter (best, FIFO baseline, searched plan); not for {len(others)} "
+            f"other run(s): {', '.join(others)}. To see one: gpuplan simulate TRACE -p POLICY -b BACKFILL --out DIR."
+        )
     select = (
         '<label class="picker">Run <select id="gantt-select">' + "".join(options) + "</select></label>"
-        '<p class="muted">One bar per job and GPU; jobs sharing a GPU are drawn in thinner lanes.</p>'
+        f'<p class="muted">{note}</p>'
     )
     return select + "\n" + "\n".join(panels)
 
@@ -677,7 +739,7 @@ def _gantt_panel(i: int, r: SimResult, entry: dict[str, Any], *, hidden: bool) -
         )
     notes.extend(f'<p class="warning">{html.escape(w)}</p>' for w in r.warnings)
     head = f"<h3>{html.escape(entry['label'])} <small>placer {html.escape(r.placer)}</small></h3>"
-    fig_json = json.dumps(_gantt_figure(r, _gantt_records(r)), allow_nan=False)
+    fig_json = json.dumps(_gantt_figure(r, _gantt_records(r), merge=True), allow_nan=False)
     return (
         f'<div class="gantt-panel" data-run="{i}"{" hidden" if hidden else ""}>{head}{"".join(notes)}'
         f'<div id="gantt-{i}" class="plot gantt"></div>{_json_text_script(f"gantt-{i}-data", fig_json)}</div>'
