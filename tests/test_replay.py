@@ -90,3 +90,28 @@ def test_real_trace_replays_to_its_own_span(path: Path) -> None:
     result = simulate(jobs, trace.cluster, "fifo", "easy")
     own = _own_span_s(trace.jobs)
     assert abs(result.metrics.makespan_s - own) <= 0.05 * own, (result.metrics.makespan_s, own)
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    jobs = _pair((False, False))
+    assert gc.isenabled()
+    simulate(jobs, ONE_SHARED_GPU, "fifo", "conservative")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        simulate(jobs, ONE_SHARED_GPU, "fifo", "conservative")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_run_matrix_gives_each_run_the_bound_simulate_computes() -> None:
+    from gpuplan.cli import run_matrix
+
+    jobs = [Job(f"j{i}", 10.0 * i, 1, mem_gb=30.0 + 9 * i, duration_s=100.0 + 7 * i) for i in range(8)]
+    runs = run_matrix(jobs, ONE_SHARED_GPU, ["fifo", "ljf"], ["none", "conservative"], show_progress=False)
+    for r in runs:
+        alone = simulate(jobs, ONE_SHARED_GPU, r.policy, r.backfill)
+        assert r.metrics == alone.metrics

@@ -67,9 +67,11 @@ def run_matrix(
     from gpuplan._progress import LazyProgress
     from gpuplan.core.estimates import OnlineEstimator
     from gpuplan.core.policies import preemptive_policy_names
+    from gpuplan.sim.bounds import lower_bound
     from gpuplan.sim.engine import simulate
 
     results = []
+    bound_s = lower_bound(jobs, cluster).value_s  # the same for every run: computed once
     preemptive = set(preemptive_policy_names())
     pairs = [(p, b) for p in policies if p not in preemptive for b in backfills]
     pairs += [(p, "none") for p in policies if p in preemptive]
@@ -93,6 +95,7 @@ def run_matrix(
                     progress=tick,
                     estimator=est,
                     preemption=preemption,
+                    lower_bound_s=bound_s,
                 )
             )
             bar.set((i + 1) * n, label)

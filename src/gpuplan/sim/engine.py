@@ -9,10 +9,12 @@ its phase ends move whenever a neighbour starts, reaches its GPU phase or ends o
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -52,6 +54,7 @@ def simulate(
     progress: ProgressFn | None = None,
     running: Sequence[RunningJob] = (),
     now_s: float | None = None,
+    lower_bound_s: float | None = None,
     preemption: PreemptionCost | None = None,
     estimator: OnlineEstimator | None = None,
 ) -> SimResult:
@@ -61,6 +64,8 @@ def simulate(
     restarted agent or `gpuplan slurm plan`), the run starts at `now_s` with the `running` jobs on their
     GPUs, `jobs` are the waiting ones (those submitted before `now_s` are queued at once), and times in
     the result are seconds from `now_s` (submits and starts in the past are negative).
+    `lower_bound_s`: the jobs' lower bound when the caller already has it (`run_matrix` computes it
+    once for all its runs); computed here otherwise.
 
     Preemptive policies (las, tiresias, gittins) run on `sim.preempt` with the `preemption` cost
     model (default `PreemptionCost()`). With an `estimator` (core/estimates.py), each job's estimate is
@@ -90,10 +95,11 @@ def simulate(
     run = _Run([*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s)
     run.estimator = estimator
     run.adopt(running)
-    run.loop()
+    with _no_cyclic_gc():
+        run.loop()
     records = sorted(run.records, key=lambda r: (r.start_s, r.job_id))
     if now_s is None:
-        bound_s = lower_bound(jobs, cluster).value_s
+        bound_s = lower_bound(jobs, cluster).value_s if lower_bound_s is None else lower_bound_s
     else:
         bound_s = _live_bound(jobs, running, cluster, now_s)
     metrics = compute_metrics(records, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound_s)
@@ -110,6 +116,20 @@ def simulate(
         warnings=_warnings(jobs, sched, oracle) if estimator is None else [],
         estimates=estimate_use(jobs, sched, oracle, run.by_level if estimator is not None else None),
     )
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for a run. A run makes no reference cycles, but it allocates
+    containers at every scheduling pass (conservative backfill's per-GPU plans), and each collection
+    scans the whole heap of jobs and records: most of a conservative Alibaba replay was collections."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def require_durations(
