@@ -538,12 +538,14 @@ def _register_commands() -> None:
     from gpuplan.commands.plan import plan
     from gpuplan.commands.predict import predict_app
     from gpuplan.commands.serve import serve
+    from gpuplan.commands.slurm import slurm_app
 
     app.command(name="audit")(audit)
     app.command(name="plan")(plan)
     app.add_typer(mig_app, name="mig")
     app.add_typer(predict_app, name="predict")
     app.command(name="serve")(serve)
+    app.add_typer(slurm_app, name="slurm")
     _register_agent_commands()
 
 
