@@ -36,9 +36,9 @@ def test_squeue_captured_default_fields() -> None:
     # --gpus=8 shows in tres-per-job; --gres in tres-per-node times the node count
     assert by_id["20"].gpus == 8 and by_id["5"].gpus == 16 and by_id["8"].gpus == 0
     assert by_id["38"].time_limit_s is None and by_id["32"].time_limit_s == 2 * 86400
-    assert by_id["24"].unmanaged_reason is not None and "held" in by_id["24"].unmanaged_reason
-    assert by_id["22"].unmanaged_reason == "not eligible yet (Dependency)"
-    assert by_id["25"].unmanaged_reason == "not eligible yet (BeginTime)"
+    assert by_id["24"].why_unmanaged() is not None and "held" in by_id["24"].why_unmanaged()
+    assert by_id["22"].why_unmanaged() == "not eligible yet (Dependency)"
+    assert by_id["25"].why_unmanaged() == "not eligible yet (BeginTime)"
     assert by_id["13"].start_s is None and by_id["20"].start_s is not None
 
 
@@ -46,12 +46,12 @@ def test_squeue_gpuplan_fields_arrays_names_and_nodes() -> None:
     jobs = parse_squeue(_read("squeue_O_gpuplan.txt"))
     by_id = {j.job_id: j for j in jobs}
     assert by_id["13"].name == "odd|name" and by_id["13"].nice == 100  # the separator inside a name
-    assert by_id["10"].is_array_remainder and by_id["10"].unmanaged_reason is not None
+    assert by_id["10"].is_array_remainder and by_id["10"].why_unmanaged() is not None
     assert by_id["17"].array_task == "0" and not by_id["17"].is_array_remainder
     assert by_id["17"].array_job_id == "10" and by_id["16"].array_job_id is None
     assert by_id["8"].node_list == "node[1-2]" and by_id["8"].gpus == 16 and by_id["9"].gpus == 4
     assert by_id["16"].gpus == 0  # a CPU-only job
-    assert by_id["12"].unmanaged_reason is not None and by_id["14"].unmanaged_reason is None
+    assert by_id["12"].why_unmanaged() is not None and by_id["14"].why_unmanaged() is None
 
 
 def test_sinfo_captured() -> None:

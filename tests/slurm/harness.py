@@ -68,6 +68,8 @@ class SlurmCluster:
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
     started_s: float = 0.0
+    _mariadb: subprocess.Popen[bytes] | None = None
+    base_path: str = field(default_factory=lambda: os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
     @classmethod
     def start(cls, scheduler: str = "builtin", accounting: bool = True) -> SlurmCluster:
@@ -99,7 +101,7 @@ class SlurmCluster:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.conf)
-        env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"
+        env["PATH"] = self.base_path  # as at start: a test's PATH changes never reach the harness
         env.pop("SLURM_JOB_ID", None)
         return env
 
@@ -206,7 +208,7 @@ MaxJobCount=20000
              "--skip-test-db", "--auth-root-authentication-method=socket"],
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
-        subprocess.Popen(
+        self._mariadb = subprocess.Popen(
             ["runuser", "-u", "mysql", "--", _which("mariadbd") or "mariadbd", f"--datadir={d}/data",
              f"--socket={sock}", f"--port={self.ports['mysql']}", "--bind-address=127.0.0.1",
              f"--pid-file={d}/mysqld.pid", f"--log-error={d}/mysqld.err", "--skip-name-resolve",
@@ -268,6 +270,14 @@ MaxJobCount=20000
 
         _wait(ready, timeout_s, "4 idle nodes", self.root / "log" / "slurmctld.log")
 
+    def stop_ctld(self) -> None:
+        """Stop slurmctld (by PID); jobs and nodes stay as they are."""
+        _stop_pid(self.pids.pop("slurmctld"), 30)
+
+    def start_ctld(self) -> None:
+        """Start slurmctld again on its saved state."""
+        self._start_ctld(clear=False)
+
     def restart_ctld(self, scheduler: str) -> None:
         """Restart slurmctld with another SchedulerType (queue state is kept; jobs should be gone)."""
         self.cancel_all()
@@ -284,6 +294,39 @@ MaxJobCount=20000
         p = self.run("sbatch", "--parsable", f"--chdir={self.root}/out", f"--output={self.root}/out/%j.out",
                      *args, f"--wrap={script}")  # fmt: skip
         return p.stdout.strip().split(";")[0]
+
+    def wait_done(self, ids: Sequence[str], timeout_s: float = 120.0) -> None:
+        """Until none of `ids` is pending, running or completing."""
+        wanted = set(ids)
+
+        def done() -> bool:
+            p = self.run("squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%A", check=False)
+            return p.returncode == 0 and not wanted & set(p.stdout.split())
+
+        _wait(done, timeout_s, f"{len(wanted)} jobs to finish", self.root / "log" / "slurmctld.log")
+
+    def sacct_times(self, ids: Sequence[str], timeout_s: float = 30.0) -> dict[str, tuple[float, float]]:
+        """Start and End (epoch s) of each job from sacct, once slurmdbd has them all."""
+        from datetime import datetime
+
+        out: dict[str, tuple[float, float]] = {}
+
+        def read() -> bool:
+            p = self.run("sacct", "-a", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,Start,End", check=False)
+            out.clear()
+            for line in p.stdout.splitlines():
+                jid, start, end = line.split("|")
+                if start[:1].isdigit() and end[:1].isdigit():
+                    out[jid] = (datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp())
+            return len(out) == len(set(ids))
+
+        _wait(read, timeout_s, "sacct Start/End of every job")
+        return out
+
+    def priorities(self) -> dict[str, int]:
+        """Pending jobs' priorities (squeue %Q)."""
+        p = self.run("squeue", "-h", "-t", "PD", "-o", "%A %Q")
+        return {a: int(b) for a, b in (line.split() for line in p.stdout.splitlines())}
 
     def set_partition(self, up: bool) -> None:
         self.run("scontrol", "update", "PartitionName=gpu", f"State={'UP' if up else 'DOWN'}")
@@ -312,6 +355,13 @@ MaxJobCount=20000
         for name in [n for n in self.pids if n.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadbd"]:
             if name in self.pids:
                 _stop_pid(self.pids.pop(name), 30)
+        if self._mariadb is not None:  # the runuser parent of mariadbd
+            try:
+                self._mariadb.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._mariadb.kill()
+                self._mariadb.wait()
+            self._mariadb = None
         for pid in _stepds_of(self.conf):
             _stop_pid(pid, 5)
         if "munged" in self.pids:

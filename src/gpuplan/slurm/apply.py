@@ -117,8 +117,8 @@ def apply_order(
         q = now.get(jid)
         if q is None or not q.is_pending:
             result.skipped[jid] = "no longer pending (started, finished or cancelled since the plan)"
-        elif q.unmanaged_reason:
-            result.skipped[jid] = q.unmanaged_reason
+        elif q.why_unmanaged(client.clock()):
+            result.skipped[jid] = q.why_unmanaged(client.clock()) or ""
         else:
             todo.append(q)
     data = _load_state(path)

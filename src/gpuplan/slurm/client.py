@@ -77,15 +77,12 @@ class SlurmClient:
             return UpdateOutcome()
         text = "".join(f"update JobId={jid} {kv}\n" for jid, kv in changes) + "quit\n"
         try:
-            out = self.runner.run(["scontrol"], input_text=text, retry=False)
+            self.runner.run(["scontrol"], input_text=text, retry=False)
         except SlurmCommandError as e:
-            if e.returncode is None or "slurm_update error" not in e.stderr and "error" not in e.stderr.lower():
+            if e.returncode is None or _controller_down(e.stderr):
                 raise
-            out = ""
-        else:
-            if "error" not in out.lower():
-                return UpdateOutcome()
-        return self._update_one_by_one(changes)
+            return self._update_one_by_one(changes)  # some line was refused: find which
+        return UpdateOutcome()
 
     def _update_one_by_one(self, changes: Sequence[tuple[str, str]]) -> UpdateOutcome:
         outcome = UpdateOutcome()

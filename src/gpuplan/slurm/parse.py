@@ -36,7 +36,7 @@ __all__ = [
 SQUEUE_FIELDS = (
     "JobID", "ArrayJobID", "ArrayTaskID", "HetJobID", "Partition", "UserName", "State", "TimeLimit",
     "TimeUsed", "NumNodes", "tres-per-job", "tres-per-node", "PriorityLong", "Nice", "Reason",
-    "SubmitTime", "StartTime", "NodeList", "Name",
+    "SubmitTime", "StartTime", "EligibleTime", "Dependency", "NodeList", "Name",
 )  # fmt: skip
 SINFO_FIELDS = ("NodeList", "StateLong", "Gres", "GresUsed", "Partition")
 
@@ -67,6 +67,8 @@ class QueueJob:
     array_job_id: str | None = None
     array_task: str | None = None
     het_job_id: str | None = None
+    dependency: str = ""
+    eligible_s: float | None = None
 
     @property
     def is_pending(self) -> bool:
@@ -81,8 +83,7 @@ class QueueJob:
         """The pending rest of an array (`13_[2-5%2]`): one line for many tasks."""
         return self.array_task is not None and not self.array_task.isdigit()
 
-    @property
-    def unmanaged_reason(self) -> str | None:
+    def why_unmanaged(self, now_s: float | None = None) -> str | None:
         """Why gpuplan leaves this pending job's priority alone (None: it may reorder it)."""
         if self.is_array_remainder:
             return "pending array remainder (its tasks get ids only when they start)"
@@ -92,6 +93,10 @@ class QueueJob:
             return "held (priority 0): release it first"
         if self.reason.startswith("Dependency") or self.reason == "BeginTime":
             return f"not eligible yet ({self.reason})"
+        if self.dependency:
+            return f"not eligible yet (dependency {self.dependency})"
+        if now_s is not None and self.eligible_s is not None and self.eligible_s > now_s + 1:
+            return "not eligible yet (BeginTime)"
         return None
 
 
@@ -218,6 +223,7 @@ _SQUEUE_HEADERS = {
     "PARTITION": "partition", "USER": "user", "STATE": "state", "TIME_LIMIT": "time_limit", "TIME": "elapsed",
     "NODES": "num_nodes", "TRES_PER_JOB": "tres_job", "TRES_PER_NODE": "tres_node", "PRIORITY": "priority",
     "NICE": "nice", "REASON": "reason", "SUBMIT_TIME": "submit", "START_TIME": "start", "NODELIST": "node_list",
+    "ELIGIBLE_TIME": "eligible", "DEPENDENCY": "dependency",
     "NAME": "name",
 }  # fmt: skip
 _REQUIRED = ("job_id", "state", "num_nodes", "priority")
@@ -256,7 +262,8 @@ def _queue_job(cells: list[str], index: dict[str, int], what: str, number: int) 
             reason=cell("reason"), submit_s=parse_local_time(cell("submit")),
             start_s=parse_local_time(cell("start")), node_list=cell("node_list"),
             array_job_id=_opt(cell("array_job_id")) if task is not None else None, array_task=task,
-            het_job_id=_opt(cell("het_job_id")),
+            het_job_id=_opt(cell("het_job_id")), dependency=_opt(cell("dependency")) or "",
+            eligible_s=parse_local_time(cell("eligible")),
         )  # fmt: skip
     except (ValueError, InputError) as e:
         col = _bad_column(cells, index)
@@ -266,7 +273,7 @@ def _queue_job(cells: list[str], index: dict[str, int], what: str, number: int) 
 def _bad_column(cells: list[str], index: dict[str, int]) -> str:
     checks = {
         "time_limit": parse_limit_s, "elapsed": parse_limit_s, "num_nodes": _int, "priority": _priority,
-        "nice": _int, "submit": parse_local_time, "start": parse_local_time,
+        "nice": _int, "submit": parse_local_time, "start": parse_local_time, "eligible": parse_local_time,
     }  # fmt: skip
     for key, fn in checks.items():
         i = index.get(key)

@@ -314,7 +314,7 @@ def _inputs(state: LiveState, predictions: dict[str, float] | None) -> _Inputs:
     for q in state.jobs:
         if not q.is_pending or not state.in_partitions(q):
             continue
-        why = q.unmanaged_reason or (None if q.gpus > 0 else "no GPUs requested")
+        why = q.why_unmanaged(state.now_s) or (None if q.gpus > 0 else "no GPUs requested")
         if why is None and q.gpus > cluster.total_gpus:
             why = f"asks for {q.gpus} GPUs; the usable nodes have {cluster.total_gpus}"
         if why is not None:

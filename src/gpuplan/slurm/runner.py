@@ -39,6 +39,7 @@ _TRANSIENT = (
     "Slurm backup controller in standby mode",
     "Transport endpoint is not connected",
     "Communication connection failure",
+    "Unexpected message received",  # what `scontrol update` prints when slurmctld is not running
 )
 _PERMISSION = (
     "Access/permission denied",
