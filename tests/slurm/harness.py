@@ -305,6 +305,15 @@ MaxJobCount=20000
 
         _wait(done, timeout_s, f"{len(wanted)} jobs to finish", self.root / "log" / "slurmctld.log")
 
+    def wait_running(self, ids: Sequence[str], timeout_s: float = 30.0) -> None:
+        """Until every one of `ids` is RUNNING."""
+
+        def running() -> bool:
+            p = self.run("squeue", "-h", "-t", "R", "-o", "%A", check=False)
+            return set(ids) <= set(p.stdout.split())
+
+        _wait(running, timeout_s, f"jobs {', '.join(ids)} running", self.root / "log" / "slurmctld.log")
+
     def sacct_times(self, ids: Sequence[str], timeout_s: float = 30.0) -> dict[str, tuple[float, float]]:
         """Start and End (epoch s) of each job from sacct, once slurmdbd has them all."""
         from datetime import datetime
