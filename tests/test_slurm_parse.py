@@ -56,7 +56,9 @@ def test_squeue_gpuplan_fields_arrays_names_and_nodes() -> None:
 
 def test_sinfo_captured() -> None:
     nodes = parse_sinfo(_read("sinfo_N_O_gresused.txt"))
-    assert [(n.name, n.gpus, n.gpus_used, n.gpus_free) for n in nodes] == [(f"node{i}", 8, 8, 0) for i in range(1, 5)]
+    assert [(n.name, n.gpus, n.gpus_used, n.gpus_free) for n in nodes] == [
+        (f"node{i}", 8, 8, 0) for i in range(1, 5)
+    ]
     live = parse_sinfo(_read("sinfo_N_O_gpuplan.txt"))
     assert [n.gpus_free for n in live] == [0, 0, 2, 8] and live[0].partitions == ("gpu",)
 
@@ -87,10 +89,16 @@ def test_gpu_counts(text: str, expected: int) -> None:
 def test_hostlists_limits_times() -> None:
     assert parse_hostlist("node[1-3,07],gpu5") == ["node1", "node2", "node3", "node07", "gpu5"]
     assert parse_hostlist("None assigned") == [] and parse_hostlist("n[08-10]") == ["n08", "n09", "n10"]
-    assert parse_limit_s("UNLIMITED") is None and parse_limit_s("1:00:00") == 3600 and parse_limit_s("3:00") == 180
+    assert (
+        parse_limit_s("UNLIMITED") is None
+        and parse_limit_s("1:00:00") == 3600
+        and parse_limit_s("3:00") == 180
+    )
     assert parse_limit_s("2-00:00:00") == 172800
     assert parse_local_time("N/A") is None
-    assert parse_local_time("2026-11-30T00:38:02") == pytest.approx(parse_local_time("2026-11-30T00:38:00") + 2)
+    assert parse_local_time("2026-11-30T00:38:02") == pytest.approx(
+        parse_local_time("2026-11-30T00:38:00") + 2
+    )
 
 
 def test_bad_squeue_line_names_line_and_column() -> None:

@@ -58,7 +58,10 @@ def test_running_jobs_hold_their_nodes_until_their_limit() -> None:
 def test_strict_order_blocks_and_backfill_does_not() -> None:
     spec = cluster_from_nodes(_four_nodes())
     seeds = [Seed("r1", {"node1": 8, "node2": 8, "node3": 8}, 100.0)]
-    jobs = [Job("wide", 0.0, 16, requested_s=10.0, may_span_nodes=True), Job("small", 0.0, 1, requested_s=10.0)]
+    jobs = [
+        Job("wide", 0.0, 16, requested_s=10.0, may_span_nodes=True),
+        Job("small", 0.0, 1, requested_s=10.0),
+    ]
     strict = simulate_queue(spec, seeds, jobs, FixedOrder(["wide", "small"]), "none")
     filled = simulate_queue(spec, seeds, jobs, FixedOrder(["wide", "small"]), "conservative")
     assert strict.starts["small"] == 100.0 and filled.starts["small"] == 0.0
@@ -69,7 +72,9 @@ def test_best_plan_beats_or_equals_slurm_order() -> None:
     from gpuplan.slurm.parse import QueueJob
 
     def q(jid: str, gpus: int, limit: float) -> QueueJob:
-        return QueueJob(jid, f"j{jid}", "u", "gpu", "PENDING", limit, 0.0, 1, gpus, 1, 0, "Priority", 0.0, None, "")
+        return QueueJob(
+            jid, f"j{jid}", "u", "gpu", "PENDING", limit, 0.0, 1, gpus, 1, 0, "Priority", 0.0, None, ""
+        )
 
     # long jobs submitted last: Slurm's order finishes late, longest-first does not
     jobs = [q(str(i), 8, 60.0) for i in range(1, 5)] + [q(str(i), 8, 600.0) for i in range(5, 8)]
@@ -77,7 +82,11 @@ def test_best_plan_beats_or_equals_slurm_order() -> None:
     assert plan.slurm.makespan_s == 660.0 and plan.planned.makespan_s == 600.0
     assert plan.order[:3] == ["5", "6", "7"] and plan.gain()["makespan_s"] == pytest.approx(1 - 600 / 660)
     fixed = plan_queue(LiveState(nodes, jobs, 0.0, {}), policy="fifo")
-    assert fixed.policy == "fifo" and fixed.order == [str(i) for i in range(1, 8)] and fixed.backfill == "conservative"
+    assert (
+        fixed.policy == "fifo"
+        and fixed.order == [str(i) for i in range(1, 8)]
+        and fixed.backfill == "conservative"
+    )
 
 
 def test_search_never_worse_than_its_start() -> None:
@@ -114,9 +123,17 @@ def test_setup_warnings() -> None:
     cfg = parse_config((FIX / "scontrol_show_config_builtin.txt").read_text())
     assert setup_warnings(cfg) == []
     basic = setup_warnings({"SchedulerType": "sched/builtin", "PriorityType": "priority/basic"})
-    assert len(basic) == 1 and "cannot take effect" in basic[0] and "PriorityType=priority/multifactor" in basic[0]
+    assert (
+        len(basic) == 1
+        and "cannot take effect" in basic[0]
+        and "PriorityType=priority/multifactor" in basic[0]
+    )
     assert any("backfill" in w for w in setup_warnings({"SchedulerType": "sched/backfill"}))
-    weights = {"SchedulerType": "sched/builtin", "PriorityType": "priority/multifactor", "PriorityWeightAge": "1000"}
+    weights = {
+        "SchedulerType": "sched/builtin",
+        "PriorityType": "priority/multifactor",
+        "PriorityWeightAge": "1000",
+    }
     assert any("overtake" in w for w in setup_warnings(weights))
     assert any("--mode nice" in w for w in setup_warnings({"PriorityType": "priority/basic"}, "nice"))
 
@@ -165,7 +182,11 @@ def test_runner_error_names_command_code_and_stderr(tmp_path: Path) -> None:
 
 
 def test_runner_gives_up_after_retries_and_explains(tmp_path: Path) -> None:
-    _script(tmp_path, "down", 'echo "slurm_load_partitions: Unable to contact slurm controller (connect failure)" >&2; exit 1\n')
+    _script(
+        tmp_path,
+        "down",
+        'echo "slurm_load_partitions: Unable to contact slurm controller (connect failure)" >&2; exit 1\n',
+    )
     waits: list[float] = []
     runner = SlurmRunner(retries=2, backoff_s=0.1, env=_env(tmp_path), sleep=waits.append)
     with pytest.raises(SlurmCommandError, match="is it running"):

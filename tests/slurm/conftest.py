@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import SlurmCluster, install_hint, missing_binaries  # noqa: E402
+from harness import SlurmCluster, install_hint, missing_binaries
 
 
 def _unavailable() -> str | None:

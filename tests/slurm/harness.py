@@ -10,6 +10,7 @@ Used by tests/slurm/conftest.py (one cluster per test session) and by bench/benc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NODES", "GPUS_PER_NODE", "SlurmCluster", "missing_binaries", "install_hint"]
+__all__ = ["GPUS_PER_NODE", "NODES", "SlurmCluster", "install_hint", "missing_binaries"]
 
 NODES = 4
 GPUS_PER_NODE = 8
@@ -105,11 +106,15 @@ class SlurmCluster:
         env.pop("SLURM_JOB_ID", None)
         return env
 
-    def run(self, *args: str, check: bool = True, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, timeout_s: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command against this cluster (env with SLURM_CONF)."""
         p = subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout_s)
         if check and p.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()} {p.stdout.strip()}")
+            raise RuntimeError(
+                f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()} {p.stdout.strip()}"
+            )
         return p
 
     def _layout(self) -> None:
@@ -222,7 +227,9 @@ MaxJobCount=20000
             f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{_DB_PASS}';"
             "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
         )
-        subprocess.run(["mariadb", f"--socket={sock}", "-e", sql], check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            ["mariadb", f"--socket={sock}", "-e", sql], check=True, capture_output=True, timeout=30
+        )
 
     def _start_slurmdbd(self) -> None:
         r = self.root
@@ -237,7 +244,9 @@ MaxJobCount=20000
         os.chmod(dbd, 0o600)
         # slurmdbd reads slurmdbd.conf next to SLURM_CONF; the accounting CLIs need a slurm.conf too.
         self.write_config(self.scheduler, accounting=True)
-        subprocess.run([_which("slurmdbd") or "slurmdbd"], env=self.env, check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            [_which("slurmdbd") or "slurmdbd"], env=self.env, check=True, capture_output=True, timeout=30
+        )
         _wait(lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0, 60, "slurmdbd",
               r / "log" / "slurmdbd.log")  # fmt: skip
         self.pids["slurmdbd"] = _read_pid(r / "state" / "slurmdbd.pid")
@@ -264,9 +273,7 @@ MaxJobCount=20000
         def ready() -> bool:
             p = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)
             states = p.stdout.split()
-            if p.returncode != 0 or len(states) != NODES or any(s != "idle" for s in states):
-                return False
-            return True
+            return not (p.returncode != 0 or len(states) != NODES or any(s != "idle" for s in states))
 
         _wait(ready, timeout_s, "4 idle nodes", self.root / "log" / "slurmctld.log")
 
@@ -321,12 +328,17 @@ MaxJobCount=20000
         out: dict[str, tuple[float, float]] = {}
 
         def read() -> bool:
-            p = self.run("sacct", "-a", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,Start,End", check=False)
+            p = self.run(
+                "sacct", "-a", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,Start,End", check=False
+            )
             out.clear()
             for line in p.stdout.splitlines():
                 jid, start, end = line.split("|")
                 if start[:1].isdigit() and end[:1].isdigit():
-                    out[jid] = (datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp())
+                    out[jid] = (
+                        datetime.fromisoformat(start).timestamp(),
+                        datetime.fromisoformat(end).timestamp(),
+                    )
             return len(out) == len(set(ids))
 
         _wait(read, timeout_s, "sacct Start/End of every job")
@@ -357,10 +369,8 @@ MaxJobCount=20000
         """Stop every daemon this harness started, by PID (jobs first: slurmd leaves them running)."""
         self._adopt_pid_files()
         if "slurmctld" in self.pids:
-            try:
+            with contextlib.suppress(Exception):
                 self.cancel_all(timeout_s=15)
-            except Exception:  # noqa: BLE001 - stopping must go on whatever the queue does
-                pass
         for name in [n for n in self.pids if n.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadbd"]:
             if name in self.pids:
                 _stop_pid(self.pids.pop(name), 30)
@@ -377,7 +387,6 @@ MaxJobCount=20000
             _stop_pid(self.pids.pop("munged"), 10)
         if os.environ.get("GPUPLAN_KEEP_SLURM_DIR") is None:
             shutil.rmtree(self.root, ignore_errors=True)
-
 
     def _adopt_pid_files(self) -> None:
         """Daemons that wrote a pid file before start-up failed are stopped too."""

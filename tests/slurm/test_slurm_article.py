@@ -61,7 +61,9 @@ def _cli_json(*args: str) -> dict:
 def test_article_experiment_on_real_slurm(slurm: SlurmCluster, tmp_path: Path) -> None:
     work = article_sleep_jobs()
     sleep_s = {name: s for name, _, s in work}
-    assert {g for _, g, _ in work} <= {1, 2, 4, 8} and min(sleep_s.values()) >= 5 and max(sleep_s.values()) <= 60
+    assert (
+        {g for _, g, _ in work} <= {1, 2, 4, 8} and min(sleep_s.values()) >= 5 and max(sleep_s.values()) <= 60
+    )
 
     # Run A: Slurm's own order; the simulator's forecast of it, knowing the sleeps
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))

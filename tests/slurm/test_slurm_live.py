@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -52,7 +53,7 @@ def test_plan_apply_then_jobs_start_in_planned_order(slurm: SlurmCluster) -> Non
     times = slurm.sacct_times(ids)
     started = sorted(ids, key=lambda j: times[j][0])
     assert started == plan["order"], {j: times[j] for j in ids}
-    for a, b in zip(started, started[1:]):
+    for a, b in itertools.pairwise(started):
         assert times[b][0] >= times[a][1]  # each waited for the one planned before it
 
 
@@ -91,7 +92,7 @@ def test_job_cancelled_between_plan_and_apply_is_skipped(slurm: SlurmCluster) ->
 
 
 def test_job_gone_during_the_update_batch_is_skipped(slurm: SlurmCluster) -> None:
-    ids = _whole_cluster_jobs(slurm, [3, 2, 1])
+    _whole_cluster_jobs(slurm, [3, 2, 1])
     client = SlurmClient()
     order = plan_queue(live_state(client), policy="sjf").order
 

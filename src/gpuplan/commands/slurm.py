@@ -27,26 +27,40 @@ slurm_app = typer.Typer(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 PartitionOpt = Annotated[
     list[str] | None,
-    typer.Option("--partition", "-p", help="Only this partition (repeatable or comma-separated); default: all."),
+    typer.Option(
+        "--partition", "-p", help="Only this partition (repeatable or comma-separated); default: all."
+    ),
 ]
 PolicyOpt = Annotated[
     str,
-    typer.Option("--policy", help="Ordering policy (see `gpuplan policies`), or 'best': the best simulated one."),
+    typer.Option(
+        "--policy", help="Ordering policy (see `gpuplan policies`), or 'best': the best simulated one."
+    ),
 ]
 SearchOpt = Annotated[
     float,
-    typer.Option("--search", min=0.0, help="Seconds of local search (swaps, moves) on top of the policy's order."),
+    typer.Option(
+        "--search", min=0.0, help="Seconds of local search (swaps, moves) on top of the policy's order."
+    ),
 ]
 PredictOpt = Annotated[
     Path | None,
-    typer.Option("--predict", help="A duration model from `gpuplan predict fit`: used instead of the time limits."),
+    typer.Option(
+        "--predict", help="A duration model from `gpuplan predict fit`: used instead of the time limits."
+    ),
 ]
 StateOpt = Annotated[
     Path | None,
-    typer.Option("--state", help="File recording the previous priorities (default: ~/.local/state/gpuplan/slurm-applied.json)."),
+    typer.Option(
+        "--state",
+        help="File recording the previous priorities (default: ~/.local/state/gpuplan/slurm-applied.json).",
+    ),
 ]
 ModeOpt = Annotated[
-    str, typer.Option("--mode", help="priority: scontrol update Priority=; nice: Nice= (works without privileges).")
+    str,
+    typer.Option(
+        "--mode", help="priority: scontrol update Priority=; nice: Nice= (works without privileges)."
+    ),
 ]
 
 
@@ -98,8 +112,16 @@ def _status(state: LiveState) -> dict[str, Any]:
     pending = [j for j in state.jobs if j.is_pending and state.in_partitions(j) and j.gpus > 0]
     running = [j for j in state.jobs if j.is_running and state.in_partitions(j)]
     return {
-        "nodes": [{"name": n.name, "state": n.state, "gpus": n.gpus, "gpus_used": n.gpus_used,
-                   "gpus_free": n.gpus_free} for n in nodes],  # fmt: skip
+        "nodes": [
+            {
+                "name": n.name,
+                "state": n.state,
+                "gpus": n.gpus,
+                "gpus_used": n.gpus_used,
+                "gpus_free": n.gpus_free,
+            }
+            for n in nodes
+        ],
         "gpus": sum(n.gpus for n in nodes),
         "gpus_used": sum(n.gpus_used for n in nodes),
         "gpus_free": sum(n.gpus_free for n in nodes),
@@ -211,8 +233,12 @@ def _print_plan(p: QueuePlan) -> None:
     g = p.gain()
     typer.echo(f"{len(p.order)} pending job(s), {p.running} running on {p.cluster.describe()}; "
                f"policy {p.policy}, simulated as backfill={p.backfill}")  # fmt: skip
-    typer.echo(f"  Slurm's order : makespan {_fmt_s(p.slurm.makespan_s)}, mean wait {_fmt_s(p.slurm.mean_wait_s)}")
-    typer.echo(f"  gpuplan order : makespan {_fmt_s(p.planned.makespan_s)}, mean wait {_fmt_s(p.planned.mean_wait_s)}")
+    typer.echo(
+        f"  Slurm's order : makespan {_fmt_s(p.slurm.makespan_s)}, mean wait {_fmt_s(p.slurm.mean_wait_s)}"
+    )
+    typer.echo(
+        f"  gpuplan order : makespan {_fmt_s(p.planned.makespan_s)}, mean wait {_fmt_s(p.planned.mean_wait_s)}"
+    )
     if g["makespan_s"] is not None:
         typer.echo(f"  expected gain : {100 * g['makespan_s']:.1f} % makespan, "
                    f"{100 * (g['mean_wait_s'] or 0):.1f} % mean wait")  # fmt: skip
@@ -240,7 +266,9 @@ def apply(
         client = _client()
         parts = _parts(partition)
         _, p, setup = _make_plan(client, parts, policy, search, predict, mode)
-        res = apply_order(client, p.order, mode=mode, partitions=parts, state_path=state_file, dry_run=dry_run)
+        res = apply_order(
+            client, p.order, mode=mode, partitions=parts, state_path=state_file, dry_run=dry_run
+        )
         if as_json:
             _emit({"plan": p.as_dict(), "apply": res.as_dict(), "setup_warnings": setup})
             return

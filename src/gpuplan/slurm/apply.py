@@ -12,6 +12,7 @@ Safety rules:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -68,9 +69,13 @@ def _load_state(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise GpuplanError(f"{path}: not a gpuplan Slurm state file ({e}); move it away or pass --state") from None
+        raise GpuplanError(
+            f"{path}: not a gpuplan Slurm state file ({e}); move it away or pass --state"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
-        raise GpuplanError(f"{path}: no 'jobs' object: not a gpuplan Slurm state file; move it away or pass --state")
+        raise GpuplanError(
+            f"{path}: no 'jobs' object: not a gpuplan Slurm state file; move it away or pass --state"
+        )
     return data
 
 
@@ -123,7 +128,9 @@ def apply_order(
             todo.append(q)
     data = _load_state(path)
     recorded = data["jobs"]
-    others = [_original(q, recorded).get("priority", q.priority) for q in now.values() if q.job_id not in order]
+    others = [
+        _original(q, recorded).get("priority", q.priority) for q in now.values() if q.job_id not in order
+    ]
     values = target_values([q.job_id for q in todo], mode, max(others, default=1))
     key = "Priority" if mode == "priority" else "Nice"
     if dry_run:
@@ -162,7 +169,9 @@ def _original(q: QueueJob, recorded: dict[str, Any]) -> dict[str, Any]:
     return rec if isinstance(rec, dict) else {"priority": q.priority, "nice": q.nice}
 
 
-def _sort_errors(client: SlurmClient, errors: dict[str, str], result: ApplyResult, partitions: Sequence[str]) -> None:
+def _sort_errors(
+    client: SlurmClient, errors: dict[str, str], result: ApplyResult, partitions: Sequence[str]
+) -> None:
     """Errors of jobs that left the queue are skips; any other refusal is raised (after the caller's rollback)."""
     if not errors:
         return
@@ -179,13 +188,13 @@ def _sort_errors(client: SlurmClient, errors: dict[str, str], result: ApplyResul
         raise SlurmCommandError(args, 1, err, "the changes made so far were restored")
 
 
-def _rollback(client: SlurmClient, done: Sequence[tuple[str, str]], recorded: dict[str, Any], mode: str) -> None:
+def _rollback(
+    client: SlurmClient, done: Sequence[tuple[str, str]], recorded: dict[str, Any], mode: str
+) -> None:
     key = "priority" if mode == "priority" else "nice"
     back = [(jid, f"{key.capitalize()}={recorded[jid][key]}") for jid, _ in reversed(done) if jid in recorded]
-    try:
+    with contextlib.suppress(SlurmError):  # the caller's error says what failed; reset can still restore
         client.update_jobs(back)
-    except SlurmError:
-        pass  # the caller's error says what failed; reset can still restore from the state file
 
 
 def reset_order(client: SlurmClient, state_path: Path | None = None, dry_run: bool = False) -> ApplyResult:

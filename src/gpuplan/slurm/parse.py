@@ -42,7 +42,17 @@ SINFO_FIELDS = ("NodeList", "StateLong", "Gres", "GresUsed", "Partition")
 
 _NO_VALUE = frozenset({"", "N/A", "(null)", "None", "Unknown", "NONE"})
 _NO_LIMIT = frozenset({"UNLIMITED", "INFINITE", "NOT_SET", "Partition_Limit"})
-_DOWN_WORDS = ("down", "drain", "fail", "maint", "reboot", "future", "inval", "powered_down", "not_responding")
+_DOWN_WORDS = (
+    "down",
+    "drain",
+    "fail",
+    "maint",
+    "reboot",
+    "future",
+    "inval",
+    "powered_down",
+    "not_responding",
+)
 
 
 @dataclass(slots=True)
@@ -135,9 +145,11 @@ def _split_o(text: str, what: str) -> tuple[list[str], list[tuple[int, list[str]
     for number, ln in enumerate(lines[1:], start=2):
         cells = ln[:-1].split("|") if ln.endswith("|") else ln.split("|")
         if len(cells) > len(header):  # only the last field (Name) may hold the separator
-            cells = cells[: len(header) - 1] + ["|".join(cells[len(header) - 1 :])]
+            cells = [*cells[: len(header) - 1], "|".join(cells[len(header) - 1 :])]
         if len(cells) != len(header):
-            raise _bad(what, number, "", ln, f"{len(header)} '|'-separated fields like the header {lines[0]!r}")
+            raise _bad(
+                what, number, "", ln, f"{len(header)} '|'-separated fields like the header {lines[0]!r}"
+            )
         rows.append((number, cells))
     return header, rows
 
@@ -241,7 +253,9 @@ def parse_squeue(text: str, what: str = "squeue output") -> list[QueueJob]:
     index = {_SQUEUE_HEADERS[h]: i for i, h in enumerate(header) if h in _SQUEUE_HEADERS}
     missing = [c for c in _REQUIRED if c not in index]
     if missing:
-        raise _bad(what, 1, "header", "|".join(header), f"columns for {', '.join(missing)} (run: squeue -O ...)")
+        raise _bad(
+            what, 1, "header", "|".join(header), f"columns for {', '.join(missing)} (run: squeue -O ...)"
+        )
     return [_queue_job(cells, index, what, number) for number, cells in rows]
 
 
@@ -305,7 +319,9 @@ def parse_sinfo(text: str, what: str = "sinfo output") -> list[NodeInfo]:
     index = {_SINFO_HEADERS[h]: i for i, h in enumerate(header) if h in _SINFO_HEADERS}
     for need in ("name", "gres"):
         if need not in index:
-            raise _bad(what, 1, "header", "|".join(header), "NODELIST and GRES columns (run: sinfo -N -O ...)")
+            raise _bad(
+                what, 1, "header", "|".join(header), "NODELIST and GRES columns (run: sinfo -N -O ...)"
+            )
     nodes: dict[str, NodeInfo] = {}
     for _, cells in rows:
         name = cells[index["name"]].strip()

@@ -104,7 +104,9 @@ class QueuePlan:
 
     def gain(self) -> dict[str, float | None]:
         """Relative improvement of the plan over Slurm's order (0.25 = 25 % shorter)."""
-        return {k: _gain(getattr(self.slurm, k), getattr(self.planned, k)) for k in ("makespan_s", "mean_wait_s")}
+        return {
+            k: _gain(getattr(self.slurm, k), getattr(self.planned, k)) for k in ("makespan_s", "mean_wait_s")
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -180,7 +182,8 @@ def _seeds(state: LiveState, cluster: ClusterSpec, preds: dict[str, float]) -> l
     sinfo reports in use; GPUs in use that no job explains (other partitions' jobs) become one seed
     that ends when the last known running job does."""
     deficit = {n.name: n.gpus_used for n in state.nodes if n.name in {c.name for c in cluster.nodes}}
-    seeds, unplaced = [], []
+    seeds: list[tuple[Seed, int]] = []
+    unplaced: list[tuple[Seed, int]] = []
     for q in state.jobs:
         if not q.is_running or q.gpus <= 0:
             continue
@@ -280,7 +283,9 @@ def _free_gpus(sched: Scheduler, seed: Seed, node_index: dict[str, int]) -> list
     return out
 
 
-def _outcome(pending: Sequence[Job], starts: dict[str, float | None], ends: dict[str, float | None]) -> Outcome:
+def _outcome(
+    pending: Sequence[Job], starts: dict[str, float | None], ends: dict[str, float | None]
+) -> Outcome:
     end_values = list(ends.values())
     makespan = None if any(e is None for e in end_values) or not end_values else max(end_values)  # type: ignore[type-var]
     waits = [s - j.submit_s for j in pending if (s := starts[j.id]) is not None]
@@ -361,10 +366,9 @@ def plan_queue(
     for name in candidates:
         pol = get_policy(name)
         out = run(pol)
-        keyed = sorted(range(len(pending)), key=lambda i, pol=pol: (*pol.key(pending[i], i, False), i))
-        order = _start_order(out, [pending[i].id for i in keyed])
+        order = _start_order(out, _policy_order(pol, pending))
         fixed = run(FixedOrder(order))
-        if _rank(fixed) < _rank(best) or best_name == "slurm-order" and policy != "best":
+        if _rank(fixed) < _rank(best) or (best_name == "slurm-order" and policy != "best"):
             best_name, best_order, best = name, order, fixed
     if search_s > 0 and len(best_order) > 1:
         best_order, best = _local_search(run, best_order, best, search_s, seed)
@@ -375,7 +379,14 @@ def plan_queue(
                      inp.cluster, len(inp.seeds), state.now_s, durations)  # fmt: skip
 
 
-def _local_search(run, order: list[str], best: Outcome, budget_s: float, seed: int) -> tuple[list[str], Outcome]:  # type: ignore[no-untyped-def]
+def _policy_order(pol: Policy, pending: Sequence[Job]) -> list[str]:
+    keyed = sorted(range(len(pending)), key=lambda i: (*pol.key(pending[i], i, False), i))
+    return [pending[i].id for i in keyed]
+
+
+def _local_search(
+    run, order: list[str], best: Outcome, budget_s: float, seed: int
+) -> tuple[list[str], Outcome]:  # type: ignore[no-untyped-def]
     rng = random.Random(seed)
     deadline = time.monotonic() + budget_s
     n = len(order)
@@ -404,8 +415,11 @@ def _plan_warnings(pending: Sequence[Job], inp: _Inputs, state: LiveState) -> li
         )
     endless = [s.job_id for s in inp.seeds if s.remaining_s is None]
     if endless:
-        out.append(f"{len(endless)} running job(s) have no time limit (first: {endless[0]}): their GPUs never free up in the plan")
+        out.append(
+            f"{len(endless)} running job(s) have no time limit (first: {endless[0]}): their GPUs never free up in the plan"
+        )
     if inp.unmanaged:
-        out.append(f"{len(inp.unmanaged)} pending job(s) left alone (held, dependent, arrays...): see 'unmanaged'")
+        out.append(
+            f"{len(inp.unmanaged)} pending job(s) left alone (held, dependent, arrays...): see 'unmanaged'"
+        )
     return out
-

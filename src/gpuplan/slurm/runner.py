@@ -155,7 +155,9 @@ class SlurmRunner:
         if is_permission_error(stderr):
             return SlurmPermissionError(args, rc, stderr, _PERMISSION_HINT)
         if is_transient(stderr):
-            return SlurmCommandError(args, rc, stderr, "slurmctld is not answering: is it running? (`scontrol ping`)")
+            return SlurmCommandError(
+                args, rc, stderr, "slurmctld is not answering: is it running? (`scontrol ping`)"
+            )
         return SlurmCommandError(args, rc, stderr)
 
 

@@ -37,7 +37,9 @@ def setup_warnings(config: dict[str, str], mode: str = "priority") -> list[str]:
             "apply` (or `watch`), or use --mode nice"
         )
     if mode == "nice" and prio == "priority/basic":
-        out.append("--mode nice needs PriorityType=priority/multifactor (priority/basic ignores Nice=); use --mode priority")
+        out.append(
+            "--mode nice needs PriorityType=priority/multifactor (priority/basic ignores Nice=); use --mode priority"
+        )
     return out
 
 
