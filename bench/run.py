@@ -24,6 +24,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     peak memory (issue #15 floor: <= 25 MB and <= 600 MB).
   all-policy-alibaba: `gpuplan simulate openb_pod_list_default.csv -p all -b all --json`, wall time
     (issue #15 floor: <= 30 s).
+  slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
+    by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
 """
 
 from __future__ import annotations
@@ -263,6 +265,12 @@ def _plan_case() -> list[dict[str, object]]:
     return bench_plan()
 
 
+def _slurm_case() -> dict[str, object]:
+    from bench_slurm import bench_slurm
+
+    return bench_slurm()
+
+
 _SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 _OTHER = {
     "read-own-csv-1m": _read_own_csv_case,
@@ -287,6 +295,7 @@ _OTHER = {
     ),
     "report-nasa-all": _report_nasa_case,
     "all-policy-alibaba": _all_policy_alibaba_case,
+    "slurm-plan-apply-1000": _slurm_case,
 }
 
 

@@ -205,3 +205,13 @@ def test_update_outcome_names_each_failed_job(slurm: SlurmCluster) -> None:
     out = SlurmClient().update_jobs([(jid, "Priority=5"), ("999999", "Priority=4")])
     assert isinstance(out, UpdateOutcome) and list(out.errors) == ["999999"]
     assert "Invalid job id" in out.errors["999999"] and slurm.priorities()[jid] == 5
+
+
+def test_bench_code_runs_on_a_small_queue(slurm: SlurmCluster) -> None:
+    """`make bench`'s Slurm case must not rot: its code on 20 jobs (no timing asserted)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from bench_slurm import _measure
+
+    row = _measure(slurm, 20)
+    assert row["pending_jobs"] == 20 and row["changed"] == 20 and row["cli_changed"] == 20
+    assert {"plan_s", "apply_s", "plan_plus_apply_s", "cli_apply_wall_s", "within_floor"} <= set(row)

@@ -88,7 +88,7 @@ def _warn(lines: list[str]) -> None:
 @slurm_app.command("status")
 def status(partition: PartitionOpt = None, as_json: JsonOpt = False) -> None:
     """Nodes, GPUs free and used, pending and running jobs, and idle GPUs no pending job can use."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.slurm.client import live_state
@@ -150,7 +150,7 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Finished and running jobs from sacct, read into gpuplan's own trace format (for audit, predict fit)."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         import tempfile
@@ -218,7 +218,7 @@ def plan(
     as_json: JsonOpt = False,
 ) -> None:
     """The order gpuplan would run the pending jobs in, simulated from the live state, against Slurm's order."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         _, p, setup = _make_plan(_client(), _parts(partition), policy, search, predict)
@@ -258,7 +258,7 @@ def apply(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Plan, then set that order with `scontrol update` (previous values recorded first; `reset` undoes it)."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.slurm.apply import apply_order
@@ -284,7 +284,7 @@ def apply(
 @slurm_app.command("reset")
 def reset(state_file: StateOpt = None, as_json: JsonOpt = False) -> None:
     """Restore the priorities (or nice values) recorded by `apply` on the jobs still pending."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.slurm.apply import reset_order
@@ -308,7 +308,7 @@ def watch(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Replan and reapply whenever the set of pending or running jobs changes (Ctrl-C stops)."""
-    from gpuplan.cli import _errors
+    from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         run_watch(_client(), _parts(partition), policy, predict, mode, state_file, interval, iterations,

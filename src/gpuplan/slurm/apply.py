@@ -180,11 +180,11 @@ def _sort_errors(
         if jid not in still or any(g in err for g in _GONE):
             result.skipped[jid] = f"no longer pending when its turn came ({err.strip().splitlines()[-1]})"
             continue
-        from gpuplan.slurm.runner import _PERMISSION_HINT, is_permission_error
+        from gpuplan.slurm.runner import PERMISSION_HINT, is_permission_error
 
         args = ["scontrol", "update", f"JobId={jid}"]
         if is_permission_error(err):
-            raise SlurmPermissionError(args, 1, err, _PERMISSION_HINT)
+            raise SlurmPermissionError(args, 1, err, PERMISSION_HINT)
         raise SlurmCommandError(args, 1, err, "the changes made so far were restored")
 
 

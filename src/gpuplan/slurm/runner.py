@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from gpuplan.errors import GpuplanError
 
 __all__ = [
+    "PERMISSION_HINT",
     "SlurmCommandError",
     "SlurmError",
     "SlurmNotFoundError",
@@ -153,7 +154,7 @@ class SlurmRunner:
     @staticmethod
     def _error(args: Sequence[str], rc: int, stderr: str) -> SlurmCommandError:
         if is_permission_error(stderr):
-            return SlurmPermissionError(args, rc, stderr, _PERMISSION_HINT)
+            return SlurmPermissionError(args, rc, stderr, PERMISSION_HINT)
         if is_transient(stderr):
             return SlurmCommandError(
                 args, rc, stderr, "slurmctld is not answering: is it running? (`scontrol ping`)"
@@ -161,7 +162,7 @@ class SlurmRunner:
         return SlurmCommandError(args, rc, stderr)
 
 
-_PERMISSION_HINT = (
+PERMISSION_HINT = (
     "changing job priorities needs root, the SlurmUser, or a Slurm Operator/Admin "
     "(`sacctmgr modify user NAME set adminlevel=Operator`); `gpuplan slurm plan` and "
     "`gpuplan slurm apply --dry-run` work for everyone"
