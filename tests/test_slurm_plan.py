@@ -204,3 +204,42 @@ def test_runner_permission_and_timeout_and_missing(tmp_path: Path) -> None:
         runner.run(["slow"])
     with pytest.raises(SlurmNotFoundError, match="not on PATH"):
         runner.run(["no-such-slurm-command"])
+
+
+# -- bad input on the command line: one line on stderr, exit 2, before Slurm is asked -----------------
+def _cli(*args: str):  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from gpuplan.cli import app
+
+    return CliRunner().invoke(app, ["slurm", *args])
+
+
+def test_unknown_mode_is_refused_before_slurm_is_asked() -> None:
+    r = _cli("apply", "--mode", "loud")
+    assert (
+        r.exit_code == 2
+        and r.stderr.strip() == "gpuplan: error: unknown --mode 'loud'; valid modes: priority, nice"
+    )
+
+
+def test_reset_without_or_with_a_broken_state_file(tmp_path: Path) -> None:
+    r = _cli("reset", "--state", str(tmp_path / "none.json"))
+    assert r.exit_code == 2 and "nothing to reset: no state file" in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = _cli("reset", "--state", str(bad))
+    assert r.exit_code == 2 and f"{bad}: not a gpuplan Slurm state file" in r.stderr
+    bad.write_text("[1, 2]")
+    r = _cli("reset", "--state", str(bad))
+    assert r.exit_code == 2 and "no 'jobs' object" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_slurm_missing_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm command anywhere
+    r = _cli("status")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "gpuplan: error: `sinfo` is not on PATH: install Slurm's client tools (Debian: apt-get install "
+        "slurm-client) or add their directory to PATH"
+    )

@@ -160,7 +160,7 @@ def test_permission_denied_is_explained_and_dry_run_works(
 
 
 def test_status_history_and_a_real_subprocess(slurm: SlurmCluster, tmp_path: Path) -> None:
-    small = slurm.sbatch("--gres=gpu:3", "--time=1", script="sleep 1")
+    small = slurm.sbatch("--gres=gpu:3", "--time=1", script="sleep 40")
     wide = slurm.sbatch("-N", "2", "--gres=gpu:8", "--time=2", script="sleep 30")
     status = _ok(_cli("status", "--json"))
     assert status["gpus"] == 32 and status["pending"] == 2 and status["running"] == 0
@@ -183,7 +183,7 @@ def test_status_history_and_a_real_subprocess(slurm: SlurmCluster, tmp_path: Pat
         time.sleep(0.5)
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert rows[small]["gpus"] == 3 and rows[wide]["gpus"] == 16  # GPUs summed over the 2 nodes
-    assert rows[wide]["meta"]["state"] == "CANCELLED" and rows[small]["meta"]["state"] == "COMPLETED"
+    assert rows[wide]["meta"]["state"] == rows[small]["meta"]["state"] == "CANCELLED"
 
 
 def test_watch_reapplies_when_the_queue_changes(slurm: SlurmCluster) -> None:

@@ -261,8 +261,9 @@ def apply(
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
-        from gpuplan.slurm.apply import apply_order
+        from gpuplan.slurm.apply import apply_order, check_mode
 
+        check_mode(mode)
         client = _client()
         parts = _parts(partition)
         _, p, setup = _make_plan(client, parts, policy, search, predict, mode)
@@ -311,6 +312,9 @@ def watch(
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
+        from gpuplan.slurm.apply import check_mode
+
+        check_mode(mode)
         run_watch(_client(), _parts(partition), policy, predict, mode, state_file, interval, iterations,
                   as_json, time.sleep)  # fmt: skip
 

@@ -25,7 +25,15 @@ from gpuplan.slurm.client import SlurmClient
 from gpuplan.slurm.parse import QueueJob
 from gpuplan.slurm.runner import SlurmCommandError, SlurmError, SlurmPermissionError
 
-__all__ = ["MODES", "ApplyResult", "apply_order", "default_state_path", "reset_order"]
+__all__ = [
+    "MODES",
+    "ApplyResult",
+    "apply_order",
+    "check_mode",
+    "default_state_path",
+    "reset_order",
+    "target_values",
+]
 
 MODES = ("priority", "nice")
 _CHUNK = 500  # scontrol lines per process: one process each keeps 1,000 jobs well under a second
@@ -57,9 +65,9 @@ def default_state_path() -> Path:
     return base / "gpuplan" / "slurm-applied.json"
 
 
-def _check_mode(mode: str) -> str:
+def check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise GpuplanError(f"unknown --mode {mode!r}; valid: {', '.join(MODES)}")
+        raise GpuplanError(f"unknown --mode {mode!r}; valid modes: {', '.join(MODES)}")
     return mode
 
 
@@ -113,7 +121,7 @@ def apply_order(
         SlurmError: slurmctld stopped answering (what was set is a prefix of the plan; the message
             says how to restore it) or refused a change for another reason (restored, then raised).
     """
-    _check_mode(mode)
+    check_mode(mode)
     path = state_path or default_state_path()
     result = ApplyResult(mode, state_path=str(path), dry_run=dry_run)
     now = {q.job_id: q for q in client.queue(partitions, states="PD")}
@@ -208,7 +216,7 @@ def reset_order(client: SlurmClient, state_path: Path | None = None, dry_run: bo
     if not path.exists():
         raise GpuplanError(f"nothing to reset: no state file {path} (apply records one; pass --state FILE)")
     data = _load_state(path)
-    mode = _check_mode(str(data.get("mode", "priority")))
+    mode = check_mode(str(data.get("mode", "priority")))
     key = "priority" if mode == "priority" else "nice"
     recorded: dict[str, Any] = data["jobs"]
     result = ApplyResult(mode, state_path=str(path), dry_run=dry_run)
