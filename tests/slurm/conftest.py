@@ -1,4 +1,6 @@
-"""One real Slurm cluster for the whole test session (tests/slurm/harness.py), stopped by PID at the end.
+"""One real Slurm cluster for the Slurm tests (tests/slurm/harness.py), started once per session when
+the first of them needs it and stopped by PID as soon as the last of them is done (so the other tests
+run without its daemons), or at the session's end whatever happened.
 
 Without Slurm's Debian packages (or without root, which slurmd needs) these tests skip and say why;
 under CI=true that is a failure instead (CI installs the packages in .ci/run).
@@ -27,18 +29,36 @@ def _unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
+_HERE = Path(__file__).parent
+_started: list[SlurmCluster] = []
+
+
+@pytest.fixture
+def slurm_cluster() -> SlurmCluster:
     why = _unavailable()
     if why is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why} (CI=true: a missing Slurm is a failure, not a skip)")
         pytest.skip(why)
-    cluster = SlurmCluster.start("builtin")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    if not _started:
+        _started.append(SlurmCluster.start("builtin"))
+    return _started[0]
+
+
+def _stop_cluster() -> None:
+    while _started:
+        _started.pop().stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last Slurm test in a row (its fixtures already torn down), stop the daemons."""
+    if nextitem is None or _HERE not in Path(str(nextitem.fspath)).parents:
+        _stop_cluster()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _stop_cluster()
 
 
 @pytest.fixture
