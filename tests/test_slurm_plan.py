@@ -243,3 +243,8 @@ def test_slurm_missing_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_pa
         "gpuplan: error: `sinfo` is not on PATH: install Slurm's client tools (Debian: apt-get install "
         "slurm-client) or add their directory to PATH"
     )
+
+
+def test_a_preemptive_policy_is_refused_with_the_valid_names() -> None:
+    with pytest.raises(GpuplanError, match=r"policy 'las' preempts running jobs.*fifo.*or best"):
+        plan_queue(_live_state(), policy="las")

@@ -231,7 +231,7 @@ def simulate_queue(
     """Run `pending` (submit_s relative to now, <= 0) after the running `seeds` on `cluster`.
 
     Exclusive GPUs; a job runs for its planning duration (estimate, else limit; None = endless).
-    The scheduler is gpuplan's own `Scheduler`, with the running jobs started on their nodes at 0.
+    The scheduler is gpuplan's own `Scheduler`, with the running jobs adopted on their nodes at 0.
     """
     sched = Scheduler(cluster, policy, backfill, placer)
     node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
@@ -243,10 +243,7 @@ def simulate_queue(
             continue
         job = Job(id=f"running:{seed.job_id}", submit_s=-1.0, gpus=len(gpus), est_duration_s=seed.remaining_s,
                   may_span_nodes=True)  # fmt: skip
-        sched.submit(jid, job)
-        started: list[Any] = []
-        sched.start(jid, gpus, 0.0, started)
-        sched.drop_started(started)
+        sched.adopt(jid, job, gpus, 0.0, seed.remaining_s)
         if seed.remaining_s is not None:
             heapq.heappush(heap, (seed.remaining_s, next(seq), jid))
     base = len(seeds)
@@ -259,7 +256,7 @@ def simulate_queue(
         for st in sched.schedule(now):
             job = pending[st.jid - base]
             starts[job.id] = now
-            dur = sched.plan[st.jid]
+            dur = sched.slot(st.jid).plan_s
             if dur < _INF:
                 ends[job.id] = now + dur
                 heapq.heappush(heap, (now + dur, next(seq), st.jid))
@@ -267,7 +264,7 @@ def simulate_queue(
             break
         now = heap[0][0]
         while heap and heap[0][0] <= now:
-            sched.finish(heapq.heappop(heap)[2])
+            sched.finish(heapq.heappop(heap)[2], now)
     return _outcome(pending, starts, ends)
 
 
@@ -361,7 +358,7 @@ def plan_queue(
         return simulate_queue(inp.cluster, inp.seeds, pending, order_or_policy, inp.backfill)
 
     slurm = run(FixedOrder(base_order, "slurm-order"))
-    candidates = policy_names() if policy == "best" else [get_policy(policy).name]
+    candidates = policy_names() if policy == "best" else [_static_policy(policy)]
     best_name, best_order, best = "slurm-order", base_order, slurm
     for name in candidates:
         pol = get_policy(name)
@@ -377,6 +374,16 @@ def plan_queue(
     durations = {j.id: j.planning_duration_s() for j in pending}
     return QueuePlan(best_order, best_name, inp.backfill, best, slurm, base_order, inp.unmanaged, warnings,
                      inp.cluster, len(inp.seeds), state.now_s, durations)  # fmt: skip
+
+
+def _static_policy(name: str) -> str:
+    pol = get_policy(name)
+    if pol.preemptive:
+        raise GpuplanError(
+            f"policy {name!r} preempts running jobs, which Slurm priorities cannot do; choose one of "
+            f"{', '.join(policy_names())} or best"
+        )
+    return pol.name
 
 
 def _policy_order(pol: Policy, pending: Sequence[Job]) -> list[str]:
