@@ -94,10 +94,19 @@ class FakeAgentHome:
         now = time.time()
         jid = self.store.add_job(
             command="sleep 600", gpus=len(gpus), mem_gb=mem_gb, declared_mem_gb=mem_gb, state="running",
-            submit_s=job.pop("submit_s", now - 60), start_s=now, gpu_ids=",".join(map(str, gpus)),
+            submit_s=job.pop("submit_s", now - 50), start_s=now, gpu_ids=",".join(map(str, gpus)),
             pid=proc.pid, pgid=proc.pid, **job,
         )  # fmt: skip
         self.procs[jid] = proc
+        # exec closes Popen's error pipe before the kernel has laid out the new environment, so the
+        # fake set can miss the process for a moment: wait (deadline) until it sees it (a process on
+        # lost GPUs only is never shown)
+        deadline = time.monotonic() + 20
+        lost = getattr(getattr(self.backend, "scenario", None), "lost", set())
+        while not set(gpus) <= lost and not any(p.pid == proc.pid for p in self.backend.snapshot().procs):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the fake device set never saw job {jid} (pid {proc.pid})")
+            time.sleep(0.005)
         return jid
 
     def stop(self, jid: int) -> None:
