@@ -115,3 +115,32 @@ def test_run_matrix_gives_each_run_the_bound_simulate_computes() -> None:
     for r in runs:
         alone = simulate(jobs, ONE_SHARED_GPU, r.policy, r.backfill)
         assert r.metrics == alone.metrics
+
+
+def test_policies_with_one_order_are_simulated_once_and_match_their_own_run() -> None:
+    """Without estimates sjf and gpu-time order jobs as fifo does: run_matrix shares fifo's schedule
+    under their names, and each shared run equals that policy's own simulation, warnings included."""
+    from gpuplan.cli import run_matrix
+    from gpuplan.sim.engine import queue_order
+
+    jobs = [Job(f"j{i}", 10.0 * i, 1, mem_gb=30.0 + 9 * i, duration_s=100.0 + 7 * i) for i in range(8)]
+    assert (
+        queue_order(jobs, "sjf", False)
+        == queue_order(jobs, "fifo", False)
+        != queue_order(jobs, "mem-desc", False)
+    )
+    policies, backfills = ["fifo", "sjf", "gpu-time", "mem-desc"], ["none", "easy", "conservative"]
+    runs = run_matrix(jobs, ONE_SHARED_GPU, policies, backfills, show_progress=False)
+    assert len(runs) == 12
+    for r in runs:
+        alone = simulate(jobs, ONE_SHARED_GPU, r.policy, r.backfill)
+        assert (r.policy, r.metrics, r.records, r.warnings, r.estimates) == (
+            alone.policy,
+            alone.metrics,
+            alone.records,
+            alone.warnings,
+            alone.estimates,
+        )
+    fifo_none = next(r for r in runs if r.label == "fifo+none")
+    sjf_none = next(r for r in runs if r.label == "sjf+none")
+    assert sjf_none.records is fifo_none.records  # shared, not simulated again

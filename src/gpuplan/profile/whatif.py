@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuplan.core.policies import get_policy, policy_names
+from gpuplan.core.policies import policy_names
 from gpuplan.errors import ScheduleError, UnknownNameError
 from gpuplan.model import ClusterSpec, Job, NodeSpec
-from gpuplan.sim.engine import simulate
+from gpuplan.sim.engine import queue_order, simulate
 from gpuplan.sim.fits import fits_on
 from gpuplan.sim.result import SimResult
 
@@ -207,7 +207,7 @@ def _run_all(
     slowest = 0.0
     by_order: dict[bytes, SimResult] = {}
     for policy in policies:
-        order = _order(jobs, policy, result.oracle)
+        order = queue_order(jobs, policy, result.oracle)
         if order in by_order:
             twin = by_order[order]
             result.runs.append(replace(twin, policy=policy))
@@ -236,15 +236,6 @@ def _run_all(
     if result.fifo is None:
         why = result.skipped.get("fifo", "it did not finish")
         result.error = f"no what-if: the FIFO replay did not complete ({why})"
-
-
-def _order(jobs: Sequence[Job], policy: str, oracle: bool) -> bytes:
-    """The queue order a policy gives the jobs (their indices, packed). The simulator keeps waiting
-    jobs sorted by (key, index), so two policies with one order make the same schedule."""
-    p = get_policy(policy)
-    keys = [(*p.key(j, i, oracle), i) for i, j in enumerate(jobs)]
-    ranked = sorted(range(len(jobs)), key=keys.__getitem__)
-    return b"".join(i.to_bytes(4, "little") for i in ranked)
 
 
 def _same_notes(same_as: dict[str, str]) -> list[str]:

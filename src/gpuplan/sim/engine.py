@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from gpuplan.core.backfill import Backfill
 from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.placement import Placer
-from gpuplan.core.policies import Policy
+from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
 from gpuplan.errors import ScheduleError
@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from gpuplan.core.interference import InterferenceModel
     from gpuplan.core.preemption import PreemptionCost
 
-__all__ = ["ProgressFn", "RunningJob", "estimate_use", "require_durations", "simulate"]
+__all__ = [
+    "ProgressFn",
+    "RunningJob",
+    "as_policy",
+    "estimate_use",
+    "queue_order",
+    "require_durations",
+    "simulate",
+]
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
@@ -115,6 +123,28 @@ def simulate(
         gpu_labels=[sched.state.gpu_label(g) for g in range(sched.state.total_gpus)],
         warnings=_warnings(jobs, sched, oracle) if estimator is None else [],
         estimates=estimate_use(jobs, sched, oracle, run.by_level if estimator is not None else None),
+    )
+
+
+def queue_order(jobs: Sequence[Job], policy: str, oracle: bool) -> bytes:
+    """The queue order a policy's static keys give the jobs (their indices, packed). The simulator keeps
+    waiting jobs sorted by (key, index), so two policies with one order make the same schedule
+    (without an online estimator, which changes keys as jobs finish)."""
+    p = get_policy(policy)
+    keys = [(*p.key(j, i, oracle), i) for i, j in enumerate(jobs)]
+    ranked = sorted(range(len(jobs)), key=keys.__getitem__)
+    return b"".join(i.to_bytes(4, "little") for i in ranked)
+
+
+def as_policy(result: SimResult, jobs: Sequence[Job], policy: str, oracle: bool) -> SimResult:
+    """`result` (a run whose policy orders `jobs` as `policy` does, see `queue_order`) under the name
+    of `policy`, with that policy's own warnings and estimate use: the same schedule, not re-simulated."""
+    sched = Scheduler(result.cluster, policy, result.backfill, result.placer, oracle=oracle)
+    return replace(
+        result,
+        policy=sched.policy.name,
+        warnings=_warnings(jobs, sched, oracle),
+        estimates=estimate_use(jobs, sched, oracle, None),
     )
 
 
