@@ -29,6 +29,8 @@ def spawn() -> Iterator[Any]:
         full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
         p = subprocess.Popen(["/bin/sh", "-c", script], env=full, start_new_session=True)
         procs.append(p)
+        if "GPUPLAN_FAKE_SET" in env:
+            _wait_env_visible(p.pid, env["GPUPLAN_FAKE_SET"])
         return p
 
     yield start
@@ -36,6 +38,22 @@ def spawn() -> Iterator[Any]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def _wait_env_visible(pid: int, set_id: str) -> None:
+    """Wait (deadline) until the kernel shows the new process's environment in /proc.
+
+    exec closes Popen's error pipe before the new environment is laid out, so a snapshot taken at
+    once can miss the process (seen in a full CI run: GPU 0 read 0 GB instead of 8)."""
+    marker = f"GPUPLAN_FAKE_SET={set_id}".encode()
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return
+        except OSError:
+            return  # gone or unreadable: let the test's own assertion speak
+        time.sleep(0.002)
 
 
 def _env(set_id: str, gpus: str, mem: float, util: float | None = None) -> dict[str, str]:
