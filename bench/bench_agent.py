@@ -45,7 +45,7 @@ def bench_latency(jobs: int = 200) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         config = {"home": str(home), "gpus": "fake:8xA100-80GB", "sample_interval_s": 1.0}
-        proc = subprocess.Popen([sys.executable, "-m", "gpuplan.agent.daemon", json.dumps(config)],
+        proc = subprocess.Popen([sys.executable, "-m", "gpuplan.agent.server", json.dumps(config)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         sock = home / "agent.sock"
 

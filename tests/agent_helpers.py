@@ -47,7 +47,7 @@ class Daemon:
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.home / "daemon.out", "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuplan.agent.daemon", json.dumps(self.config)],
+                [sys.executable, "-m", "gpuplan.agent.server", json.dumps(self.config)],
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
         wait_until(self._answers, f"the agent in {self.home} to answer")

@@ -137,8 +137,9 @@ def start_cmd(
 ) -> None:  # fmt: skip
     """Start the agent for $GPUPLAN_HOME (default ~/.local/state/gpuplan) in the background."""
     with _errors():
-        from gpuplan.agent.daemon import AgentConfig, run_agent
+        from gpuplan.agent.daemon import AgentConfig
         from gpuplan.agent.gpus import open_backend
+        from gpuplan.agent.server import run_agent
         from gpuplan.core.backfill import get_backfill
         from gpuplan.core.placement import get_placer
         from gpuplan.core.policies import get_policy
@@ -189,7 +190,7 @@ def _spawn(config: Any) -> dict[str, Any]:
     arg = json.dumps(config.to_json())
     with open(paths.log, "ab") as logf:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuplan.agent.daemon", arg],
+            [sys.executable, "-m", "gpuplan.agent.server", arg],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, close_fds=True,
         )  # fmt: skip
     deadline = time.monotonic() + 20.0
