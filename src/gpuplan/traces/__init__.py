@@ -36,6 +36,7 @@ from gpuplan.traces.alibaba import AlibabaGpuReader  # noqa: F401
 from gpuplan.traces.helios import HeliosReader  # noqa: F401
 from gpuplan.traces.parquet import ParquetReader, write_parquet  # noqa: F401
 from gpuplan.traces.sacct import SacctReader  # noqa: F401
+from gpuplan.traces.sacct_json import SacctJsonReader  # noqa: F401
 from gpuplan.traces.swf import SwfReader  # noqa: F401
 
 __all__ = [
