@@ -108,7 +108,7 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it() -> None:
 
 
 def test_run_matrix_gives_each_run_the_bound_simulate_computes() -> None:
-    from gpuplan.cli import run_matrix
+    from gpuplan.sim.matrix import run_matrix
 
     jobs = [Job(f"j{i}", 10.0 * i, 1, mem_gb=30.0 + 9 * i, duration_s=100.0 + 7 * i) for i in range(8)]
     runs = run_matrix(jobs, ONE_SHARED_GPU, ["fifo", "ljf"], ["none", "conservative"], show_progress=False)
@@ -120,8 +120,8 @@ def test_run_matrix_gives_each_run_the_bound_simulate_computes() -> None:
 def test_policies_with_one_order_are_simulated_once_and_match_their_own_run() -> None:
     """Without estimates sjf and gpu-time order jobs as fifo does: run_matrix shares fifo's schedule
     under their names, and each shared run equals that policy's own simulation, warnings included."""
-    from gpuplan.cli import run_matrix
     from gpuplan.sim.engine import queue_order
+    from gpuplan.sim.matrix import run_matrix
 
     jobs = [Job(f"j{i}", 10.0 * i, 1, mem_gb=30.0 + 9 * i, duration_s=100.0 + 7 * i) for i in range(8)]
     assert (

@@ -25,13 +25,14 @@ from gpuplan.commands.common import cluster_for as _cluster_for
 from gpuplan.commands.common import load_trace as _load_trace
 from gpuplan.commands.common import parse_names as _names
 from gpuplan.errors import GpuplanError
+from gpuplan.sim.matrix import rank_key, run_matrix
 
 if TYPE_CHECKING:
     from gpuplan.core.preemption import PreemptionCost
-    from gpuplan.model import ClusterSpec, Job
+    from gpuplan.model import Job
     from gpuplan.sim.result import SimResult
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run_matrix"]
 
 app = typer.Typer(
     name="gpuplan",
@@ -42,77 +43,6 @@ app = typer.Typer(
 )
 synth_app = typer.Typer(help="Generate synthetic workloads.", no_args_is_help=True)
 app.add_typer(synth_app, name="synth")
-
-
-def _rank(r: SimResult) -> tuple[float, float, str]:
-    """Best first: makespan, then (for equal makespans, common on traces with arrivals) mean JCT."""
-    return (round(r.metrics.makespan_s, 6), r.metrics.mean_jct_s, r.label)
-
-
-def run_matrix(
-    jobs: Sequence[Job],
-    cluster: ClusterSpec,
-    policies: Sequence[str],
-    backfills: Sequence[str],
-    placer: str = "first-fit",
-    oracle: bool = False,
-    show_progress: bool = True,
-    estimates: str = "trace",
-    preemption: PreemptionCost | None = None,
-) -> list[SimResult]:
-    """Simulate every policy x backfill pair; results sorted by makespan, then mean JCT.
-
-    A preemptive policy (las, tiresias, gittins) ignores the backfill mode: it runs once, as +none.
-    `estimates` "history": every run learns its estimates online from its own finished jobs."""
-    from gpuplan._progress import LazyProgress
-    from gpuplan.core.estimates import OnlineEstimator
-    from gpuplan.core.policies import preemptive_policy_names
-    from gpuplan.sim.bounds import lower_bound
-    from gpuplan.sim.engine import as_policy, queue_order, simulate
-
-    results = []
-    bound_s = lower_bound(jobs, cluster).value_s  # the same for every run: computed once
-    # Policies that order these jobs the same way make the same schedule with each backfill mode
-    # (e.g. sjf and fifo when no job has an estimate): simulate it once (static keys only).
-    preemptive = set(preemptive_policy_names())
-    static = estimates != "history"
-    orders = {p: queue_order(jobs, p, oracle) for p in policies if p not in preemptive} if static else {}
-    simulated: dict[tuple[bytes, str], SimResult] = {}
-    pairs = [(p, b) for p in policies if p not in preemptive for b in backfills]
-    pairs += [(p, "none") for p in policies if p in preemptive]
-    n = len(jobs)
-    with LazyProgress(len(pairs) * n, "simulating", enabled=show_progress) as bar:
-        for i, (p, b) in enumerate(pairs):
-            label = f"simulating {p}+{b} ({i + 1}/{len(pairs)})"
-
-            def tick(done: int, total: int, base: int = i * n, label: str = label) -> None:
-                bar.set(base + done, label)
-
-            twin = simulated.get((orders[p], b)) if p in orders else None
-            if twin is not None:
-                results.append(as_policy(twin, jobs, p, oracle))
-                bar.set((i + 1) * n, label)
-                continue
-            est = OnlineEstimator() if estimates == "history" else None
-            results.append(
-                simulate(
-                    jobs,
-                    cluster,
-                    p,
-                    b,
-                    placer,
-                    oracle=oracle,
-                    progress=tick,
-                    estimator=est,
-                    preemption=preemption,
-                    lower_bound_s=bound_s,
-                )
-            )
-            if p in orders:
-                simulated[(orders[p], b)] = results[-1]
-            bar.set((i + 1) * n, label)
-    results.sort(key=_rank)
-    return results
 
 
 _TABLE_CAPTION = (
@@ -138,16 +68,17 @@ def _print_table(results: Sequence[SimResult], title: str) -> None:
     for col in keep:
         first = col == "policy+backfill"
         table.add_column(col, justify="left" if first else "right", no_wrap=True)
-    from gpuplan.sim.compare import best_run, contenders, same_runs
+    from gpuplan.sim.compare import best_run, contenders, fifo_baseline, same_runs
 
     best = best_run(results, ranked=True)
+    baseline = fifo_baseline(results)
     same = same_runs(results)
     for i, r in enumerate(results):
         m = r.metrics
-        mark = " ← best" if r is best else (" ← FIFO" if r.policy == "fifo" else "")
+        mark = " ← best" if r is best else (" ← FIFO" if r is baseline else "")
         if i in same:
             mark = f" = {same[i]}"
-        style = "bold green" if r is best else ("yellow" if r.policy == "fifo" else None)
+        style = "bold green" if r is best else ("yellow" if r is baseline else None)
         cells = dict(zip(cols, [
             r.label + mark, f"{m.makespan_s / 3600:.2f}", f"{100 * m.utilization:.1f}",
             f"{m.mean_jct_s / 3600:.2f}", f"{m.p95_jct_s / 3600:.2f}", f"{m.mean_wait_s / 3600:.2f}",
@@ -332,7 +263,7 @@ def _honesty_notes(results: Sequence[SimResult]) -> list[str]:
 
 
 def _notes(results: Sequence[SimResult]) -> list[str]:
-    from gpuplan.sim.compare import best_run, no_winner_reason
+    from gpuplan.sim.compare import best_run, fifo_baseline, no_winner_reason
 
     notes = []
     if any(r.oracle for r in results):
@@ -341,12 +272,9 @@ def _notes(results: Sequence[SimResult]) -> list[str]:
     why = no_winner_reason(results)
     if why is not None:
         notes.append(f"no best run: {why}.")
-    policies = [r for r in results if r.policy != PLAN_POLICY]
-    fifo = [r for r in policies if r.policy == "fifo"]
+    f = fifo_baseline(results)
     best = best_run(results, ranked=True)
-    if fifo and best is not None and best.policy != "fifo":
-        plain = [r for r in fifo if r.backfill == "none"]
-        f = plain[0] if plain else min(fifo, key=lambda r: r.metrics.makespan_s)
+    if f is not None and best is not None and best.policy != "fifo":
         gain = f.metrics.makespan_s - best.metrics.makespan_s
         notes.append(
             f"best policy {best.label}: {best.metrics.makespan_s / 3600:.2f} h at "
@@ -392,7 +320,7 @@ def demo(
         if plan_s > 0:
             from gpuplan.commands.plan import plan_demo_results
 
-            results = sorted([*results, *plan_demo_results(jobs, spec, plan_s)], key=_rank)
+            results = sorted([*results, *plan_demo_results(jobs, spec, plan_s)], key=rank_key)
         subtitle = f"article scenario (seed {seed}, {len(jobs)} jobs at t=0) on {spec.describe()}"
         if not as_json:
             typer.echo("The article: FIFO 55 % utilization / 12 h; profile order 88 % / 8.5 h (8xA100).")

@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from gpuplan.errors import GpuplanError
-from gpuplan.sim.compare import best_run, contenders, no_winner_reason, same_runs
+from gpuplan.sim.compare import best_run, contenders, fifo_baseline, no_winner_reason, same_runs
 from gpuplan.sim.result import JobRecord, SimResult
 
 __all__ = [
@@ -248,11 +248,10 @@ def _best_index(runs: Sequence[SimResult]) -> int | None:
 
 def _gantt_runs(runs: Sequence[SimResult]) -> set[int]:
     """Indices of the runs whose Gantt the page draws: the best run (or the first policy run when none
-    is best), the FIFO baseline (fifo+none, else the first FIFO run) and searched plans. Drawing every
+    is best), the FIFO baseline (`sim.compare.fifo_baseline`) and searched plans. Drawing every
     run of a 24-run comparison made pages of hundreds of MB that no browser opens."""
     lead = contenders(runs)[0]
-    fifo = [r for r in runs if r.policy == "fifo"]
-    base = next((r for r in fifo if r.backfill == "none"), fifo[0] if fifo else None)
+    base = fifo_baseline(runs)
     keep = [lead, *([base] if base is not None else []), *(r for r in runs if r.policy == _PLAN)]
     return {i for i, r in enumerate(runs) if any(r is k for k in keep[:GANTT_MAX_RUNS])}
 

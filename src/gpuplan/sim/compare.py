@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from gpuplan.sim.result import PLAN_POLICY, SimResult
 
-__all__ = ["PLAN_POLICY", "best_run", "contenders", "no_winner_reason", "same_runs"]
+__all__ = ["PLAN_POLICY", "best_run", "contenders", "fifo_baseline", "no_winner_reason", "same_runs"]
 
 
 def contenders(results: Sequence[SimResult]) -> list[SimResult]:
@@ -85,3 +85,15 @@ def same_runs(results: Sequence[SimResult]) -> dict[int, str]:
         else:
             first[fp] = r.label
     return out
+
+
+def fifo_baseline(results: Sequence[SimResult]) -> SimResult | None:
+    """The FIFO run the others are compared with: strict FIFO (fifo+none, the article's baseline)
+    when it was run, else the FIFO run with the shortest makespan; None without a FIFO run."""
+    fifo = [r for r in results if r.policy == "fifo" and not r.oracle] or [
+        r for r in results if r.policy == "fifo"
+    ]
+    plain = [r for r in fifo if r.backfill == "none"]
+    if plain:
+        return plain[0]
+    return min(fifo, key=lambda r: r.metrics.makespan_s) if fifo else None

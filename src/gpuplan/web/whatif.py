@@ -104,7 +104,7 @@ def _cluster(req: WhatIfRequest, trace_cluster: ClusterSpec | None) -> ClusterSp
 
 
 def _matrix(req: WhatIfRequest, jobs: list[Job], cluster: ClusterSpec) -> list[SimResult]:
-    from gpuplan.cli import run_matrix
+    from gpuplan.sim.matrix import run_matrix
 
     pairs = {(p, b) for p in req.policies for b in req.backfills}
     results = run_matrix(
