@@ -342,6 +342,18 @@ def test_synth_poisson(tmp_path: Path) -> None:
     assert len({j.gpus for j in jobs}) > 1
 
 
+def test_synth_poisson_keeps_its_cluster(tmp_path: Path) -> None:
+    """The load is relative to --cluster: the trace carries that cluster, and simulate uses it."""
+    out = tmp_path / "x.jsonl"
+    _ok(_invoke("synth", "poisson", "--jobs", "50", "--cluster", "1xH200-141GB", "--out", out))
+    assert (tmp_path / "x.cluster.toml").is_file()
+    assert read_trace(out).cluster is not None and read_trace(out).cluster.total_gpus == 1
+    (run,) = json.loads(_ok(_invoke("simulate", out, "--json")).stdout)
+    assert run["cluster"]["origin"] == "trace"
+    assert run["cluster"]["gpus"] == 1
+    assert run["cluster"]["describe"].startswith("1 GPU on 1 node(s) (1x H200-141GB)")
+
+
 def test_synth_poisson_gpu_mix(tmp_path: Path) -> None:
     out = tmp_path / "x.jsonl"
     _ok(_invoke("synth", "poisson", "--jobs", "100", "--rate", "30", "--gpu-mix", "1=1", "--out", out))

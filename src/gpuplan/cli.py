@@ -432,8 +432,9 @@ def synth_poisson_cmd(
             jobs, seed=seed, rate_per_h=rate, load=load if load is not None or rate is not None else 0.9,
             total_gpus=spec.total_gpus, mix=_class_mix(class_mix), gpu_mix=_gpu_mix(gpu_mix), tail_alpha=tail,
         )  # fmt: skip
-        write_trace(made, out)
-        typer.echo(f"wrote {len(made)} jobs to {out}")
+        beside = write_trace(made, out, spec)  # the load is relative to this cluster: keep it with the jobs
+        where = f" and its cluster ({spec.describe()}) to {beside}" if beside is not None else ""
+        typer.echo(f"wrote {len(made)} jobs to {out}{where}")
 
 
 def _gpu_mix(text: str | None) -> dict[int, float] | None:

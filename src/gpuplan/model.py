@@ -165,7 +165,8 @@ class ClusterSpec:
         parts = [f"{cnt}x{g}x {model}" if cnt > 1 else f"{g}x {model}" for (g, model), cnt in groups.items()]
         mode = f"sharing (up to {self.max_jobs_per_gpu} jobs/GPU)" if self.sharing else "exclusive"
         if not slices:
-            return f"{self.total_gpus} GPUs on {len(self.nodes)} node(s) ({', '.join(parts)}), {mode}"
+            gpus = f"{self.total_gpus} GPU" + ("s" if self.total_gpus != 1 else "")
+            return f"{gpus} on {len(self.nodes)} node(s) ({', '.join(parts)}), {mode}"
         parts += [f"{cnt}x {model}" for model, cnt in slices.items()]
         cut = {
             n.name.split("/")[0] + "/" + n.name.split("/")[1].split(":")[0]
