@@ -373,6 +373,7 @@ def test_arrow_path_matches_the_exact_path() -> None:
         ("|40G|", "| 40G|"),  # a form only the exact path reads
         ("gres/gpuutil=95", "gres/gpuutil=9.5e1"),
         ("energy=0,fs/disk=1048576,", "energy=0,gres/gpumem=1G,fs/disk=1048576,"),  # gpumem twice
+        ("2026-03-02T08:00:00", "2999-03-02T08:00:00"),  # absurd: the exact path names it
         ("1-02:00:00|2-00:00:00", "1-02:00:00\r|2-00:00:00"),  # a lone \r ends an Arrow row
         ("\n502|", "\n\n502|"),  # a blank line
         ("\n503|", "\n501|"),  # a duplicate id
@@ -434,6 +435,17 @@ def test_without_pyarrow_the_exact_path_reads_large_files(monkeypatch: pytest.Mo
         ("MaxRSS", "-5K", "-5K", "MaxRSS: negative"),
         ("TRESUsageInMax", "cpu=00:00:01,gres/gpumem=lots", "lots", "TRESUsageInMax: not a size"),
         ("TRESUsageInMax", "gres/gpuutil=-5", "gres/gpuutil=-5", "TRESUsageInMax: bad gres/gpuutil"),
+        # absurd values: a typing or unit mistake, not a job (the bounds every other reader has)
+        ("Elapsed", "99999-00:00:00", "99999-00:00:00", "Elapsed: absurd duration"),  # 274 years
+        ("Timelimit", "40000-00:00:00", "40000-00:00:00", "Timelimit: absurd duration"),
+        ("Submit", "2999-01-01T00:00:00", "2999-01-01T00:00:00", "Submit: absurd time"),
+        ("Submit", "99999999999", "99999999999", "Submit: absurd time"),  # SLURM_TIME_FORMAT=%s, year 5138
+        (
+            "AllocTRES",
+            "billing=1,gres/gpu=5000000,node=1",
+            "billing=1,gres/gpu=5000000,node=1",
+            "AllocTRES: absurd GPU count",
+        ),  # fmt: skip
         ("TRESUsageInMax", "cpu=00:00:01,energy", "cpu=00:00:01,energy", "TRESUsageInMax: bad TRES"),
     ],
 )
@@ -825,3 +837,55 @@ def test_bench_sacct_runs_on_a_small_file(tmp_path: Path) -> None:
     report = bench.bench_sacct(300, tmp_path)
     assert report["rows"] >= 100 and report["jobs"] > 0 and report["seconds"] > 0
     assert set(report) >= {"rows", "seconds", "rows_per_s", "peak_rss_mb"}
+
+
+def test_absurd_gpu_memory_from_the_steps_names_the_job(tmp_path: Path) -> None:
+    """gres/gpumem is the job's total: 50 TB over its 2 GPUs is beyond any GPU (the allocation row's line)."""
+    step = STEP.replace("cpu=00:00:01,energy=0", "cpu=00:00:01,energy=0,gres/gpumem=50T")
+    path = _write(tmp_path, "\n".join([HEADER, _row("600"), GOOD, step, _row("603"), ""]))
+    with pytest.raises(InputError) as info:
+        read_trace(path)
+    error = info.value
+    assert (error.line, error.column, error.reason) == (3, "TRESUsageInMax", "absurd GPU memory")
+    assert "job 601" in str(error) and "at most 10 TB" in str(error)
+    kept = read_trace(path, options=ReadOptions(skip_bad=True))
+    assert [j.id for j in kept.jobs] == ["600", "603"]
+    assert kept.skipped == {"absurd GPU memory": 1}
+
+
+@pytest.mark.parametrize(
+    ("path_keys", "value", "column", "reason"),
+    [
+        (("time", "submission"), 10**11, "jobs[1].time.submission", "time.submission: absurd time"),
+        (("time", "start"), 10**11, "jobs[1].time.start", "time.start: absurd time"),
+        (("time", "elapsed"), 4 * 10**9, "jobs[1].time.elapsed", "time.elapsed: absurd duration"),
+        (("time", "limit"), 10**8, "jobs[1].time.limit", "time.limit: absurd limit"),  # minutes: 190 years
+    ],
+)
+def test_json_absurd_value_names_the_record_path(
+    tmp_path: Path, path_keys: tuple[str, ...], value: Any, column: str, reason: str
+) -> None:
+    doc = _json_doc()
+    node = doc["jobs"][1]
+    for key in path_keys[:-1]:
+        node = node[key]
+    if isinstance(node.get(path_keys[-1]), dict):  # 0.0.39+: {"set": true, "number": N}
+        node[path_keys[-1]]["number"] = value
+    else:
+        node[path_keys[-1]] = value
+    path = _write(tmp_path, json.dumps(doc, indent=1), "jobs.json")
+    with pytest.raises(InputError) as info:
+        read_trace(path)
+    assert (info.value.column, info.value.reason) == (column, reason)
+    result = read_trace(path, options=ReadOptions(skip_bad=True))
+    assert result.skipped[reason] == 1 and len(result.jobs) == 8
+
+
+def test_json_absurd_gpu_count(tmp_path: Path) -> None:
+    doc = _json_doc()
+    for item in doc["jobs"][1]["tres"]["allocated"]:
+        if item.get("type") == "gres" and item.get("name") == "gpu":
+            item["count"] = 5_000_000
+    path = _write(tmp_path, json.dumps(doc), "jobs.json")
+    with pytest.raises(InputError, match=r"jobs\[1\]\.tres\.allocated.*at most 1,000,000 GPUs"):
+        read_trace(path)

@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import JOB_FIELDS, REPORTED_FIELDS
+from gpuplan.traces._fields import JOB_FIELDS, MAX_GPUS, MAX_MEM_GB, MAX_TIME_S, REPORTED_FIELDS
 from gpuplan.traces._rows import HEAD_BYTES, clip, ignored_option_warnings
 from gpuplan.traces.base import (
     ReadOptions,
@@ -131,6 +131,14 @@ _EXPECT_TIME = "a time such as 2026-11-30T00:38:02 (read as UTC), None or Unknow
 _EXPECT_TRES = "TRES items NAME=VALUE separated by commas, e.g. billing=1,cpu=1,gres/gpu=2,node=1"
 _EXPECT_COUNT = "a whole number >= 0"
 _EXPECT_SIZE = "a size such as 218280K, 1.50G or 0 (units K, M, G, T, P; none means bytes)"
+# Beyond these a value is a typing or unit mistake, not a job (the same bounds as every other reader).
+_MAX_EPOCH_S = 4_102_444_800.0  # 2100-01-01T00:00:00 UTC
+_EXPECT_AT_MOST_DURATION = "a duration of at most 100 years (36524 days)"
+_EXPECT_AT_MOST_TIME = "a time before the year 2100"
+_EXPECT_AT_MOST_GPUS = f"at most {MAX_GPUS:,} GPUs per job"
+_EXPECT_AT_MOST_MEM = (
+    f"at most 10 TB ({MAX_MEM_GB:.0f} GB) of GPU memory per GPU (gres/gpumem is the job's total)"
+)
 
 
 class _Bad(Exception):
@@ -171,6 +179,8 @@ def _duration(text: str) -> float:
     if int(minutes) >= 60 or int(seconds) >= 60 or (days is not None and int(hours) >= 24):
         raise _Bad(text, _EXPECT_DURATION, "out of range")
     total = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    if total > MAX_TIME_S:
+        raise _Bad(text, _EXPECT_AT_MOST_DURATION, "absurd duration")
     return total + float(f"0.{frac}") if frac else float(total)
 
 
@@ -185,7 +195,7 @@ def _limit(text: str) -> float | None:
 
 
 def _time(text: str) -> float | None:
-    if len(text) == 19 and text[10] == "T" and text[:4] >= "1970":  # as sacct prints, without a zone
+    if len(text) == 19 and text[10] == "T" and "1970" <= text[:4] < "2100":  # as sacct prints, no zone
         try:
             return (datetime.fromisoformat(text) - _EPOCH).total_seconds()
         except (ValueError, TypeError):
@@ -194,14 +204,17 @@ def _time(text: str) -> float | None:
     if s in _NO_TIME:
         return None
     if s.isascii() and s.isdigit() and len(s) <= 15:  # SLURM_TIME_FORMAT=%s
-        return float(int(s))
-    try:
-        dt = datetime.fromisoformat(s)
-        value = (dt - (_EPOCH if dt.tzinfo is None else _EPOCH_UTC)).total_seconds()
-    except (ValueError, OverflowError):
-        raise _Bad(text, _EXPECT_TIME, "not a time") from None
+        value = float(int(s))
+    else:
+        try:
+            dt = datetime.fromisoformat(s)
+            value = (dt - (_EPOCH if dt.tzinfo is None else _EPOCH_UTC)).total_seconds()
+        except (ValueError, OverflowError):
+            raise _Bad(text, _EXPECT_TIME, "not a time") from None
     if value < 0:
         raise _Bad(text, _EXPECT_TIME + ", not before 1970", "before 1970")
+    if value >= _MAX_EPOCH_S:
+        raise _Bad(text, _EXPECT_AT_MOST_TIME, "absurd time")
     return value
 
 
@@ -289,6 +302,8 @@ def _alloc(text: str) -> _Alloc:
             shares = shares or value.strip() not in ("0", "")
     # Slurm prints the total and each type (gres/gpu=2,gres/gpu:a100=2): the total wins.
     gpus = untyped if untyped is not None else sum(n for _, n in typed)
+    if gpus > MAX_GPUS:
+        raise _Bad(text, _EXPECT_AT_MOST_GPUS, "absurd GPU count")
     return _Alloc(not items, gpus, nodes, tuple(typed), shares)
 
 
@@ -424,8 +439,9 @@ class _Collector:
     of every job, which cost seconds on a million jobs.
     """
 
-    def __init__(self, path: Path, skip_bad: bool) -> None:
+    def __init__(self, path: Path, skip_bad: bool, usage_column: str = "TRESUsageInMax") -> None:
         self.path = path
+        self.usage_column = usage_column  # where the GPU memory peaks come from, for errors
         self.skip_bad = skip_bad
         self.jobs: list[Job] = []
         self.skipped: Counter[str] = Counter()
@@ -554,12 +570,17 @@ class _Collector:
         rss, gpumem, gpuutil = self.rss, self.gpumem, self.gpuutil
         if not (rss or gpumem or gpuutil):
             return 0
-        for job in self.jobs:
+        absurd: list[int] = []
+        for k, job in enumerate(self.jobs):
             if rss and job.id in rss:
                 job.meta["max_rss_gb"] = rss.pop(job.id) / _GIB
             if gpumem and job.id in gpumem:
                 # gres/gpumem is taken as the job's total over its GPUs (docs/formats.md)
                 total_gb = gpumem.pop(job.id) / _GIB
+                if total_gb / max(1, job.gpus) > MAX_MEM_GB:
+                    absurd.append(k)
+                    self._absurd_memory(k, total_gb)
+                    continue
                 job.meta["gpumem_max_gb"] = total_gb
                 job.mem_gb = total_gb / job.gpus
                 self.gave_mem = True
@@ -568,7 +589,24 @@ class _Collector:
                 job.meta["gpuutil_max_pct"] = util
                 job.gpu_util_pct = min(100.0, util / job.gpus)
                 self.gave_util = True
+        for k in reversed(absurd):  # only with skip_bad: else the first one raised
+            self.dropped.add(self.jobs[k].id)
+            del self.jobs[k]
+            del self.places[k]
         return len((rss.keys() | gpumem.keys() | gpuutil.keys()) - self.dropped)
+
+    def _absurd_memory(self, k: int, total_gb: float) -> None:
+        """Reject job k, whose steps' gres/gpumem is beyond any GPU (raised unless skip_bad)."""
+        job = self.jobs[k]
+        value = f"gres/gpumem={total_gb:.0f}G over {job.gpus} GPU(s) of job {job.id} (its step rows)"
+        json = self.usage_column != "TRESUsageInMax"  # JSON places are record indexes, not lines
+        line, column = (
+            (None, f"jobs[{self.places[k]}].{self.usage_column}")
+            if json
+            else (self.places[k], self.usage_column)
+        )
+        error = InputError(str(self.path), line, column, value, _EXPECT_AT_MOST_MEM, "absurd GPU memory")
+        self.reject(error)
 
     def _missing(self) -> list[str]:
         """Reported fields no job gives; each scan stops at the first job that has a value."""
@@ -1220,8 +1258,11 @@ def _arrow_times(pa: Any, pc: Any, cells: Any) -> list[float | None]:
     written_day = pc.cast(pc.utf8_slice_codeunits(masked, 8, 10), pa.int64())
     _require(pc.all(pc.equal(pc.day(stamps), written_day)))
     _require(pc.equal(pc.count(masked), pc.count(stamps)))
-    seconds: list[float | None] = pc.cast(pc.cast(stamps, pa.int64()), pa.float64()).to_pylist()
-    return seconds
+    seconds = pc.cast(pc.cast(stamps, pa.int64()), pa.float64())
+    if pc.count(seconds).as_py():
+        _require(pc.less(pc.max(seconds), pa.scalar(_MAX_EPOCH_S)))  # the exact path says what is wrong
+    values: list[float | None] = seconds.to_pylist()
+    return values
 
 
 def _arrow_usage(pa: Any, pc: Any, parser: _TextParser, batch: Any, ids: Any) -> None:

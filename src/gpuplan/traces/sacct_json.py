@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
+from gpuplan.traces._fields import MAX_GPUS, MAX_TIME_S
 from gpuplan.traces._rows import clip, ignored_option_warnings
 from gpuplan.traces.base import (
     ReadOptions,
@@ -28,6 +29,10 @@ from gpuplan.traces.base import (
 from gpuplan.traces.sacct import (
     _ACTIVE_STATES,
     _CPU_ONLY,
+    _EXPECT_AT_MOST_DURATION,
+    _EXPECT_AT_MOST_GPUS,
+    _EXPECT_AT_MOST_TIME,
+    _MAX_EPOCH_S,
     _NO_NODES,
     _SHARES_ONLY,
     SACCT_JSON_COMMAND,
@@ -99,6 +104,17 @@ class _JsonRecord:
             what = ("negative" if value < 0 else "too large") if number else "not a count"
             raise _Bad(_shown(value), "a whole number >= 0", "missing" if value is None else what)
         return value
+
+    def bounded(self, value: int | None, limit: float, expected: str, what: str) -> int | None:
+        """`value` (the last count read), refused beyond `limit` as a typing or unit mistake."""
+        if value is not None and value > limit:
+            raise _Bad(_shown(value), expected, what)
+        return value
+
+    def epoch(self, *keys: str, required: bool = False) -> int | None:
+        """A time in epoch seconds, before 2100."""
+        value = self.count(*keys, required=required)
+        return self.bounded(value, _MAX_EPOCH_S - 1, _EXPECT_AT_MOST_TIME, "absurd time")
 
     def text(self, *keys: str | int) -> str:
         value = self.value(*keys)
@@ -173,6 +189,9 @@ def _json_alloc(rec: _JsonRecord, which: str) -> _Alloc:
         elif name.split(":", 1)[0] in ("shard", "mps"):
             shares = shares or n > 0
     gpus = untyped if untyped is not None else sum(n for _, n in typed)
+    if gpus > MAX_GPUS:
+        rec.column = f"{rec.prefix}.tres.{which}"
+        raise _Bad(gpus, _EXPECT_AT_MOST_GPUS, "absurd GPU count")
     return _Alloc(not items, gpus, nodes, tuple(typed), shares)
 
 
@@ -202,8 +221,8 @@ def _json_exit(rec: _JsonRecord) -> str:
 
 
 def _json_times(rec: _JsonRecord, meta: dict[str, Any], state: str) -> float | None:
-    start = rec.count("time", "start") or None
-    end = rec.count("time", "end") or None
+    start = rec.epoch("time", "start") or None
+    end = rec.epoch("time", "end") or None
     if start is not None:
         meta["start_s"] = float(start)
     if end is not None:
@@ -211,7 +230,9 @@ def _json_times(rec: _JsonRecord, meta: dict[str, Any], state: str) -> float | N
     if start is None or "array_pending_remainder" in meta:
         meta["never_started"] = True
         return None
-    elapsed = rec.count("time", "elapsed")
+    elapsed = rec.bounded(
+        rec.count("time", "elapsed"), MAX_TIME_S, _EXPECT_AT_MOST_DURATION, "absurd duration"
+    )
     if elapsed is None:
         elapsed = None if end is None else max(0, end - start)
     if state in _ACTIVE_STATES or end is None:
@@ -225,6 +246,9 @@ def _json_limit(rec: _JsonRecord, meta: dict[str, Any]) -> float | None:
     if limit is None or limit >= _NO_VAL:
         meta["timelimit"] = "Partition_Limit" if limit == _NO_VAL else "UNLIMITED"
         return None
+    rec.bounded(
+        limit, MAX_TIME_S / 60, _EXPECT_AT_MOST_DURATION + " (time.limit is in minutes)", "absurd limit"
+    )
     return limit * 60.0
 
 
@@ -233,7 +257,7 @@ def _json_job(rec: _JsonRecord) -> tuple[Job, _Alloc, _Usage]:
         raise _Bad(_shown(rec.rec), "a JSON object per job", "not an object")
     meta: dict[str, Any] = {}
     job_id = _json_id(rec, meta)
-    submit = rec.count("time", "submission", required=True)
+    submit = rec.epoch("time", "submission", required=True)
     state_text = rec.text("state", "current")
     state = ""
     if state_text:
@@ -325,7 +349,7 @@ def _json_jobs(path: Path, doc: Any) -> list[Any]:
 
 
 def _read_json(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
-    out = _Collector(path, options.skip_bad)
+    out = _Collector(path, options.skip_bad, usage_column="steps[].tres.requested.max (gres/gpumem)")
     notes = ignored_option_warnings(options, fmt)
     for index, raw in enumerate(_json_jobs(path, _json_document(path))):
         rec = _JsonRecord(raw, index)
