@@ -32,7 +32,7 @@ TRACE_KEYS = {
 WHAT_IF_KEYS = {
     "jobs", "excluded_no_duration", "excluded_never_fit", "backfill", "oracle", "policies_simulated",
     "policies_skipped", "same_schedule_as", "budget_s", "elapsed_s", "runs", "fifo", "best", "time_saved_s",
-    "gpu_hours_freed", "error", "notes",
+    "gpu_hours_freed", "error", "notes", "no_winner",
 }  # fmt: skip
 ACHIEVED_KEYS = {
     "jobs_started", "jobs_never_started", "window_s", "makespan_s", "allocated_gpu_hours", "utilization",

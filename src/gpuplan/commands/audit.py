@@ -304,6 +304,8 @@ def _achieved(console: Console, data: dict[str, Any]) -> None:
         table.add_row("  a waiting job fitted (policy, reservations)", _num(idle["usable_gpu_h"]))
         table.add_row("  fragmentation (upper estimate, approx.)", _num(idle["fragmentation_gpu_h"]))
         table.add_row("  too few idle GPUs for any waiting job", _num(idle["too_few_gpu_h"]))
+        if idle.get("never_started_fit_gpu_h"):
+            table.add_row("  only a job that never started fitted", _num(idle["never_started_fit_gpu_h"]))
     console.print(table)
 
 
@@ -328,7 +330,9 @@ def _what_if(console: Console, data: dict[str, Any]) -> None:
         table.add_row(label + mark, duration_text(r["makespan_s"]), _num(100 * r["utilization"]),
                       duration_text(r["mean_wait_s"]), duration_text(r["mean_jct_s"]), style=style)  # fmt: skip
     console.print(table)
-    if w["time_saved_s"] is not None and w["time_saved_s"] > 0:
+    if w.get("no_winner"):
+        line = f"no best policy: {w['no_winner']}"
+    elif w["time_saved_s"] is not None and w["time_saved_s"] > 0:
         line = (
             f"best {w['best']}: {duration_text(w['time_saved_s'])} sooner than {w['fifo']} "
             f"→ about {_num(w['gpu_hours_freed'])} GPU-hours freed on {data['cluster']['gpus']:,} GPUs"

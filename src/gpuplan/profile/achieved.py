@@ -21,7 +21,7 @@ from gpuplan.profile.stats import Distribution, distribution, meta_seconds
 __all__ = ["Achieved", "IdleSplit", "Timeline", "achieved"]
 
 _INF = math.inf
-_ALLOC, _WAIT = 0, 1
+_ALLOC, _WAIT, _NEVER = 0, 1, 2
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,12 +38,19 @@ class IdleSplit:
             which the trace does not say. An upper estimate of fragmentation.
         too_few_gpu_h: fewer idle GPUs than the smallest waiting job needs (or than one node holds):
             no waiting job could use them on any placement. Wide jobs waiting for GPUs to drain.
+        never_started_fit_gpu_h: no waiting job that later started fitted, but one that never started
+            did (pending until cancelled or until the trace ends). Its wait was not for GPUs alone:
+            held, cancelled, or a constraint the trace does not show. Counted apart, not as usable.
+
+    The four parts sum to `total_gpu_h`; usable, fragmentation and too few look at the jobs that
+    started first, so a trace without never-started jobs has never_started_fit_gpu_h 0.
     """
 
     total_gpu_h: float
     usable_gpu_h: float
     fragmentation_gpu_h: float
     too_few_gpu_h: float
+    never_started_fit_gpu_h: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +58,7 @@ class IdleSplit:
             "usable_gpu_h": self.usable_gpu_h,
             "fragmentation_gpu_h": self.fragmentation_gpu_h,
             "too_few_gpu_h": self.too_few_gpu_h,
+            "never_started_fit_gpu_h": self.never_started_fit_gpu_h,
             "method": "approximation without node placement: idle GPUs vs the smallest waiting job (docs/audit.md)",
         }
 
@@ -128,7 +136,8 @@ class Achieved:
 
 @dataclass(slots=True)
 class _Events:
-    """(time, kind, delta, gpus, spans) rows and the counts behind the notes."""
+    """(time, kind, delta, gpus, spans) rows and the counts behind the notes; kind _NEVER is a wait
+    of a job that never started."""
 
     rows: list[tuple[float, int, int, int, bool]] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
@@ -198,7 +207,7 @@ def _events(
         if start is None:
             ev.never_started += 1
             until = end if end is not None and end > j.submit_s else horizon
-            ev.rows += [(j.submit_s, _WAIT, 1, j.gpus, spans), (until, _WAIT, -1, j.gpus, spans)]
+            ev.rows += [(j.submit_s, _NEVER, 1, j.gpus, spans), (until, _NEVER, -1, j.gpus, spans)]
             continue
         ev.started += 1
         if start < j.submit_s:
@@ -232,9 +241,11 @@ def _sweep(
     alloc_at: list[int] = []
     wait_at: list[int] = []
     alloc = waiting = 0
-    span_wait: Counter[int] = Counter()  # GPU counts of waiting jobs that may span nodes
-    node_wait: Counter[int] = Counter()  # ... and of those that need one node
-    split = [0.0, 0.0, 0.0]  # usable, fragmentation, too few (GPU-seconds)
+    # GPU counts of waiting jobs that may span nodes, and of those that need one node: [0] of the jobs
+    # that later started, [1] of those that never started
+    span_wait: tuple[Counter[int], Counter[int]] = (Counter(), Counter())
+    node_wait: tuple[Counter[int], Counter[int]] = (Counter(), Counter())
+    split = [0.0, 0.0, 0.0, 0.0]  # usable, fragmentation, too few, a never-started job fitted (GPU-s)
     # (cluster GPUs, nodes, GPUs of the largest node), computed once: the spec recomputes them per call
     shape = None if cluster is None else (cluster.total_gpus, len(cluster.nodes), cluster.max_node_gpus)
     i, n = 0, len(rows)
@@ -246,7 +257,7 @@ def _sweep(
                 alloc += delta
             else:
                 waiting += delta
-                _count(span_wait if spans else node_wait, gpus, delta)
+                _count((span_wait if spans else node_wait)[kind == _NEVER], gpus, delta)
             i += 1
         if shape is not None and waiting and i < n:
             _split(split, shape[1], shape[2], shape[0] - alloc, span_wait, node_wait, rows[i][0] - now)
@@ -255,8 +266,8 @@ def _sweep(
         wait_at.append(waiting)
     idle = None
     if cluster is not None:
-        usable, frag, few = (s / 3600.0 for s in split)
-        idle = IdleSplit(usable + frag + few, usable, frag, few)
+        usable, frag, few, never = (s / 3600.0 for s in split)
+        idle = IdleSplit(usable + frag + few + never, usable, frag, few, never)
     return times, alloc_at, wait_at, idle
 
 
@@ -271,22 +282,30 @@ def _split(
     nodes: int,
     widest: int,
     idle: int,
-    span_wait: Counter[int],
-    node_wait: Counter[int],
+    span_wait: tuple[Counter[int], Counter[int]],
+    node_wait: tuple[Counter[int], Counter[int]],
     dt: float,
 ) -> None:
     """Add idle x dt to the part it belongs to (see IdleSplit); `widest` is the largest node's GPUs."""
     if idle <= 0 or dt <= 0:
         return
-    smallest_span = min(span_wait, default=_INF)
-    smallest_node = min(node_wait, default=_INF)
+    started = _part(nodes, widest, idle, min(span_wait[0], default=_INF), min(node_wait[0], default=_INF))
+    if started != 0:  # no job that later started fitted: did one that never started?
+        smallest_span = min(min(span_wait[0], default=_INF), min(span_wait[1], default=_INF))
+        smallest_node = min(min(node_wait[0], default=_INF), min(node_wait[1], default=_INF))
+        every = _part(nodes, widest, idle, smallest_span, smallest_node)
+        started = 3 if every == 0 else every
+    split[started] += idle * dt
+
+
+def _part(nodes: int, widest: int, idle: int, smallest_span: float, smallest_node: float) -> int:
+    """0 usable, 1 fragmentation, 2 too few (see IdleSplit), for the smallest waiting jobs given."""
     sure_on_one_node = -(-idle // nodes)  # pigeonhole: some node has this many free
     if smallest_span <= idle or smallest_node <= sure_on_one_node:
-        split[0] += idle * dt
-    elif smallest_node <= min(idle, widest):
-        split[1] += idle * dt
-    else:
-        split[2] += idle * dt
+        return 0
+    if smallest_node <= min(idle, widest):
+        return 1
+    return 2
 
 
 def _area(times: list[float], alloc: list[int]) -> np.ndarray:

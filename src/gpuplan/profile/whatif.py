@@ -57,7 +57,8 @@ class WhatIf:
         skipped: policy -> why it was not simulated (time budget).
         same_as: policy -> the policy whose run it shares because it orders the jobs the same way.
         fifo: the FIFO run (the baseline), None when it did not finish.
-        best: the best run, None when no run finished.
+        best: the best run, None when no run finished or none may be called best
+            (`no_winner`: nobody waited in any run, or every run gives the same figures).
         time_saved_s: FIFO makespan - best makespan.
         gpu_hours_freed: time_saved_s x cluster GPUs / 3600: GPU-hours the cluster would have had
             free for other work.
@@ -86,7 +87,16 @@ class WhatIf:
 
     @property
     def best(self) -> SimResult | None:
-        return self.runs[0] if self.runs else None
+        from gpuplan.sim.compare import best_run
+
+        return best_run(self.runs, ranked=True) if self.runs else None
+
+    @property
+    def no_winner(self) -> str | None:
+        """Why no run is called best although runs finished (sim.compare.no_winner_reason)."""
+        from gpuplan.sim.compare import no_winner_reason
+
+        return no_winner_reason(self.runs) if self.runs else None
 
     @property
     def time_saved_s(self) -> float | None:
@@ -115,6 +125,7 @@ class WhatIf:
             "runs": [_finite_summary(r) for r in self.runs],
             "fifo": None if fifo is None else fifo.label,
             "best": None if best is None else best.label,
+            "no_winner": self.no_winner,
             "time_saved_s": self.time_saved_s,
             "gpu_hours_freed": self.gpu_hours_freed,
             "error": self.error,

@@ -179,6 +179,8 @@ def _achieved_block(ach: dict[str, Any] | None, figures: dict[str, Any]) -> str:
             ["… fragmentation (upper estimate)", _num(idle["fragmentation_gpu_h"])],
             ["… too few idle GPUs for any waiting job", _num(idle["too_few_gpu_h"])],
         ]
+        if idle.get("never_started_fit_gpu_h"):
+            rows.append(["… only a job that never started fitted", _num(idle["never_started_fit_gpu_h"])])
     out = _table(["", "value"], [[_esc(a), b] for a, b in rows])
     if figures.get("fig-util") is not None:
         out += "<h3>Utilization over time</h3>" + _figure_block("fig-util", figures["fig-util"])
@@ -201,7 +203,9 @@ def _whatif_block(wi: dict[str, Any] | None, figures: dict[str, Any]) -> str:
             duration_text(r["mean_wait_s"]), duration_text(r["mean_jct_s"]),
         ])  # fmt: skip
     saved = wi["time_saved_s"]
-    if saved is not None and saved > 0:
+    if wi.get("no_winner"):
+        summary = f"<p>No best policy: {_esc(wi['no_winner'])} ({wi['jobs']:,} jobs replayed).</p>"
+    elif saved is not None and saved > 0:
         summary = (
             f"<p>Best {_esc(wi['best'])}: {duration_text(saved)} sooner than {_esc(wi['fifo'])}, "
             f"about {_num(wi['gpu_hours_freed'])} GPU-hours freed ({wi['jobs']:,} jobs replayed).</p>"
