@@ -450,3 +450,36 @@ def test_help_in_a_real_process() -> None:
     for command in ("simulate", "demo", "policies", "clusters", "synth"):
         assert command in proc.stdout, command
     assert proc.stderr == ""
+
+
+def test_estimate_notes_name_the_runs_once(tmp_path: Path) -> None:
+    """Without estimates, one line per clause names the runs it holds for, not one line per run."""
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"id": f"j{i}", "submit_s": i, "gpus": 1 + 3 * (i % 2), "duration_s": 100 + 10 * i} for i in range(12)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = _ok(_invoke("simulate", trace, "-c", "8xA100-80GB", "-p", "fifo,sjf", "-b", "none,easy")).stdout
+    notes = " ".join(out.split())  # rich wraps long lines
+    assert "every run that uses estimates: estimates from the trace: 12 job(s) had none." in notes
+    assert "every run with easy backfill: the backfill mode plans them as endless" in notes
+    assert "sjf (every backfill mode): the policy ranks them as endless" in notes
+    assert "sjf+easy: estimates" not in notes and "fifo+none: estimates" not in notes  # no per-run lines
+
+
+def test_best_with_the_same_makespan_says_so(tmp_path: Path) -> None:
+    """A best that only wins on mean JCT is not reported as '0.00 h sooner, 0 % shorter'."""
+    trace = tmp_path / "t.jsonl"
+    rows = [
+        {"id": "x", "submit_s": 0, "gpus": 1, "duration_s": 5000},
+        {"id": "y", "submit_s": 0, "gpus": 1, "duration_s": 50},
+        {"id": "b", "submit_s": 1, "gpus": 7, "duration_s": 100},  # waits for y
+    ]
+    rows += [{"id": f"s{i}", "submit_s": 2, "gpus": 1, "duration_s": 100} for i in range(7)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = _ok(
+        _invoke("simulate", trace, "-c", "8xA100-80GB", "-p", "fifo,small-gpus-first", "-b", "none")
+    ).stdout
+    notes = " ".join(out.split())
+    assert "best policy small-gpus-first+none: the same makespan as fifo+none (1.39 h), mean JCT" in notes
+    assert "% shorter" not in notes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -230,18 +230,49 @@ def _summaries(results: Sequence[SimResult]) -> list[dict[str, Any]]:
     ]
 
 
+def _estimate_notes(results: Sequence[SimResult]) -> list[str]:
+    """What the runs did for jobs without an estimate, one line per distinct clause: the runs it holds
+    for are named once ("every run", "sjf, ljf (every backfill mode)"), not one line per run."""
+    clauses: dict[str, list[SimResult]] = {}
+    for r in results:
+        line = r.estimates.describe()
+        if not line or not r.estimates.without:
+            continue
+        for clause in line.split("; "):
+            generic = clause.replace(f"policy {r.policy} ", "the policy ").replace(
+                f"{r.backfill} backfill ", "the backfill mode "
+            )
+            clauses.setdefault(generic, []).append(r)
+    return [f"{_runs_text(runs, results)}: {clause}." for clause, runs in clauses.items()]
+
+
+def _runs_text(runs: Sequence[SimResult], results: Sequence[SimResult]) -> str:
+    """The runs named as briefly as they are exactly: 'every run', 'every run with easy or conservative
+    backfill', 'sjf, ljf (every backfill mode)', else their labels."""
+    chosen = {id(r) for r in runs}
+
+    def exactly(keep: Callable[[SimResult], bool]) -> bool:
+        return all((id(r) in chosen) == keep(r) for r in results)
+
+    if len(results) > 1 and exactly(lambda r: True):
+        return "every run"
+    if len(results) > 1 and exactly(lambda r: r.estimates.needed):
+        return "every run that uses estimates"
+    modes = sorted({r.backfill for r in runs})
+    if len({r.policy for r in runs}) > 1 and exactly(lambda r: r.backfill in modes):
+        return f"every run with {' or '.join(modes)} backfill"
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    if len({r.backfill for r in results}) > 1 and exactly(lambda r: r.policy in policies):
+        return f"{', '.join(policies)} (every backfill mode)"
+    return ", ".join(r.label for r in runs)
+
+
 def _honesty_notes(results: Sequence[SimResult]) -> list[str]:
     """What each run went on: estimates missing and what it fell back to, runs that are the same run
     under another name, preemptions and their waste, jobs that ran across nodes."""
     from gpuplan.sim.compare import same_runs
 
-    notes: list[str] = []
-    lines: dict[str, list[str]] = {}
-    for r in results:
-        line = r.estimates.describe()
-        if line and r.estimates.without:
-            lines.setdefault(line, []).append(r.label)
-    notes.extend(f"{', '.join(labels)}: {line}." for line, labels in lines.items())
+    notes = _estimate_notes(results)
     same = same_runs(results)
     groups: dict[str, list[str]] = {}
     for i, first in same.items():
@@ -276,12 +307,19 @@ def _notes(results: Sequence[SimResult]) -> list[str]:
     best = best_run(results, ranked=True)
     if f is not None and best is not None and best.policy != "fifo":
         gain = f.metrics.makespan_s - best.metrics.makespan_s
-        notes.append(
-            f"best policy {best.label}: {best.metrics.makespan_s / 3600:.2f} h at "
-            f"{100 * best.metrics.utilization:.1f} % vs {f.label}: {f.metrics.makespan_s / 3600:.2f} h at "
-            f"{100 * f.metrics.utilization:.1f} % ({gain / 3600:.2f} h sooner, "
-            f"{100 * gain / f.metrics.makespan_s:.0f} % shorter); {best.metrics.bound_ratio:.3f}× the lower bound."
-        )
+        if round(gain, 6) == 0:  # the same makespan: the best won on mean JCT (the ranking's tie-break)
+            notes.append(
+                f"best policy {best.label}: the same makespan as {f.label} ({f.metrics.makespan_s / 3600:.2f} h), "
+                f"mean JCT {best.metrics.mean_jct_s:,.0f} s vs {f.metrics.mean_jct_s:,.0f} s; "
+                f"{best.metrics.bound_ratio:.3f}× the lower bound."
+            )
+        else:
+            notes.append(
+                f"best policy {best.label}: {best.metrics.makespan_s / 3600:.2f} h at "
+                f"{100 * best.metrics.utilization:.1f} % vs {f.label}: {f.metrics.makespan_s / 3600:.2f} h at "
+                f"{100 * f.metrics.utilization:.1f} % ({gain / 3600:.2f} h sooner, "
+                f"{100 * gain / f.metrics.makespan_s:.0f} % shorter); {best.metrics.bound_ratio:.3f}× the lower bound."
+            )
     for p in (r for r in results if r.policy == PLAN_POLICY):
         notes.append(
             f"{p.label}: the order `gpuplan plan` found by searching with the simulator on these jobs' true "
