@@ -445,7 +445,7 @@ def test_without_pyarrow_the_exact_path_reads_large_files(monkeypatch: pytest.Mo
             "billing=1,gres/gpu=5000000,node=1",
             "billing=1,gres/gpu=5000000,node=1",
             "AllocTRES: absurd GPU count",
-        ),  # fmt: skip
+        ),
         ("TRESUsageInMax", "cpu=00:00:01,energy", "cpu=00:00:01,energy", "TRESUsageInMax: bad TRES"),
     ],
 )
