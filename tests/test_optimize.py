@@ -270,3 +270,16 @@ def test_plan_json_round_trip(tmp_path: Path) -> None:
     (tmp_path / "moved.json").write_text(__import__("json").dumps(data), encoding="utf-8")
     with pytest.raises(InputError, match="position"):
         read_plan(tmp_path / "moved.json")
+
+
+def test_start_policy_ties_on_makespan_go_to_the_lower_mean_jct() -> None:
+    """Every policy ends at 5000 s (job x): the start ("best policy") is the one with the lowest mean
+    JCT, as `simulate` ranks runs, not the first label in alphabetical order."""
+    jobs = [Job("x", 0, 1, duration_s=5000), Job("y", 0, 1, duration_s=50), Job("b", 1, 7, duration_s=100)]
+    jobs += [Job(f"s{i}", 2, 1, duration_s=100) for i in range(7)]
+    plan = plan_order(jobs, _cluster(8), "makespan", "none", 20, 0, max_evals=20, cpsat_time_s=0)
+    runs = {r.label: r for r in plan.baselines}
+    assert len({round(r.metrics.makespan_s, 6) for r in runs.values()}) == 1
+    best_jct = min(r.metrics.mean_jct_s for r in runs.values())
+    assert runs[plan.start_policy].metrics.mean_jct_s == best_jct
+    assert runs["article+none"].metrics.mean_jct_s > best_jct  # the old alphabetical pick was worse

@@ -192,8 +192,10 @@ def plan_order(
     ticker = _Ticker(progress, t_start, time_limit_s, max_evals)
     baselines = _baselines(jobs, cluster, ev.backfill.name, oracle, t_start + time_limit_s / 2, ticker)
     index = {j.id: i for i, j in enumerate(jobs)}
+    # ties on the objective go to the lower mean JCT, as `simulate` ranks runs (then the label)
     scored = sorted(
-        ((ev.value(objective, _ends(r, index)), r.label, r) for r in baselines), key=lambda t: t[:2]
+        ((ev.value(objective, _ends(r, index)), r.label, r) for r in baselines),
+        key=lambda t: (round(t[0], 6), t[2].metrics.mean_jct_s, t[1]),
     )
     start_value, _, start = scored[0]
     fifo = next(r for r in baselines if r.policy == "fifo" and r.backfill == "none")
