@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError, InputError
 from gpuplan.model import Job
-from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace, reader_names
+from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace, reader_names, sacct_arrow
 from gpuplan.traces import base as traces_base
 from gpuplan.traces import sacct as sacct_module
 from gpuplan.traces.sacct import (
@@ -362,7 +362,7 @@ def test_arrow_path_matches_the_exact_path() -> None:
     if CAPTURED.is_dir():
         sources += [CAPTURED / n for n in ("sacct_P.txt", "sacct_P_X.txt", "sacct_P_X_states.txt")]
     for source in sources:
-        fast = sacct_module._read_arrow(source, ReadOptions(), "sacct")  # no fallback for these
+        fast = sacct_arrow.read_arrow(source, ReadOptions(), "sacct")  # no fallback for these
         assert _same(fast, sacct_module._read_exact(source, ReadOptions(), "sacct")), source.name
 
 
@@ -383,25 +383,25 @@ def test_arrow_path_leaves_anything_unusual_to_the_exact_path(tmp_path: Path, ol
     text = (FIXTURES / "cluster_P.txt").read_text(encoding="utf-8")
     assert old in text
     path = _write(tmp_path, text.replace(old, new, 1))
-    with pytest.raises(sacct_module._Fallback):
-        sacct_module._read_arrow(path, ReadOptions(), "sacct")
-    with mock.patch.object(sacct_module, "_ARROW_MIN_BYTES", 0):
+    with pytest.raises(sacct_arrow.Fallback):
+        sacct_arrow.read_arrow(path, ReadOptions(), "sacct")
+    with mock.patch.object(sacct_arrow, "MIN_BYTES", 0):
         forced = _outcome(path, None, False)
     assert forced == _outcome(path, None, False)
 
 
 def test_large_files_take_the_arrow_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sacct_module, "_ARROW_MIN_BYTES", 0)
+    monkeypatch.setattr(sacct_arrow, "MIN_BYTES", 0)
     calls: list[Path] = []
     monkeypatch.setattr(sacct_module, "_read_exact", lambda path, *a: calls.append(path))  # type: ignore[arg-type]
     assert len(read_trace(FIXTURES / "cluster_P.txt").jobs) == 17 and calls == []
 
 
 def test_without_pyarrow_the_exact_path_reads_large_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sacct_module, "_ARROW_MIN_BYTES", 0)
+    monkeypatch.setattr(sacct_arrow, "MIN_BYTES", 0)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
-    with pytest.raises(sacct_module._Fallback):
-        sacct_module._read_arrow(FIXTURES / "cluster_P.txt", ReadOptions(), "sacct")
+    with pytest.raises(sacct_arrow.Fallback):
+        sacct_arrow.read_arrow(FIXTURES / "cluster_P.txt", ReadOptions(), "sacct")
     assert len(read_trace(FIXTURES / "cluster_P.txt").jobs) == 17
 
 
@@ -761,7 +761,7 @@ def test_text_reader_raises_only_gpuplan_errors(
         path = Path(tmp) / ("fuzz.sacct.gz" if gz else "fuzz.sacct")
         path.write_bytes(gzip.compress(data) if gz else data)
         exact = _outcome(path, fmt, skip_bad)
-        with mock.patch.object(sacct_module, "_ARROW_MIN_BYTES", 0):
+        with mock.patch.object(sacct_arrow, "MIN_BYTES", 0):
             assert _outcome(path, fmt, skip_bad) == exact  # the Arrow path agrees, or hands over
     if exact[0] == "ok":
         jobs = exact[1]
