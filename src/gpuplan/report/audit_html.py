@@ -18,15 +18,15 @@ from typing import Any
 
 from plotly.offline import get_plotlyjs
 
-from gpuplan.report.html import (
-    _BEST_COLOUR,
-    _CSS,
-    _FIFO_COLOUR,
-    _MUTED,
-    _PLOT_CONFIG,
-    _RUN_COLOUR,
-    _base_layout,
-    _json_text_script,
+from gpuplan.report.theme import (
+    BEST_COLOUR,
+    FIFO_COLOUR,
+    MUTED,
+    PAGE_CSS,
+    PLOT_CONFIG,
+    RUN_COLOUR,
+    base_layout,
+    json_text_script,
 )
 
 __all__ = ["duration_text", "render_audit", "write_audit"]
@@ -46,10 +46,10 @@ def render_audit(data: dict[str, Any], *, title: str, subtitle: str = "") -> str
     sections = [
         _header(title, subtitle, _all_notes(data)),
         _section("Jobs", _states_table(data["states"]) + _dist_table(data["distributions"])),
-        _section("Distributions", _figure_block("fig-hist", figures["fig-hist"])),
+        _section("Distributions", figure_block("fig-hist", figures["fig-hist"])),
         _section(
             "Profile matrix (share of GPU-hours; hover for jobs)",
-            _matrix_caption(data["matrix"]) + _figure_block("fig-matrix", figures["fig-matrix"]),
+            _matrix_caption(data["matrix"]) + figure_block("fig-matrix", figures["fig-matrix"]),
         ),
         _section("The article's classes", _share_table(data["article_classes"], "class")),
         _section(
@@ -58,7 +58,7 @@ def render_audit(data: dict[str, Any], *, title: str, subtitle: str = "") -> str
         ),
         _section("What the cluster achieved", _achieved_block(data.get("achieved"), figures)),
         _section("What-if: the same jobs under other policies", _whatif_block(data.get("what_if"), figures)),
-        _json_script("audit-data", data),
+        json_script("audit-data", data),
     ]
     return _page(title, "\n".join(sections), [k for k, f in figures.items() if f is not None])
 
@@ -183,9 +183,9 @@ def _achieved_block(ach: dict[str, Any] | None, figures: dict[str, Any]) -> str:
             rows.append(["… only a job that never started fitted", _num(idle["never_started_fit_gpu_h"])])
     out = _table(["", "value"], [[_esc(a), b] for a, b in rows])
     if figures.get("fig-util") is not None:
-        out += "<h3>Utilization over time</h3>" + _figure_block("fig-util", figures["fig-util"])
+        out += "<h3>Utilization over time</h3>" + figure_block("fig-util", figures["fig-util"])
     if figures.get("fig-delay") is not None:
-        out += "<h3>Queueing delay</h3>" + _figure_block("fig-delay", figures["fig-delay"])
+        out += "<h3>Queueing delay</h3>" + figure_block("fig-delay", figures["fig-delay"])
     return out
 
 
@@ -220,7 +220,7 @@ def _whatif_block(wi: dict[str, Any] | None, figures: dict[str, Any]) -> str:
         summary
         + table
         + (f'<ul class="muted">{listed}</ul>' if extra else "")
-        + _figure_block("fig-whatif", figures["fig-whatif"])
+        + figure_block("fig-whatif", figures["fig-whatif"])
     )
 
 
@@ -238,7 +238,7 @@ def _all_notes(data: dict[str, Any]) -> list[str]:
 
 
 def _layout(height: int, **extra: Any) -> dict[str, Any]:
-    return _base_layout(height=height, template="none", **extra)
+    return base_layout(height=height, template="none", **extra)
 
 
 _LOG_TICKS = (
@@ -280,7 +280,7 @@ def _hist_figure(hists: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     base_x, base_y = dict(layout["xaxis"]), dict(layout["yaxis"])
     shown = 0
     for key, title in panels:
-        bars = _bars_from_hist(hists.get(key, {}), title, _RUN_COLOUR)
+        bars = _bars_from_hist(hists.get(key, {}), title, RUN_COLOUR)
         if bars is None:
             continue
         shown += 1
@@ -335,10 +335,10 @@ def _util_figure(ach: dict[str, Any] | None) -> dict[str, Any] | None:
     use_util = tl["utilization"] is not None
     y = [100 * u for u in tl["utilization"]] if use_util else tl["allocated_gpus"]
     data = [
-        {"type": "scatter", "mode": "lines", "x": hours, "y": y, "line": {"shape": "hv", "color": _BEST_COLOUR},
+        {"type": "scatter", "mode": "lines", "x": hours, "y": y, "line": {"shape": "hv", "color": BEST_COLOUR},
          "name": "utilization %" if use_util else "GPUs held"},
         {"type": "scatter", "mode": "lines", "x": hours, "y": tl["waiting_jobs"], "yaxis": "y2",
-         "line": {"shape": "hv", "color": _FIFO_COLOUR, "width": 1}, "name": "jobs waiting"},
+         "line": {"shape": "hv", "color": FIFO_COLOUR, "width": 1}, "name": "jobs waiting"},
     ]  # fmt: skip
     layout = _layout(380)
     layout["xaxis"]["title"] = {"text": f"hours since the first event (bins of {tl['bin_s'] / 3600:.2f} h)"}
@@ -349,7 +349,7 @@ def _util_figure(ach: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _delay_figure(h: dict[str, Any] | None) -> dict[str, Any] | None:
-    bars = _bars_from_hist(h or {}, "queueing delay", _FIFO_COLOUR)
+    bars = _bars_from_hist(h or {}, "queueing delay", FIFO_COLOUR)
     if bars is None:
         return None
     layout = _layout(320, showlegend=False, bargap=0.05)
@@ -363,8 +363,7 @@ def _whatif_figure(wi: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     labels = [f"{r['policy']}+{r['backfill']}" for r in wi["runs"]]
     colours = [
-        _BEST_COLOUR if lb == wi["best"] else _FIFO_COLOUR if lb == wi["fifo"] else _RUN_COLOUR
-        for lb in labels
+        BEST_COLOUR if lb == wi["best"] else FIFO_COLOUR if lb == wi["fifo"] else RUN_COLOUR for lb in labels
     ]
     data = [
         {"type": "bar", "x": labels, "y": [r["makespan_s"] / 3600 for r in wi["runs"]], "marker": {"color": colours},
@@ -378,7 +377,7 @@ def _whatif_figure(wi: dict[str, Any] | None) -> dict[str, Any] | None:
     layout["xaxis2"] = {**layout["xaxis"], "domain": [0.52, 1], "anchor": "y2"}
     layout["yaxis"] = {**axis, "title": {"text": "makespan (h)"}, "anchor": "x"}
     layout["yaxis2"] = {**axis, "title": {"text": "mean wait (h)"}, "anchor": "x2"}
-    layout["title"] = {"text": "green: best · orange: FIFO", "font": {"size": 12, "color": _MUTED}}
+    layout["title"] = {"text": "green: best · orange: FIFO", "font": {"size": 12, "color": MUTED}}
     return {"data": data, "layout": layout}
 
 
@@ -398,15 +397,15 @@ def _section(heading: str, content: str) -> str:
     return f"<section><h2>{_esc(heading)}</h2>\n{content}\n</section>"
 
 
-def _figure_block(div_id: str, fig: dict[str, Any] | None) -> str:
+def figure_block(div_id: str, fig: dict[str, Any] | None) -> str:
     if fig is None:
         return '<p class="muted">Nothing to plot.</p>'
     text = json.dumps(fig, allow_nan=False)
-    return f'<div id="{div_id}" class="plot"></div>\n{_json_text_script(f"{div_id}-data", text)}'
+    return f'<div id="{div_id}" class="plot"></div>\n{json_text_script(f"{div_id}-data", text)}'
 
 
-def _json_script(element_id: str, obj: object) -> str:
-    return _json_text_script(element_id, json.dumps(obj, allow_nan=False))
+def json_script(element_id: str, obj: object) -> str:
+    return json_text_script(element_id, json.dumps(obj, allow_nan=False))
 
 
 _JS = """
@@ -428,11 +427,11 @@ _EXTRA_CSS = """
 
 
 def _page(title: str, body: str, figure_ids: Sequence[str]) -> str:
-    script = _JS % (json.dumps(_PLOT_CONFIG), json.dumps(list(figure_ids)))
+    script = _JS % (json.dumps(PLOT_CONFIG), json.dumps(list(figure_ids)))
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{_esc(title)}</title>\n<style>{_CSS}{_EXTRA_CSS}</style>\n"
+        f"<title>{_esc(title)}</title>\n<style>{PAGE_CSS}{_EXTRA_CSS}</style>\n"
         f'<script type="text/javascript">{get_plotlyjs()}</script>\n</head>\n<body>\n{body}\n'
         f"<script>{script}</script>\n</body>\n</html>\n"
     )

@@ -8,7 +8,6 @@ tests and tools can read them back without scraping the table.
 
 from __future__ import annotations
 
-import heapq
 import html
 import json
 import math
@@ -24,8 +23,24 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from gpuplan.errors import GpuplanError
+from gpuplan.report.gantt import GANTT_MAX_RECORDS, gantt_figure_of, gantt_records, gantt_section
+from gpuplan.report.theme import (
+    BEST_COLOUR,
+    BOUND_COLOUR,
+    FIFO_COLOUR,
+    GRID,
+    MUTED,
+    PAGE_CSS,
+    PALETTE,
+    PANEL,
+    PLOT_CONFIG,
+    RUN_COLOUR,
+    base_layout,
+    figure_block,
+    json_script,
+)
 from gpuplan.sim.compare import best_run, contenders, fifo_baseline, no_winner_reason, same_runs
-from gpuplan.sim.result import JobRecord, SimResult
+from gpuplan.sim.result import SimResult
 
 __all__ = [
     "GANTT_MAX_RECORDS",
@@ -41,25 +56,11 @@ __all__ = [
     "write_report",
 ]
 
-GANTT_MAX_RECORDS = 5000
-"""A Gantt draws at most this many records of a run (the first by start time)."""
-
 GANTT_MAX_RUNS = 3
 """The page draws the Gantt of at most this many runs (best, FIFO baseline, searched plan)."""
 
 UTIL_MAX_POINTS = 2000
 """A utilization line longer than this is resampled to time-weighted means over equal bins."""
-
-_MAX_COLOUR_GROUPS = 10
-_BAR_SPAN = 0.8  # share of a GPU row that its bars fill; the rest separates rows
-_PALETTE = (
-    "#4e9af1", "#f1a54e", "#5fc98b", "#e0607e", "#a98bf0",
-    "#46c8c8", "#d8c35a", "#f07fd0", "#9fb3c8", "#c97f5f",
-)  # fmt: skip
-_BEST_COLOUR, _FIFO_COLOUR, _RUN_COLOUR = "#5fc98b", "#f1a54e", "#4e9af1"
-_BOUND_COLOUR = "#e0607e"
-_FG, _MUTED, _GRID, _PANEL = "#d6dae0", "#8b93a1", "#2c323c", "#1b1f26"
-_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 # --------------------------------------------------------------------------- public API
@@ -150,7 +151,7 @@ def _plain(fig: go.Figure) -> dict[str, Any]:
 
 def gantt_figure(result: SimResult) -> dict[str, Any]:
     """The Gantt of one run as a Plotly figure dict (its first GANTT_MAX_RECORDS jobs by start)."""
-    return _gantt_figure(result, _gantt_records(result))
+    return gantt_figure_of(result, gantt_records(result))
 
 
 def render_report(
@@ -172,10 +173,10 @@ def render_report(
         [
             _header(title, subtitle, notes),
             _section("Summary", parts.summary_html),
-            _section("Makespan and utilization", _figure_block("fig-compare", parts.compare)),
-            _section("Utilization over time", _figure_block("fig-util", parts.util)),
-            _section("Gantt per run", _gantt_section(parts.runs, parts.data, parts.best)),
-            _json_script("report-data", parts.data),
+            _section("Makespan and utilization", figure_block("fig-compare", parts.compare)),
+            _section("Utilization over time", figure_block("fig-util", parts.util)),
+            _section("Gantt per run", gantt_section(parts.runs, parts.data, parts.best)),
+            json_script("report-data", parts.data),
         ]
     )
     return _page(title, body)
@@ -396,44 +397,13 @@ def _num(value: float | None, digits: int) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def _json_script(element_id: str, obj: object) -> str:
-    return _json_text_script(element_id, json.dumps(obj, allow_nan=False))
-
-
-def _json_text_script(element_id: str, text: str) -> str:
-    # "<" and ">" never appear outside JSON strings, so escaping them keeps "</script>" out of the block.
-    safe = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return f'<script type="application/json" id="{element_id}">{safe}</script>'
-
-
-def _figure_block(div_id: str, fig: dict[str, Any]) -> str:
-    text = json.dumps(fig)
-    return f'<div id="{div_id}" class="plot"></div>\n{_json_text_script(f"{div_id}-data", text)}'
-
-
 # --------------------------------------------------------------------------- figures
-
-
-def _base_layout(**extra: Any) -> dict[str, Any]:
-    axis = {"gridcolor": _GRID, "zerolinecolor": _GRID, "linecolor": _GRID}
-    layout: dict[str, Any] = {
-        "paper_bgcolor": _PANEL,
-        "plot_bgcolor": _PANEL,
-        "font": {"color": _FG, "family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"},
-        "margin": {"l": 70, "r": 20, "t": 30, "b": 50},
-        "xaxis": {**axis, "automargin": True},
-        "yaxis": {**axis, "automargin": True},
-        "legend": {"bgcolor": "rgba(0,0,0,0)"},
-        "hoverlabel": {"bgcolor": "#0f1216", "bordercolor": _GRID, "font": {"color": _FG}},
-    }
-    layout.update(extra)
-    return layout
 
 
 def _run_colour(entry: dict[str, Any]) -> str:
     if entry["is_best"]:
-        return _BEST_COLOUR
-    return _FIFO_COLOUR if entry["is_fifo"] else _RUN_COLOUR
+        return BEST_COLOUR
+    return FIFO_COLOUR if entry["is_fifo"] else RUN_COLOUR
 
 
 def _compare_figure(runs: Sequence[SimResult], data: dict[str, Any]) -> go.Figure:
@@ -452,9 +422,9 @@ def _compare_figure(runs: Sequence[SimResult], data: dict[str, Any]) -> go.Figur
     fig.add_trace(makespan, row=1, col=1)
     fig.add_trace(util, row=2, col=1)
     _add_bounds(fig, runs, labels, data["lower_bounds_s"])
-    axis = {"gridcolor": _GRID, "zerolinecolor": _GRID, "linecolor": _GRID, "automargin": True}
+    axis = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
     fig.update_layout(
-        _base_layout(height=560, showlegend=False, bargap=0.25, template="none"),
+        base_layout(height=560, showlegend=False, bargap=0.25, template="none"),
         yaxis={**axis, "title": {"text": "makespan (h)"}},
         yaxis2={**axis, "title": {"text": "utilization (%)"}, "range": [0, 100]},
         xaxis={**axis},
@@ -468,11 +438,11 @@ def _add_bounds(fig: go.Figure, runs: Sequence[SimResult], labels: list[str], bo
     if len(bounds) == 1:
         fig.add_hline(
             y=bounds[0] / 3600,
-            line={"color": _BOUND_COLOUR, "dash": "dash", "width": 2},
+            line={"color": BOUND_COLOUR, "dash": "dash", "width": 2},
             annotation={
                 "text": f"lower bound {bounds[0] / 3600:.2f} h",
-                "font": {"color": _BOUND_COLOUR},
-                "bgcolor": _PANEL,
+                "font": {"color": BOUND_COLOUR},
+                "bgcolor": PANEL,
             },
             annotation_position="top left",
             row=1,
@@ -484,7 +454,7 @@ def _add_bounds(fig: go.Figure, runs: Sequence[SimResult], labels: list[str], bo
             y=[r.metrics.lower_bound_s / 3600 for r in runs],
             mode="markers",
             name="lower bound",
-            marker={"symbol": "line-ew-open", "size": 26, "line": {"width": 3, "color": _BOUND_COLOUR}},
+            marker={"symbol": "line-ew-open", "size": 26, "line": {"width": 3, "color": BOUND_COLOUR}},
             hovertemplate="<b>%{x}</b><br>lower bound %{y:.2f} h<extra></extra>",
         )
         fig.add_trace(ticks, row=1, col=1)
@@ -542,247 +512,20 @@ def _util_figure(runs: Sequence[SimResult], labels: Sequence[str], best: int) ->
                 hovertemplate=f"{html.escape(label)}<br>%{{x:.2f}} h: %{{y:.1f}} %<extra></extra>",
             )
         )
-    layout = _base_layout(height=440, colorway=list(_PALETTE), template="none")
+    layout = base_layout(height=440, colorway=list(PALETTE), template="none")
     layout["xaxis"]["title"] = {"text": "time since first submit (h)"}
     layout["yaxis"].update(title={"text": "GPUs occupied (%)"}, range=[0, 105])
     if resampled:
         layout["title"] = {
             "text": f"resampled to {UTIL_MAX_POINTS:,} time-weighted bins: {', '.join(resampled)}",
-            "font": {"size": 12, "color": _MUTED},
+            "font": {"size": 12, "color": MUTED},
         }
     fig.update_layout(layout)
     return fig
 
 
-# --------------------------------------------------------------------------- Gantt
-
-
-def _gantt_records(r: SimResult) -> list[JobRecord]:
-    """The first GANTT_MAX_RECORDS records of a run by start time."""
-    return sorted(r.records, key=lambda rec: (rec.start_s, rec.job_id))[:GANTT_MAX_RECORDS]
-
-
-def _lanes(records: Sequence[JobRecord]) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
-    """Lane of each (record index, GPU) so overlapping jobs on one GPU get separate lanes.
-
-    Returns:
-        ``lane[(record index, gpu)]`` and ``lanes_per_gpu[gpu]`` (the most jobs at once on it).
-    """
-    busy: dict[int, list[tuple[float, int]]] = {}  # gpu -> heap of (end_s, lane) of jobs on it
-    free: dict[int, list[int]] = {}  # gpu -> heap of lanes released
-    lane: dict[tuple[int, int], int] = {}
-    count: dict[int, int] = {}
-    for i, rec in enumerate(records):  # records are in start order
-        for g in rec.gpus:
-            heap, spare = busy.setdefault(g, []), free.setdefault(g, [])
-            while heap and heap[0][0] <= rec.start_s:
-                heapq.heappush(spare, heapq.heappop(heap)[1])
-            chosen = heapq.heappop(spare) if spare else count.get(g, 0)
-            count[g] = max(count.get(g, 0), chosen + 1)
-            heapq.heappush(heap, (rec.end_s, chosen))
-            lane[(i, g)] = chosen
-    return lane, count
-
-
-def _colour_groups(records: Sequence[JobRecord]) -> dict[str, str]:
-    """Map job name to its legend group: the most common names keep theirs, the rest are "other"."""
-    names = Counter(rec.name or "(unnamed)" for rec in records)
-    top = [n for n, _ in names.most_common(_MAX_COLOUR_GROUPS - 1)]
-    if len(names) == _MAX_COLOUR_GROUPS:
-        top = list(names)
-    return {n: (n if n in top else "other") for n in names}
-
-
-def _gpu_text(gpus: Sequence[int], labels: Sequence[str]) -> str:
-    names = [labels[g] if 0 <= g < len(labels) else f"gpu{g}" for g in gpus]
-    shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
-    return f"{len(names)} ({shown})"
-
-
-_GANTT_HOVER = (
-    "<b>%{customdata[0]}</b> %{customdata[1]}<br>GPUs: %{customdata[2]}<br>"
-    "start %{customdata[3]:.3f} h, end %{customdata[4]:.3f} h<br>wait %{customdata[5]:.3f} h<extra></extra>"
-)
-
-
-def _blocks(
-    i: int, gpus: Sequence[int], lanes: tuple[dict[tuple[int, int], int], dict[int, int]]
-) -> list[tuple[float, float]]:
-    """(row centre, bar width in rows) of the bars of record `i`: one per run of consecutive GPUs that the job
-    holds alone (a 128-GPU job is one bar, not 128), one per GPU where GPUs are shared (lanes)."""
-    lane, lanes_per_gpu = lanes
-    out: list[tuple[float, float]] = []
-    start = prev = -2
-    for g in sorted(gpus):
-        if lanes_per_gpu[g] > 1:
-            height = _BAR_SPAN / lanes_per_gpu[g]
-            out.append((g - _BAR_SPAN / 2 + height * (lane[(i, g)] + 0.5), height * 0.92))
-            continue
-        if g != prev + 1 or start < 0:
-            if start >= 0:
-                out.append(((start + prev) / 2, prev - start + _BAR_SPAN * 0.92))
-            start = g
-        prev = g
-    if start >= 0:
-        out.append(((start + prev) / 2, prev - start + _BAR_SPAN * 0.92))
-    return out
-
-
-def _gantt_traces(
-    records: Sequence[JobRecord],
-    labels: Sequence[str],
-    lanes: tuple[dict[tuple[int, int], int], dict[int, int]],
-    merge: bool = False,
-) -> list[dict[str, Any]]:
-    """One horizontal bar trace per colour group, as plain dicts; `merge`: one bar per block of
-    consecutive GPUs a job holds alone (the report), else one bar per job and GPU (the dashboard).
-
-    Plain dicts, not `go.Bar`: plotly's validation and deep copies of 10^4-10^5 bars cost seconds
-    per run, and plotly.js reads the same JSON.
-    """
-    lane, lanes_per_gpu = lanes
-    group_of = _colour_groups(records)
-    bars: dict[str, dict[str, list[Any]]] = {}
-    for i, rec in enumerate(records):
-        group = group_of[rec.name or "(unnamed)"]
-        cols = bars.setdefault(group, {"y": [], "base": [], "x": [], "width": [], "customdata": []})
-        hover = [
-            rec.job_id,
-            rec.name,
-            _gpu_text(rec.gpus, labels),
-            round(rec.start_s / 3600, 4),
-            round(rec.end_s / 3600, 4),
-            round((rec.start_s - rec.submit_s) / 3600, 4),
-        ]
-        if merge:
-            bars_of = _blocks(i, rec.gpus, lanes)
-        else:
-            bars_of = [
-                (
-                    g - _BAR_SPAN / 2 + _BAR_SPAN / lanes_per_gpu[g] * (lane[(i, g)] + 0.5),
-                    _BAR_SPAN / lanes_per_gpu[g] * 0.92,
-                )
-                for g in rec.gpus
-            ]
-        for y, width in bars_of:
-            cols["y"].append(round(y, 4))
-            cols["base"].append(round(rec.start_s / 3600, 5))
-            cols["x"].append(round(max(rec.end_s - rec.start_s, 0.0) / 3600, 5))
-            cols["width"].append(round(width, 4))
-            cols["customdata"].append(hover)
-    order = sorted(bars, key=lambda n: (n == "other", n))
-    return [
-        {
-            "type": "bar",
-            "orientation": "h",
-            "name": name,
-            "marker": {"color": _PALETTE[k % len(_PALETTE)], "line": {"width": 1, "color": _PANEL}},
-            "opacity": 0.9,
-            "hovertemplate": _GANTT_HOVER,
-            **bars[name],
-        }
-        for k, name in enumerate(order)
-    ]
-
-
-def _gantt_figure(r: SimResult, records: Sequence[JobRecord], merge: bool = False) -> dict[str, Any]:
-    """The Gantt of ``records`` as a plotly figure dict: y = GPU rows (GPU 0 on top), x = hours."""
-    top_gpu = max((g for rec in records for g in rec.gpus), default=-1)
-    n_gpus = max(r.cluster.total_gpus, len(r.gpu_labels), top_gpu + 1, 1)
-    labels = [r.gpu_labels[g] if g < len(r.gpu_labels) else f"gpu{g}" for g in range(n_gpus)]
-    step = max(1, math.ceil(n_gpus / 120))  # keep tick labels legible on big clusters
-    lanes = _lanes(records)
-    row_px = 22 if max(lanes[1].values(), default=1) <= 1 else 40  # room for the lanes of shared GPUs
-    layout = _base_layout(height=min(140 + row_px * n_gpus, 3000), barmode="overlay")
-    layout["xaxis"].update(title={"text": "time since first submit (h)"})
-    layout["yaxis"].update(
-        tickvals=list(range(0, n_gpus, step)),
-        ticktext=labels[::step],
-        range=[n_gpus - 0.5, -0.5],  # GPU 0 on top
-        zeroline=False,
-        showgrid=False,
-    )
-    layout["legend"].update(title={"text": "job name"})
-    return {"data": _gantt_traces(records, labels, lanes, merge), "layout": layout}
-
-
-def _gantt_section(runs: Sequence[SimResult], data: dict[str, Any], best: int) -> str:
-    options, panels, others = [], [], []
-    for i, (r, entry) in enumerate(zip(runs, data["runs"], strict=True)):
-        label = html.escape(entry["label"])
-        if not entry["gantt_drawn"]:
-            others.append(label)
-            continue
-        selected = " selected" if i == best else ""
-        options.append(f'<option value="{i}"{selected}>{label}</option>')
-        panels.append(_gantt_panel(i, r, entry, hidden=i != best))
-    note = "One bar per job and block of GPUs it holds alone; jobs sharing a GPU are drawn in thinner lanes."
-    if others:
-        note += (
-            f" Drawn for the runs that matter (best, FIFO baseline, searched plan); not for {len(others)} "
-            f"other run(s): {', '.join(others)}. To see one: gpuplan simulate TRACE -p POLICY -b BACKFILL --out DIR."
-        )
-    select = (
-        '<label class="picker">Run <select id="gantt-select">' + "".join(options) + "</select></label>"
-        f'<p class="muted">{note}</p>'
-    )
-    return select + "\n" + "\n".join(panels)
-
-
-def _gantt_panel(i: int, r: SimResult, entry: dict[str, Any], *, hidden: bool) -> str:
-    notes = []
-    if entry["gantt_truncated"]:
-        notes.append(
-            f'<p class="truncated">Gantt shows the first {entry["gantt_records"]:,} of '
-            f"{entry['records']:,} jobs by start time.</p>"
-        )
-    notes.extend(f'<p class="warning">{html.escape(w)}</p>' for w in r.warnings)
-    head = f"<h3>{html.escape(entry['label'])} <small>placer {html.escape(r.placer)}</small></h3>"
-    fig_json = json.dumps(_gantt_figure(r, _gantt_records(r), merge=True), allow_nan=False)
-    return (
-        f'<div class="gantt-panel" data-run="{i}"{" hidden" if hidden else ""}>{head}{"".join(notes)}'
-        f'<div id="gantt-{i}" class="plot gantt"></div>{_json_text_script(f"gantt-{i}-data", fig_json)}</div>'
-    )
-
-
 # --------------------------------------------------------------------------- page
 
-_CSS = """
-:root { color-scheme: dark; }
-* { box-sizing: border-box; }
-body { margin: 0; padding: 24px 32px 48px; background: #111418; color: #d6dae0;
-  font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-header { border-bottom: 1px solid #2c323c; margin-bottom: 16px; padding-bottom: 8px; }
-h1 { font-size: 22px; margin: 0 0 4px; font-weight: 600; }
-h2 { font-size: 16px; margin: 28px 0 10px; font-weight: 600; color: #eef1f5; }
-h3 { font-size: 14px; margin: 12px 0 6px; font-weight: 600; }
-h3 small, .muted, .subtitle, .legend { color: #8b93a1; font-weight: 400; }
-.subtitle { margin: 0 0 6px; }
-.notes { margin: 4px 0 0; padding-left: 18px; color: #c6b98a; }
-section { background: #1b1f26; border: 1px solid #2c323c; border-radius: 8px; padding: 4px 16px 16px;
-  margin-bottom: 18px; }
-table.summary { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
-.summary th, .summary td { padding: 5px 8px; border-bottom: 1px solid #2c323c; text-align: left;
-  white-space: nowrap; }
-.summary th { color: #8b93a1; font-weight: 500; font-size: 12px; white-space: normal; }
-.summary .num { text-align: right; }
-.summary tr.best td { background: rgba(95, 201, 139, 0.10); }
-.summary tr.fifo td { background: rgba(241, 165, 78, 0.07); }
-.summary tr.bound td { background: rgba(224, 96, 126, 0.10); color: #e9a3b3; font-style: italic; }
-.badge { display: inline-block; font-size: 11px; font-style: normal; border-radius: 4px;
-  padding: 0 6px; margin-left: 2px; border: 1px solid; }
-.badge.best { color: #5fc98b; } .badge.fifo { color: #f1a54e; }
-.badge.oracle { color: #a98bf0; } .badge.bound { color: #e0607e; }
-.picker select { background: #111418; color: #d6dae0; border: 1px solid #2c323c; border-radius: 4px;
-  padding: 4px 8px; margin-left: 6px; font: inherit; }
-.truncated, .warning { color: #f1a54e; margin: 4px 0; }
-.plot { width: 100%; }
-"""
-
-PAGE_CSS = _CSS
-"""The report's style sheet, shared with the live dashboard's pages."""
-PLOT_CONFIG = _PLOT_CONFIG
-"""Plotly config of every chart (no logo, responsive)."""
 
 _JS = """
 (function () {
@@ -817,11 +560,11 @@ _JS = """
 
 
 def _page(title: str, body: str) -> str:
-    script = _JS % json.dumps(_PLOT_CONFIG)
+    script = _JS % json.dumps(PLOT_CONFIG)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{PAGE_CSS}</style>\n"
         f'<script type="text/javascript">{get_plotlyjs()}</script>\n</head>\n<body>\n{body}\n'
         f"<script>{script}</script>\n</body>\n</html>\n"
     )
