@@ -101,7 +101,8 @@ def test_plan_needs_true_durations_unless_forecast(tmp_path: Path) -> None:
     path = tmp_path / "queue.jsonl"
     write_trace([Job("a", 0.0, 2, est_duration_s=600.0), Job("b", 0.0, 8, est_duration_s=300.0)], path)
     result = _invoke(path, *FAST)
-    assert result.exit_code == 2 and "no true duration" in result.stderr
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1  # one line
+    assert "no job has a true duration (duration_s)" in result.stderr and "--forecast" in result.stderr
     data = json.loads(_ok(_invoke(path, *FAST, "--forecast", "--json")).stdout)
     assert data["plan"]["uses_true_outcome"] is False and data["plan"]["value_s"] == 900.0
 
@@ -109,3 +110,23 @@ def test_plan_needs_true_durations_unless_forecast(tmp_path: Path) -> None:
 def test_plan_demo_results_gives_the_planned_run() -> None:
     runs = plan_demo_results(synth_article(0)[:12], load_cluster("8xA100-80GB"), time_limit_s=1.0)
     assert len(runs) == 1 and runs[0].policy == "plan" and runs[0].metrics.jobs == 12
+
+
+def test_plan_leaves_out_jobs_that_never_ran(tmp_path: Path) -> None:
+    """As simulate does: a job without a duration (pending, cancelled) is left out with one line on
+    stderr, not an error for the whole trace (the Alibaba pods that never started)."""
+    path = tmp_path / "history.jsonl"
+    jobs = synth_article(0)[:10]
+    write_trace([*jobs, Job("never", 5.0, 1, meta={"state": "Pending"})], path)
+    result = _ok(_invoke(path, *FAST, "--json"))
+    assert "1 of 11 jobs have no duration (never ran): left out of the plan" in result.stderr
+    data = json.loads(result.stdout)
+    assert sorted(data["order"]) == sorted(j.id for j in jobs)
+
+
+def test_plan_says_when_no_builtin_policy_is_best(tmp_path: Path) -> None:
+    path = tmp_path / "quiet.jsonl"
+    write_trace([Job(f"j{i}", 1000.0 * i, 1, duration_s=10.0) for i in range(6)], path)  # nobody waits
+    out = " ".join(_ok(_invoke(path, *FAST, "-c", "8xA100-80GB")).stdout.split())
+    assert "start (no best)" in out and "│ best policy" not in out
+    assert "no best policy among the built-in runs: identical runs: no job waited" in out

@@ -18,6 +18,7 @@ from gpuplan.commands.common import (
     TraceClusterOpt,
     apply_predictions,
     fitting_jobs,
+    runnable_jobs,
     schedule_json,
 )
 from gpuplan.commands.common import cli_errors as _errors
@@ -29,7 +30,6 @@ from gpuplan.sim.matrix import rank_key, run_matrix
 
 if TYPE_CHECKING:
     from gpuplan.core.preemption import PreemptionCost
-    from gpuplan.model import Job
     from gpuplan.sim.result import SimResult
 
 __all__ = ["app", "main", "run_matrix"]
@@ -139,7 +139,7 @@ def simulate(
         if cluster is not None:
             load_cluster(cluster)  # a bad --cluster fails before a long read
         result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
-        jobs = apply_predictions(_runnable(result.jobs), predict)
+        jobs = apply_predictions(runnable_jobs(result.jobs, "simulation"), predict)
         spec = _cluster_for(cluster, result, sharing)
         jobs = fitting_jobs(jobs, spec, oracle, span=span)
         results = run_matrix(
@@ -173,18 +173,6 @@ def _preemption_cost(restart_overhead_s: float | None, checkpoint_every_s: float
         if v is not None and not 0.0 <= v < float("inf"):
             raise GpuplanError(f"{name} {v}: give seconds >= 0")
     return PreemptionCost(restart_overhead_s, checkpoint_every_s)
-
-
-def _runnable(jobs: list[Job]) -> list[Job]:
-    """Jobs with a known duration; the others (pending, never started) cannot be simulated."""
-    runnable = [j for j in jobs if j.duration_s is not None]
-    if len(runnable) < len(jobs):
-        typer.echo(
-            f"gpuplan: {len(jobs) - len(runnable)} of {len(jobs)} jobs have no duration (never ran): "
-            "left out of the simulation",
-            err=True,
-        )
-    return runnable
 
 
 def _emit(

@@ -35,6 +35,7 @@ __all__ = [
     "load_jobs",
     "load_trace",
     "parse_names",
+    "runnable_jobs",
     "schedule_json",
 ]
 
@@ -200,3 +201,16 @@ def schedule_json(results: Sequence[SimResult], schedule_out: Path | None) -> li
         err=True,
     )
     return [{"schedule": None} for _ in results]
+
+
+def runnable_jobs(jobs: list[Job], what: str) -> list[Job]:
+    """Jobs with a known duration; the others (pending, never started) are left out of the `what`
+    with one line on stderr (the same rule in simulate and plan)."""
+    runnable = [j for j in jobs if j.duration_s is not None]
+    if len(runnable) < len(jobs):
+        typer.echo(
+            f"gpuplan: {len(jobs) - len(runnable)} of {len(jobs)} jobs have no duration (never ran): "
+            f"left out of the {what}",
+            err=True,
+        )
+    return runnable

@@ -49,7 +49,7 @@ def plan(
 ) -> None:  # fmt: skip
     """Search for the best order of a trace: start from the best built-in policy, improve it by simulation
     (and CP-SAT on small traces), and compare it with FIFO, the article's order and a proven lower bound."""
-    from gpuplan.commands.common import apply_predictions, fitting_jobs, schedule_json
+    from gpuplan.commands.common import apply_predictions, fitting_jobs, runnable_jobs, schedule_json
     from gpuplan.commands.common import cli_errors as _errors
     from gpuplan.commands.common import cluster_for as _cluster_for
     from gpuplan.commands.common import load_trace as _load_trace
@@ -58,6 +58,7 @@ def plan(
         from gpuplan._progress import LazyProgress
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import get_backfill
+        from gpuplan.errors import GpuplanError
         from gpuplan.optimize.evaluate import check_objective
         from gpuplan.optimize.search import plan_order
 
@@ -66,7 +67,14 @@ def plan(
         check_objective(objective)
         get_backfill(backfill)
         read = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
-        jobs = apply_predictions(read.jobs, predict)
+        # a job that never ran has nothing to plan on, unless the plan is on estimates (a pending queue)
+        if not forecast and all(j.duration_s is None for j in read.jobs):
+            raise GpuplanError(
+                f"{trace}: no job has a true duration (duration_s), so there is no outcome to plan on; "
+                "plan on the estimates with --forecast (est_duration_s, else the time limit)"
+            )
+        jobs = read.jobs if forecast else runnable_jobs(read.jobs, "plan")
+        jobs = apply_predictions(jobs, predict)
         spec = _cluster_for(cluster, read)
         jobs = fitting_jobs(jobs, spec, oracle)
         with LazyProgress(100, "planning", enabled=not as_json) as bar:
@@ -128,7 +136,7 @@ def _role(result: PlanResult, r: SimResult) -> str:
     if r is result.result:
         return "plan"
     if r.label == result.start_policy:
-        return "best policy"
+        return "start (no best)" if _no_winner(result) else "best policy"
     return "FIFO" if r.policy == "fifo" else "article order"
 
 
@@ -164,8 +172,20 @@ def _print_table(result: PlanResult, shown: Sequence[SimResult], title: str) -> 
     console.print(table)
 
 
+def _no_winner(result: PlanResult) -> str | None:
+    """Why no built-in policy may be called best (nobody waited, or all runs equal), else None."""
+    from gpuplan.sim.compare import no_winner_reason
+
+    return no_winner_reason(result.baselines)
+
+
 def _notes(result: PlanResult) -> list[str]:
     notes = [_OUTCOME_NOTE if result.uses_true_outcome else _FORECAST_NOTE]
+    why = _no_winner(result)
+    if why is not None:
+        notes.append(
+            f"no best policy among the built-in runs: {why}; the search started from {result.start_policy}."
+        )
     if result.oracle:
         notes.append("ORACLE run: the scheduler's backfill decisions saw the true durations.")
     ex = result.exact
