@@ -11,6 +11,7 @@ from gpuplan.errors import InputError
 from gpuplan.slurm.parse import (
     parse_config,
     parse_gpu_count,
+    parse_gpu_types,
     parse_hostlist,
     parse_limit_s,
     parse_local_time,
@@ -69,6 +70,21 @@ def test_sinfo_merges_partitions_and_knows_down_nodes() -> None:
     n1, n2 = parse_sinfo(text)
     assert n1.partitions == ("a", "b") and n1.gpus == 4 and n1.gpus_used == 1
     assert not n2.is_usable and n2.gpus_free == 0
+    assert n1.gpu_types == (("a100", 4),) and n2.gpu_types == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "types"),
+    [
+        ("gpu:8", ()),
+        ("gpu:a100:4(S:0-1)", (("a100", 4),)),
+        ("gres:gpu:h100:2,gres:gpu:l40s:6(S:0)", (("h100", 2), ("l40s", 6))),
+        ("gpu:a100_80g:8,shard:a100_80g:16", (("a100_80g", 8),)),  # shards are not GPUs
+        ("(null)", ()),
+    ],
+)
+def test_gpu_types(text: str, types: tuple[tuple[str, int], ...]) -> None:
+    assert parse_gpu_types(text) == types
 
 
 def test_config_builtin() -> None:
@@ -121,3 +137,36 @@ def test_squeue_wrong_field_count_and_missing_header() -> None:
 def test_sinfo_without_gres_column() -> None:
     with pytest.raises(InputError, match="NODELIST and GRES"):
         parse_sinfo("NODELIST|STATE|\nn1|idle|\n")
+
+
+# -- the cluster a Slurm history ran on (`gpuplan slurm history`) --------------------------------------
+
+
+def test_history_cluster_from_typed_and_untyped_gres() -> None:
+    from gpuplan.slurm.cluster import ASSUMED_MEM_GB, history_cluster
+
+    text = (
+        "NODELIST|STATE|GRES|GRES_USED|PARTITION|\n"
+        "a1|idle|gpu:a100_80g:8(S:0-1)|gpu:0|p*|\nh1|down*|gpu:h200:8|gpu:0|p*|\n"
+        "x1|idle|gpu:a100:4|gpu:0|p*|\nc1|idle|(null)|(null)|p*|\nu1|idle|gpu:2|gpu:0|p*|\n"
+        "m1|idle|gpu:l40s:2,gpu:t4:6|gpu:0|p*|\n"
+    )
+    cluster, warnings = history_cluster(parse_sinfo(text))
+    nodes = {n.name: n for n in cluster.nodes}
+    assert "c1" not in nodes and cluster.total_gpus == 30  # a down node is kept: past jobs ran on it
+    assert (nodes["a1"].gpu.model, nodes["a1"].gpu.mem_gb) == ("a100_80g", 80.0)  # said in the name
+    assert nodes["h1"].gpu.mem_gb == 141.0  # one size
+    assert nodes["x1"].gpu.mem_gb == ASSUMED_MEM_GB and nodes["u1"].gpu.model == "gpu"
+    assert (nodes["m1"].gpu.model, nodes["m1"].gpu.mem_gb) == ("t4", 16.0)  # the most numerous type
+    assert any("'a100' does not say its memory" in w for w in warnings)
+    assert any("names no GPU type" in w for w in warnings)
+    assert any("node m1 holds several GPU types (2x l40s, 6x t4)" in w for w in warnings)
+    assert all(w.endswith("edit the cluster file to correct it") for w in warnings)
+
+
+def test_history_cluster_without_gpus_is_a_clear_error() -> None:
+    from gpuplan.errors import GpuplanError
+    from gpuplan.slurm.cluster import history_cluster
+
+    with pytest.raises(GpuplanError, match="no node with GPUs"):
+        history_cluster(parse_sinfo("NODELIST|STATE|GRES|GRES_USED|PARTITION|\nc1|idle|(null)|(null)|p*|\n"))

@@ -248,3 +248,33 @@ def test_slurm_missing_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_a_preemptive_policy_is_refused_with_the_valid_names() -> None:
     with pytest.raises(GpuplanError, match=r"policy 'las' preempts running jobs.*fifo.*or best"):
         plan_queue(_live_state(), policy="las")
+
+
+def test_history_writes_the_trace_with_its_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`slurm history --out` keeps the cluster sinfo describes beside the trace, so `audit` and
+    `simulate` use it (not the 8-GPU default); fake sacct/sinfo print real captured Slurm output."""
+    import json
+
+    fix = Path(__file__).parent / "fixtures" / "slurm"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir, "sacct", f"cat {fix / 'sacct_P.txt'}\n")
+    sinfo = "NODELIST|STATE|GRES|GRES_USED|PARTITION|\n" + "".join(
+        f"node{i}|idle|gpu:h200:8(S:0-1)|gpu:0|gpu*|\n" for i in range(1, 5)
+    )
+    _script(bin_dir, "sinfo", f"cat <<'END'\n{sinfo}END\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "hist.jsonl"
+    r = _cli("history", "--since", "2026-11-30", "--out", str(out), "--json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["cluster"]["gpus"] == 32 and data["cluster_file"] == str(tmp_path / "hist.cluster.toml")
+    from typer.testing import CliRunner
+
+    from gpuplan.cli import app
+
+    audit = CliRunner().invoke(app, ["audit", str(out), "--json"])
+    assert audit.exit_code == 0, audit.stderr
+    report = json.loads(audit.stdout)
+    assert report["cluster"]["gpus"] == 32 and report["cluster"]["origin"] == "trace"
+    assert "H200" in report["cluster"]["describe"] or "h200" in report["cluster"]["describe"]

@@ -155,6 +155,7 @@ def history(
     with _errors():
         import tempfile
 
+        from gpuplan.slurm.cluster import history_cluster
         from gpuplan.traces import ReadOptions, write_trace
         from gpuplan.traces.sacct import SacctReader
 
@@ -162,15 +163,19 @@ def history(
         with tempfile.TemporaryDirectory(prefix="gpuplan-sacct-") as tmp:
             raw = client.write_sacct(since, Path(tmp) / "sacct.txt", until)
             result = SacctReader().read(raw, ReadOptions())
-        if out is not None:
-            write_trace(result.jobs, out)
+        cluster, assumed = history_cluster(client.nodes())  # the trace keeps its cluster (audit, simulate)
+        result.warnings.extend(assumed)
+        beside = write_trace(result.jobs, out, cluster) if out is not None else None
         data = {"jobs": len(result.jobs), "skipped": result.skipped, "warnings": result.warnings,
-                "out": str(out) if out else None}  # fmt: skip
+                "out": str(out) if out else None, "cluster": cluster.as_dict(),
+                "cluster_file": str(beside) if beside else None}  # fmt: skip
         if as_json:
             _emit(data)
             return
         _warn(result.warnings)
         where = f", written to {out}" if out else " (use --out FILE to keep them)"
+        if beside is not None:
+            where += f" with its cluster ({cluster.describe()}) in {beside}"
         skipped = f"; left out: {result.skipped}" if result.skipped else ""
         typer.echo(f"read {len(result.jobs)} GPU jobs from sacct since {since}{where}{skipped}")
 

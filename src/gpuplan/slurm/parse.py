@@ -25,6 +25,7 @@ __all__ = [
     "QueueJob",
     "parse_config",
     "parse_gpu_count",
+    "parse_gpu_types",
     "parse_hostlist",
     "parse_limit_s",
     "parse_local_time",
@@ -119,6 +120,7 @@ class NodeInfo:
     gpus: int
     gpus_used: int
     partitions: tuple[str, ...]
+    gpu_types: tuple[tuple[str, int], ...] = ()  # (Slurm's GPU type name, count) from Gres, when typed
 
     @property
     def is_usable(self) -> bool:
@@ -191,6 +193,23 @@ def parse_gpu_count(text: str) -> int:
             continue
         total += int(parts[-1])
     return total
+
+
+def parse_gpu_types(text: str) -> tuple[tuple[str, int], ...]:
+    """Typed GPU entries of a GRES string: `gpu:a100:4(S:0),gpu:h100:4` -> (('a100', 4), ('h100', 4));
+    untyped ones (`gpu:8`) give nothing."""
+    t = text.strip()
+    if t in _NO_VALUE:
+        return ()
+    out: list[tuple[str, int]] = []
+    for item in re.sub(r"\([^)]*\)", "", t).split(","):
+        item = item.strip()
+        for prefix in ("gres:", "gres/"):
+            item = item.removeprefix(prefix)
+        parts = item.split(":")
+        if len(parts) == 3 and parts[0] == "gpu" and parts[1] and parts[2].isdigit():
+            out.append((parts[1], int(parts[2])))
+    return tuple(out)
 
 
 def parse_hostlist(text: str) -> list[str]:
@@ -332,8 +351,9 @@ def parse_sinfo(text: str, what: str = "sinfo output") -> list[NodeInfo]:
             continue
         used = cells[index["gres_used"]] if "gres_used" in index else ""
         state = cells[index["state"]].strip() if "state" in index else "idle"
-        nodes[name] = NodeInfo(name, state, parse_gpu_count(cells[index["gres"]]), parse_gpu_count(used),
-                               (part,) if part else ())  # fmt: skip
+        gres = cells[index["gres"]]
+        nodes[name] = NodeInfo(name, state, parse_gpu_count(gres), parse_gpu_count(used),
+                               (part,) if part else (), parse_gpu_types(gres))  # fmt: skip
     return list(nodes.values())
 
 
