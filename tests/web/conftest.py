@@ -1,65 +1,31 @@
 """Fixtures of the dashboard tests: agent homes on the agent's fake device set, with real `sleep`
 processes as jobs, and headless Chromium (Debian's) driven by Playwright against the app in a thread.
 
-The browser and the servers start once per session and stop at the end, also when a test fails;
-job processes are killed by their pid (../shared/browser/NOTES.md has the facts behind every browser
-setting). Without /usr/bin/chromium the browser tests fail under CI=true (CI installs it) and skip
-elsewhere, saying why. The only fake is the GPU: the agent's fake device set reports the memory
-that the running `sleep` processes declare.
+The browser (tests/browser_support.py, shared with tests/slurm) and the servers start once per
+session and stop at the end, also when a test fails; job processes are killed by their pid. The only
+fake is the GPU: the agent's fake device set reports the memory that the running `sleep` processes
+declare.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from browser_support import ServedApp, Watch, free_port, require_chromium, serve_in_thread, shot
 from gpuplan.agent.gpus import open_backend
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.store import Store
 from gpuplan.web.live import NodeSource
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "browser"
-
-
-def _require_chromium() -> None:
-    if Path(CHROMIUM).exists():
-        return
-    why = f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); .ci/run does"
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    _require_chromium()
-    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
-
-
-@pytest.fixture(scope="session")
-def base_url() -> str | None:
-    # pytest-base-url's own fixture is an instance method, which pytest 9 warns about (an error here)
-    return None
 
 
 class FakeAgentHome:
@@ -145,45 +111,23 @@ def agent_home(tmp_path: Path) -> Iterator[FakeAgentHome]:
 
 @dataclass
 class LiveServer:
-    """One app served by uvicorn in a daemon thread."""
+    """One app served by uvicorn in a daemon thread, on an agent home."""
 
     url: str
     home: FakeAgentHome
-    server: Any
-    thread: threading.Thread
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    served: ServedApp
 
 
 def _start(home: FakeAgentHome, trace_root: Path) -> LiveServer:
-    import uvicorn
-
     from gpuplan.web.app import ServeConfig, create_app
 
     app = create_app(ServeConfig(home.source(), trace_root=trace_root, sample_s=0.25, window_s=120.0))
-    port = _free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:  # integration wait with a deadline, not a sleep for time to pass
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"uvicorn did not start on port {port}")
-        time.sleep(0.02)
-    return LiveServer(f"http://127.0.0.1:{port}", home, server, thread)
+    served = serve_in_thread(app)
+    return LiveServer(served.url, home, served)
 
 
 def _stop(live: LiveServer) -> None:
-    live.server.should_exit = True
-    live.thread.join(timeout=10)
+    live.served.stop()
 
 
 BUSY_JOBS = (((0, 1), 56.0, 85.0, "finetune"), ((2,), 24.0, 40.0, "infer"), ((3,), 40.0, 65.0, "eval"))
@@ -192,7 +136,7 @@ BUSY_JOBS = (((0, 1), 56.0, 85.0, "finetune"), ((2,), 24.0, 40.0, "infer"), ((3,
 @pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveServer]]:
     """Three servers: a busy node (3 running jobs, 12 queued), an empty agent, and 10,000 queued jobs."""
-    _require_chromium()
+    require_chromium()
     root = tmp_path_factory.mktemp("traces")
     homes = {name: FakeAgentHome(tmp_path_factory.mktemp(name) / "home") for name in ("busy", "empty", "big")}
     for gpus, mem, util, name in BUSY_JOBS:
@@ -211,50 +155,42 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveS
             home.close()
 
 
-@dataclass
-class Watch:
-    """Everything that went wrong on a page: errors, console errors, failed or >= 400 requests."""
+@contextmanager
+def serve_process(args: list[str], env: dict[str, str]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """`gpuplan serve ARGS --json` as a real process on a free port: yields its JSON line and its
+    /healthz answer, then stops it with SIGTERM (by its pid) and checks it stopped without a traceback."""
+    import json
+    import sys
+    import urllib.request
 
-    problems: list[str] = field(default_factory=list)
-    allowed: set[tuple[str, int]] = field(default_factory=set)  # (path, status) a test expects
-
-    def check(self) -> None:
-        assert not self.problems, "the page reported problems:\n" + "\n".join(self.problems)
-
-
-@pytest.fixture
-def watch(page: Any) -> Watch:
-    w = Watch()
-
-    def on_response(resp: Any) -> None:
-        path = "/" + resp.url.split("/", 3)[-1].split("?")[0]
-        if resp.status >= 400 and (path, resp.status) not in w.allowed:
-            w.problems.append(f"HTTP {resp.status} {resp.url}")
-
-    def on_console(msg: Any) -> None:
-        if msg.type == "error" and not any(f" {s} " in msg.text for _, s in w.allowed):
-            w.problems.append(f"console error: {msg.text}")
-
-    def on_failed(req: Any) -> None:
-        # an EventSource closed by the test's own navigation or teardown aborts; nothing else may fail
-        if not ("/api/node/stream" in req.url and "ERR_ABORTED" in (req.failure or "")):
-            w.problems.append(f"request failed: {req.url} {req.failure}")
-
-    page.on("pageerror", lambda exc: w.problems.append(f"page error: {exc}"))
-    page.on("console", on_console)
-    page.on("requestfailed", on_failed)
-    page.on("response", on_response)
-    return w
-
-
-@pytest.fixture(scope="session")
-def artifacts() -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    return ARTIFACTS
+    port = free_port()
+    cmd = [sys.executable, "-m", "gpuplan.cli", "serve", *args, "--port", str(port), "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        announced = json.loads(proc.stdout.readline())
+        assert announced["url"] == f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 30
+        while True:  # integration wait with a deadline for the server to listen
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                    health = json.loads(resp.read())
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield announced, health
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=15)  # also closes the pipes
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    # uvicorn shuts down gracefully, then re-raises the signal it caught: the exit is SIGTERM's
+    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert "Traceback" not in err, err
 
 
-def shot(page: Any, artifacts: Path, name: str) -> Path:
-    path = artifacts / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 10_000, f"{path} is suspiciously small"
-    return path
+__all__ = ["BUSY_JOBS", "FakeAgentHome", "LiveServer", "Watch", "serve_process", "shot"]

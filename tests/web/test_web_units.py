@@ -141,54 +141,12 @@ def test_plan_keeps_the_agents_order_and_expected_starts() -> None:
 
 def test_gpuplan_serve_as_a_process(tmp_path: Path) -> None:
     """The real command: prints its address as JSON, answers /healthz, stops on SIGTERM (by its pid)."""
-    import json
     import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from conftest import serve_process
+
     env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "home")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "gpuplan.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--json",
-        "--traces",
-        str(tmp_path),
-    ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        announced = json.loads(proc.stdout.readline())
-        assert announced["url"] == f"http://127.0.0.1:{port}/" and announced["token"] is False
-        deadline = time.monotonic() + 30
-        while True:  # integration wait with a deadline for the server to listen
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
-                    health = json.loads(resp.read())
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
+    with serve_process(["--traces", str(tmp_path)], env) as (announced, health):
+        assert announced["token"] is False and announced["slurm"] is False
         assert health["ok"] is True and health["gpus"] == 8
         assert "FAKE device set fake:8xA100-80GB; no agent running" in health["source"]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            _, err = proc.communicate(timeout=15)  # also closes the pipes
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-    # uvicorn shuts down gracefully, then re-raises the signal it caught: the exit is SIGTERM's
-    assert proc.returncode in (0, -signal.SIGTERM), err
-    assert "Traceback" not in err, err

@@ -13,7 +13,7 @@ from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
     from gpuplan.agent.paths import AgentPaths
-    from gpuplan.web.live import NodeSource
+    from gpuplan.web.live import LiveSource, NodeSource
 
 __all__ = ["serve"]
 
@@ -75,8 +75,12 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback is said on stderr.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU backend: nvml or fake:PRESET_OR_TOML (the fake device set); default: the running agent's, else fake:8xA100-80GB.")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="Policy the queue view plans with when no agent answers; default: the agent's, else fifo.")] = None,
-    backfill: Annotated[str | None, typer.Option("--backfill", help="Backfill mode of that plan; default: the agent's, else easy.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="Policy the queue view plans with when no agent answers; default: the agent's, else fifo. With --slurm: a policy or 'best' (default), as `gpuplan slurm plan`.")] = None,
+    backfill: Annotated[str | None, typer.Option("--backfill", help="Backfill mode of that plan; default: the agent's, else easy (not with --slurm: Slurm's SchedulerType decides).")] = None,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Show the Slurm cluster that squeue/sinfo on PATH reach (SLURM_CONF), read-only, instead of this node.")] = False,
+    partition: Annotated[list[str] | None, typer.Option("--partition", "-p", help="With --slurm: only this partition (repeatable or comma-separated); default: all.")] = None,
+    predict: Annotated[Path | None, typer.Option("--predict", help="With --slurm: a duration model from `gpuplan predict fit`, used instead of the time limits.")] = None,
+    slurm_cache_s: Annotated[float, typer.Option("--slurm-cache-seconds", help="With --slurm: one read of Slurm serves every viewer for this long.")] = 5.0,
     traces: Annotated[Path, typer.Option("--traces", help="What-if paths must lie under this folder.")] = Path("."),
     price: Annotated[list[str] | None, typer.Option("--price", help="USD per GPU-hour of a model, MODEL=USD (repeat).")] = None,
     watts: Annotated[list[str] | None, typer.Option("--watts", help="Power of a model, MODEL=BUSY or MODEL=BUSY/IDLE, in W (repeat).")] = None,
@@ -84,7 +88,7 @@ def serve(
     window_min: Annotated[float, typer.Option("--window-minutes", help="Minutes of history the node view shows.")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the address and settings as one JSON line, then serve.")] = False,
 ) -> None:  # fmt: skip
-    """The live dashboard: node, queue and what-if views, /metrics for Prometheus, /healthz."""
+    """The live dashboard of this node or (--slurm) a Slurm cluster: node, queue and what-if views, /metrics, /healthz."""
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
@@ -97,22 +101,53 @@ def serve(
         from gpuplan.web.savings import parse_costs
 
         paths = AgentPaths.from_env()
+        if slurm:
+            source: LiveSource = _slurm_source(gpus, policy, backfill, partition, predict, slurm_cache_s)
+        else:
+            if partition or predict is not None:
+                raise GpuplanError("--partition and --predict read a Slurm cluster: add --slurm")
+            source = _source(gpus, paths, policy, backfill)
         config = ServeConfig(
-            source=_source(gpus, paths, policy, backfill),
-            token=_token(paths),
+            source=source,
+            token=None if slurm else _token(paths),
             trace_root=traces.resolve(),
             costs=parse_costs(price or [], watts or []),
             sample_s=sample_s,
             window_s=window_min * 60.0,
         )
         app = create_app(config)
-    _announce(host, port, config.source.label, config.token is not None, as_json)
+    _announce(host, port, config.source.label, config.token is not None, as_json, slurm)
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 
-def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool) -> None:
+def _slurm_source(gpus: str | None, policy: str | None, backfill: str | None, partition: list[str] | None,
+                  predict: Path | None, cache_s: float) -> LiveSource:  # fmt: skip
+    """The Slurm cluster, read-only: its runner retries nothing (the next read, `cache_s` later, does)."""
+    from gpuplan.commands.slurm import _parts
+    from gpuplan.slurm.client import SlurmClient
+    from gpuplan.slurm.planner import static_policy
+    from gpuplan.slurm.runner import SlurmRunner
+    from gpuplan.web.slurmview import SlurmSource
+
+    if gpus is not None or backfill is not None:
+        raise GpuplanError(
+            "--gpus and --backfill describe this node's queue; with --slurm the nodes and the backfill "
+            "mode are Slurm's (sinfo, SchedulerType): leave them out"
+        )
+    if cache_s < 0:
+        raise GpuplanError("--slurm-cache-seconds must be >= 0")
+    if predict is not None and not predict.is_file():
+        raise GpuplanError(f"--predict {predict}: no such model file (make one with `gpuplan predict fit`)")
+    policy = policy or "best"
+    if policy != "best":
+        policy = static_policy(policy)
+    client = SlurmClient(SlurmRunner(timeout_s=10.0, retries=0))
+    return SlurmSource(client, _parts(partition), policy, predict, cache_s)
+
+
+def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool, slurm: bool = False) -> None:
     url = f"http://{host}:{port}/"
     if not _is_loopback(host):
         typer.echo(
@@ -120,7 +155,13 @@ def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool) 
             err=True,
         )
     mode = "mutating endpoints need the agent's token" if has_token else "read-only (no agent token)"
+    if slurm:
+        mode = "read-only: `gpuplan slurm apply` changes the order"
     if as_json:
-        typer.echo(json.dumps({"url": url, "host": host, "port": port, "source": label, "token": has_token}))
+        typer.echo(
+            json.dumps(
+                {"url": url, "host": host, "port": port, "source": label, "token": has_token, "slurm": slurm}
+            )
+        )
     else:
         typer.echo(f"gpuplan serve: {url} ({label}; {mode})")

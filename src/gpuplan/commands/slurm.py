@@ -180,33 +180,15 @@ def history(
         typer.echo(f"read {len(result.jobs)} GPU jobs from sacct since {since}{where}{skipped}")
 
 
-def _predictions(state: LiveState, model: Path | None) -> dict[str, float] | None:
-    if model is None:
-        return None
-    from gpuplan.model import Job
-    from gpuplan.predict import apply_model
-
-    jobs = [
-        Job(id=q.job_id, submit_s=_as_trace_time(q.submit_s or state.now_s), gpus=max(q.gpus, 1),
-            requested_s=q.time_limit_s, user=q.user, name=q.name)
-        for q in state.jobs if q.is_pending or q.is_running
-    ]  # fmt: skip
-    return {j.id: j.est_duration_s for j in apply_model(jobs, model) if j.est_duration_s is not None}
-
-
-def _as_trace_time(epoch_s: float) -> float:
-    """Slurm's local times as gpuplan's sacct reader stores them (the wall clock read as UTC)."""
-    return epoch_s + time.localtime(epoch_s).tm_gmtoff
-
-
 def _make_plan(client: SlurmClient, partitions: tuple[str, ...], policy: str, search: float,
                predict: Path | None, mode: str = "priority") -> tuple[LiveState, QueuePlan, list[str]]:  # fmt: skip
     from gpuplan.slurm.client import live_state
-    from gpuplan.slurm.planner import plan_queue
+    from gpuplan.slurm.planner import plan_queue, predicted_durations
     from gpuplan.slurm.setup import setup_warnings
 
     state = live_state(client, partitions)
-    plan = plan_queue(state, policy=policy, search_s=search, predictions=_predictions(state, predict))
+    preds = predicted_durations(state, predict)
+    plan = plan_queue(state, policy=policy, search_s=search, predictions=preds)
     return state, plan, setup_warnings(state.config, mode)
 
 

@@ -19,6 +19,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuplan.core.policies import Policy, get_policy, policy_names
@@ -37,8 +38,11 @@ __all__ = [
     "backfill_for",
     "cluster_from_nodes",
     "plan_queue",
+    "predicted_durations",
+    "remaining_s",
     "simulate_queue",
     "slurm_order",
+    "static_policy",
 ]
 
 CONSERVATIVE_MAX_JOBS = 300
@@ -110,6 +114,7 @@ class QueuePlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "now_s": self.now_s,
             "order": self.order,
             "policy": self.policy,
             "backfill": self.backfill,
@@ -166,7 +171,9 @@ def _id_key(job_id: str) -> tuple[int, str]:
     return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)
 
 
-def _remaining(job: QueueJob, now_s: float, predicted_s: float | None) -> float | None:
+def remaining_s(job: QueueJob, now_s: float, predicted_s: float | None = None) -> float | None:
+    """What is left of a running job at `now_s`: its limit (or prediction, never past the limit)
+    minus the time it has run; None when it has neither (it never ends in the plan)."""
     elapsed = job.elapsed_s
     if job.start_s is not None:
         elapsed = max(elapsed, now_s - job.start_s)
@@ -187,7 +194,7 @@ def _seeds(state: LiveState, cluster: ClusterSpec, preds: dict[str, float]) -> l
     for q in state.jobs:
         if not q.is_running or q.gpus <= 0:
             continue
-        seed = Seed(q.job_id, {}, _remaining(q, state.now_s, preds.get(q.job_id)))
+        seed = Seed(q.job_id, {}, remaining_s(q, state.now_s, preds.get(q.job_id)))
         hosts = [h for h in parse_hostlist(q.node_list) if h in deficit]
         if q.node_list and not hosts:
             continue  # runs on nodes outside the chosen partitions
@@ -358,7 +365,7 @@ def plan_queue(
         return simulate_queue(inp.cluster, inp.seeds, pending, order_or_policy, inp.backfill)
 
     slurm = run(FixedOrder(base_order, "slurm-order"))
-    candidates = policy_names() if policy == "best" else [_static_policy(policy)]
+    candidates = policy_names() if policy == "best" else [static_policy(policy)]
     best_name, best_order, best = "slurm-order", base_order, slurm
     for name in candidates:
         pol = get_policy(name)
@@ -376,7 +383,36 @@ def plan_queue(
                      inp.cluster, len(inp.seeds), state.now_s, durations)  # fmt: skip
 
 
-def _static_policy(name: str) -> str:
+def predicted_durations(state: LiveState, model: Path | None) -> dict[str, float] | None:
+    """Durations a model from `gpuplan predict fit` gives the pending and running jobs of `state`
+    (None without a model: the plan then uses the time limits).
+
+    Raises:
+        GpuplanError: the model file cannot be read.
+    """
+    if model is None:
+        return None
+    from gpuplan.predict import apply_model
+
+    jobs = [
+        Job(id=q.job_id, submit_s=_as_trace_time(q.submit_s or state.now_s), gpus=max(q.gpus, 1),
+            requested_s=q.time_limit_s, user=q.user, name=q.name)
+        for q in state.jobs if q.is_pending or q.is_running
+    ]  # fmt: skip
+    return {j.id: j.est_duration_s for j in apply_model(jobs, model) if j.est_duration_s is not None}
+
+
+def _as_trace_time(epoch_s: float) -> float:
+    """Slurm's local times as gpuplan's sacct reader stores them (the wall clock read as UTC)."""
+    return epoch_s + time.localtime(epoch_s).tm_gmtoff
+
+
+def static_policy(name: str) -> str:
+    """`name` as registered, if Slurm priorities can express it (no preemptive policy).
+
+    Raises:
+        GpuplanError: a preemptive policy; UnknownNameError: an unknown one.
+    """
     pol = get_policy(name)
     if pol.preemptive:
         raise GpuplanError(

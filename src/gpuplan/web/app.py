@@ -14,7 +14,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +38,14 @@ from gpuplan.errors import GpuplanError
 from gpuplan.web.history import History, snapshot_json
 from gpuplan.web.live import AgentUnavailable, LiveSource
 from gpuplan.web.metrics import LiveCollector
-from gpuplan.web.pages import docs_page, node_page, queue_page, whatif_page
+from gpuplan.web.pages import (
+    docs_page,
+    node_page,
+    queue_page,
+    slurm_node_page,
+    slurm_queue_page,
+    whatif_page,
+)
 from gpuplan.web.queueplan import QueuePlan, plan_queue
 from gpuplan.web.savings import DEFAULT_COSTS, GpuCost, parse_costs
 from gpuplan.web.whatif import MAX_UPLOAD_BYTES, WhatIfRequest, WhatIfStore, run_whatif
@@ -143,14 +150,24 @@ def create_app(config: ServeConfig) -> FastAPI:
     for status in recorded:
         shared.history.add(status)
     shared.sample()
-    _pages(app)
+    slurm = _is_slurm(config.source)
+    _pages(app, slurm)
     _static(app)
-    _node_api(app)
-    _queue_api(app)
+    if slurm:
+        _slurm_api(app)  # read-only: nothing here changes Slurm (`gpuplan slurm apply` does)
+    else:
+        _node_api(app)
+        _queue_api(app)
+        _mutating_api(app)
     _whatif_api(app)
     _metrics_api(app, config)
-    _mutating_api(app)
     return app
+
+
+def _is_slurm(source: LiveSource) -> bool:
+    from gpuplan.web.slurmview import SlurmSource
+
+    return isinstance(source, SlurmSource)
 
 
 async def _sampler(shared: _State) -> None:
@@ -172,13 +189,19 @@ def _page_context(request: Request) -> dict[str, Any]:
     return {"label": src.label, "is_fake": src.is_fake, "plotly_url": _PLOTLY_URL}
 
 
-def _pages(app: FastAPI) -> None:
+def _pages(app: FastAPI, slurm: bool) -> None:
     @app.get("/", include_in_schema=False)
     def index() -> RedirectResponse:
-        return RedirectResponse("/node")
+        return RedirectResponse("/queue" if slurm else "/node")
 
-    @app.get("/node", response_class=HTMLResponse, summary="Node view: per-GPU and per-process, live")
+    @app.get(
+        "/node",
+        response_class=HTMLResponse,
+        summary="Node view: per-GPU and per-process (Slurm: per node), live",
+    )
     def node(request: Request) -> str:
+        if slurm:
+            return slurm_node_page(**_page_context(request))
         return node_page(**_page_context(request))
 
     @app.get(
@@ -186,6 +209,8 @@ def _pages(app: FastAPI) -> None:
     )
     def queue(request: Request) -> str:
         src = _state(request).config.source
+        if slurm:
+            return slurm_queue_page(**_page_context(request), policy=src.policy)
         return queue_page(**_page_context(request), policy=src.policy, backfill=src.backfill)
 
     @app.get("/whatif", response_class=HTMLResponse, summary="What-if view: compare policies on a trace")
@@ -210,14 +235,17 @@ def _pages(app: FastAPI) -> None:
     def docs(request: Request) -> str:
         return docs_page(request.app.openapi(), **_page_context(request))
 
-    @app.get("/healthz", summary="Liveness: ok and where the readings come from")
+    @app.get("/healthz", summary="Liveness: ok (the source can be read), where the readings come from")
     def healthz(request: Request) -> dict[str, Any]:
         src = _state(request).config.source
-        return {"ok": True, "source": src.label, "fake": src.is_fake, "gpus": src.cluster.total_gpus}
+        return {"source": src.label, "fake": src.is_fake, **src.health()}
 
 
 def _static(app: FastAPI) -> None:
+    from gpuplan.report.html import PAGE_CSS  # imported now, not on the first page's stylesheet request
+
     forever = {"Cache-Control": "public, max-age=31536000, immutable"}
+    css = PAGE_CSS + (_STATIC / "dashboard.css").read_text(encoding="utf-8")
 
     @app.get(_PLOTLY_URL, include_in_schema=False)
     def plotly_js() -> FileResponse:
@@ -226,10 +254,7 @@ def _static(app: FastAPI) -> None:
     @app.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
         if name == "dashboard.css":
-            from gpuplan.report.html import PAGE_CSS
-
-            extra = (_STATIC / "dashboard.css").read_text(encoding="utf-8")
-            return Response(PAGE_CSS + extra, media_type="text/css")
+            return Response(css, media_type="text/css")
         if name != "dashboard.js":
             raise HTTPException(404, f"no static file {name!r}")
         return FileResponse(_STATIC / name, media_type="application/javascript")
@@ -259,18 +284,31 @@ def _node_api(app: FastAPI) -> None:
     async def stream(request: Request) -> StreamingResponse:
         shared = _state(request)
 
-        async def events() -> AsyncIterator[str]:
-            while not await request.is_disconnected():
-                latest = shared.history.latest()
-                if latest is not None:
-                    yield f"data: {json.dumps(snapshot_json(latest))}\n\n"
-                try:
-                    await asyncio.wait_for(shared.changed.wait(), timeout=15.0)
-                except TimeoutError:
-                    yield ": keep-alive\n\n"
+        async def latest() -> dict[str, Any] | None:
+            snap = shared.history.latest()
+            return None if snap is None else snapshot_json(snap)
 
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        return _event_stream(request, latest)
+
+
+def _event_stream(
+    request: Request, next_event: Callable[[], Awaitable[dict[str, Any] | None]]
+) -> StreamingResponse:
+    """Server-sent events: once per sample period, `next_event()`'s data (None: nothing to send)."""
+    shared = _state(request)
+
+    async def events() -> AsyncIterator[str]:
+        while not await request.is_disconnected():
+            data = await next_event()
+            if data is not None:
+                yield f"data: {json.dumps(data)}\n\n"
+            try:
+                await asyncio.wait_for(shared.changed.wait(), timeout=15.0)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
 # --------------------------------------------------------------------------- queue
@@ -302,6 +340,49 @@ def _queue_api(app: FastAPI) -> None:
             "jobs": len(records),
             "error": None,
         }
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def _slurm(request: Request) -> Any:
+    """The SlurmSource's current view (a read of Slurm at most every --slurm-cache-seconds)."""
+    return _state(request).config.source.view()  # type: ignore[attr-defined]
+
+
+def _slurm_api(app: FastAPI) -> None:
+    @app.get(
+        "/api/slurm/queue", summary="One page of the Slurm queue: running jobs, then pending in planned order"
+    )
+    def queue(
+        request: Request, offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000)
+    ) -> JSONResponse:
+        return JSONResponse(_finite(_slurm(request).queue_page(offset, limit)))
+
+    @app.get("/api/slurm/nodes", summary="Per node: state, GPUs in all, allocated and free (sinfo)")
+    def nodes(request: Request) -> JSONResponse:
+        return JSONResponse(_finite(_slurm(request).nodes()))
+
+    @app.get("/api/slurm/plan", summary="The plan as `gpuplan slurm plan --json` prints it")
+    def plan(request: Request) -> JSONResponse:
+        view = _slurm(request)
+        if view.plan is None:
+            return JSONResponse({"error": view.error or view.plan_error}, status_code=503)
+        return JSONResponse(_finite({**view.plan.as_dict(), "setup_warnings": view.setup}))
+
+    @app.get("/api/slurm/stream", summary="Server-sent events: one event each time the queue or nodes change")
+    async def stream(request: Request) -> StreamingResponse:
+        source = _state(request).config.source
+        last: list[int] = []
+
+        async def changed() -> dict[str, Any] | None:
+            view = await asyncio.to_thread(source.view)  # type: ignore[attr-defined]
+            if last and last[0] == view.version:
+                return None
+            last[:] = [view.version]
+            return {"version": view.version, "read_s": view.read_s, "error": view.error, **view.counts()}
+
+        return _event_stream(request, changed)
 
 
 # --------------------------------------------------------------------------- what-if

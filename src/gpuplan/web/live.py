@@ -13,7 +13,7 @@ import socket
 import sqlite3
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -126,6 +126,14 @@ class LiveSource(ABC):
     def history(self, since_s: float) -> list[NodeStatus]:
         """GPU readings recorded since `since_s` (seconds since the epoch), oldest first; none kept here."""
         return []
+
+    def health(self) -> dict[str, Any]:
+        """What /healthz says besides the label: `ok` (the source can be read) and its GPUs."""
+        return {"ok": True, "gpus": self.cluster.total_gpus}
+
+    def extra_metrics(self) -> Iterator[Any]:
+        """Prometheus metric families this source adds to /metrics (none here)."""
+        return iter(())
 
     def ask_agent(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request to the agent that runs the queue (cancel, ...) and return its reply.

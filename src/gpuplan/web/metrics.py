@@ -62,7 +62,7 @@ class LiveCollector(Collector):
         except GpuplanError:  # an unreadable store: the GPU series still go out
             rows = None
         readable = GaugeMetricFamily(
-            "gpuplan_queue_readable", "0 when the queue (the agent's store) cannot be read."
+            "gpuplan_queue_readable", "0 when the queue (the agent's store, or Slurm) cannot be read."
         )
         readable.add_metric([], 0.0 if rows is None else 1.0)
         yield readable
@@ -77,6 +77,7 @@ class LiveCollector(Collector):
         if rows is not None:
             yield from _queue_metrics(rows, self.clock())
             yield self._waits.observe(rows)
+        yield from self.source.extra_metrics()
         info = GaugeMetricFamily("gpuplan_fake_devices", "1 when the readings come from a fake device set.")
         info.add_metric([], 1.0 if self.source.is_fake else 0.0)
         yield info

@@ -6,12 +6,29 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["docs_page", "node_page", "queue_page", "whatif_page"]
+__all__ = ["docs_page", "node_page", "queue_page", "slurm_node_page", "slurm_queue_page", "whatif_page"]
 
 _VIEWS = (("node", "/node", "Node"), ("queue", "/queue", "Queue"), ("whatif", "/whatif", "What-if"))
 
 
-def _shell(view: str, title: str, body: str, *, label: str, is_fake: bool, plotly_url: str) -> str:
+def _shell(
+    view: str,
+    title: str,
+    body: str,
+    *,
+    label: str,
+    is_fake: bool,
+    plotly_url: str,
+    script: str = "",
+    plotly_later: bool = False,
+) -> str:
+    """The page around `body`; `script` names what dashboard.js fills in (default: the view);
+    `plotly_later`: Plotly is fetched only when the page asks for it (after its table is drawn)."""
+    plotly = ""
+    if plotly_url and plotly_later:
+        plotly = f'<script id="plotly-js" data-src="{plotly_url}"></script>\n'
+    elif plotly_url:
+        plotly = f'<script id="plotly-js" src="{plotly_url}" async></script>\n'
     links = "".join(
         f'<a href="{href}"{" class=active" if key == view else ""}>{name}</a>' for key, href, name in _VIEWS
     )
@@ -22,9 +39,9 @@ def _shell(view: str, title: str, body: str, *, label: str, is_fake: bool, plotl
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>gpuplan · {html.escape(title)}</title>\n"
         '<link rel="stylesheet" href="/static/dashboard.css">\n'
-        + (f'<script id="plotly-js" src="{plotly_url}" async></script>\n' if plotly_url else "")
+        + plotly
         + '<script src="/static/dashboard.js" defer></script>\n</head>\n'
-        f'<body data-view="{view}">\n<nav><strong>gpuplan</strong>{links}</nav>\n'
+        f'<body data-view="{script or view}">\n<nav><strong>gpuplan</strong>{links}</nav>\n'
         f'<p id="source" class="{banner_cls}">{html.escape(label)}</p>\n'
         f"<h1>{html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
     )
@@ -64,7 +81,56 @@ Expected times assume each job runs as long as its estimate (1 h where it has no
 <th>User</th><th class="num">GPUs</th><th class="num">Mem GB</th><th>Submitted</th><th>Expected start</th>
 <th>Expected end</th></tr></thead><tbody></tbody></table>
 <p class="muted" id="queue-empty" hidden>The queue is empty: no job is running or waiting.</p></section>"""
-    return _shell("queue", "Queue", body, label=label, is_fake=is_fake, plotly_url=plotly_url)
+    return _shell(
+        "queue", "Queue", body, label=label, is_fake=is_fake, plotly_url=plotly_url, plotly_later=True
+    )
+
+
+def slurm_node_page(*, label: str, is_fake: bool, plotly_url: str) -> str:
+    """Per Slurm node: state, GPUs in all, allocated and free (sinfo), its running jobs; live."""
+    from gpuplan.web.slurmview import NO_GPU_READINGS
+
+    body = f"""
+<p class="muted">Live: <span id="live-status">connecting…</span> · Slurm read at <span id="last-update">—</span></p>
+<p id="slurm-error" class="warning" hidden></p>
+<p class="muted" id="no-gpu-readings">{html.escape(NO_GPU_READINGS)}</p>
+<p id="node-counts" class="muted"></p>
+<section><h2>GPUs allocated per node</h2><div id="slurm-alloc" class="plot"></div></section>
+<section><h2>Nodes</h2>
+<table class="summary" id="slurm-node-table"><thead><tr><th>Node</th><th>State</th><th>Partitions</th>
+<th class="num">GPUs</th><th class="num">Allocated</th><th class="num">Free</th><th>Running jobs</th>
+</tr></thead><tbody></tbody></table></section>"""
+    return _shell("node", "Slurm nodes", body, label=label, is_fake=is_fake, plotly_url=plotly_url,
+                  script="slurm-node")  # fmt: skip
+
+
+def slurm_queue_page(*, label: str, is_fake: bool, plotly_url: str, policy: str) -> str:
+    """Running jobs, pending jobs in gpuplan's planned order against Slurm's, expected starts; live."""
+    body = f"""
+<p class="muted">Live: <span id="live-status">connecting…</span> · Slurm read at <span id="last-update">—</span>
+· the plan of <code>gpuplan slurm plan --policy {html.escape(policy)}</code>; read-only
+(<code>gpuplan slurm apply</code> sets that order).</p>
+<p id="slurm-error" class="warning" hidden></p>
+<p id="queue-counts" class="muted"></p>
+<section id="plan-summary" hidden><h2>Plan against Slurm's order</h2>
+<table class="summary" id="plan-table"><thead><tr><th>Order</th><th class="num">Simulated makespan</th>
+<th class="num">Mean wait</th></tr></thead><tbody></tbody></table>
+<p id="plan-basis" class="muted"></p><ul id="plan-warnings" class="notes"></ul></section>
+<section><h2>Jobs</h2>
+<p class="muted">Running jobs first (by expected end), then pending jobs in gpuplan's planned order; Slurm's
+own rank and the start it gives under Slurm's order beside it. Times assume each job runs for its
+planning duration (time limit or prediction); † no limit: never ends in the plan.</p>
+<div class="pager"><button id="page-prev">◀ Prev</button> <span id="page-info"></span>
+<button id="page-next">Next ▶</button></div>
+<table class="summary" id="slurm-queue-table"><thead><tr><th class="num">#</th><th>Job</th><th>State</th>
+<th>Name</th><th>User</th><th>Partition</th><th class="num">GPUs</th><th class="num">Limit</th>
+<th>Nodes / reason</th><th>Submitted</th><th>Started / expected start</th><th>Expected end</th>
+<th class="num">Slurm rank</th><th>Start in Slurm's order</th></tr></thead><tbody></tbody></table>
+<p class="muted" id="queue-empty" hidden>The queue is empty: no job is running or pending.</p></section>"""
+    del plotly_url  # no chart here
+    return _shell(
+        "queue", "Slurm queue", body, label=label, is_fake=is_fake, plotly_url="", script="slurm-queue"
+    )
 
 
 def _options(names: Sequence[str], selected: str) -> str:

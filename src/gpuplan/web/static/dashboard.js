@@ -24,13 +24,25 @@
       });
     });
   }
-  // Plotly (4.8 MB) loads async so tables draw before it has been parsed; charts wait for it.
-  var plotlyReady = new Promise(function (resolve, reject) {
-    var tag = $("plotly-js");
-    if (window.Plotly || !tag) { resolve(); return; }
-    tag.addEventListener("load", function () { resolve(); });
-    tag.addEventListener("error", function () { reject(new Error("cannot load Plotly")); });
-  });
+  // Plotly (4.8 MB) loads async so tables draw before it has been parsed; charts wait for it. The
+  // queue view names it with data-src only: it is fetched once the table is drawn.
+  var plotlyPromise = null;
+  function plotlyReady() {
+    if (plotlyPromise) { return plotlyPromise; }
+    plotlyPromise = new Promise(function (resolve, reject) {
+      var tag = $("plotly-js");
+      if (window.Plotly || !tag) { resolve(); return; }
+      if (tag.dataset.src) {
+        tag = document.createElement("script");
+        tag.src = $("plotly-js").dataset.src;
+        tag.async = true;
+        document.head.appendChild(tag);
+      }
+      tag.addEventListener("load", function () { resolve(); });
+      tag.addEventListener("error", function () { reject(new Error("cannot load Plotly")); });
+    });
+    return plotlyPromise;
+  }
   function layout(extra) { return Object.assign(JSON.parse(JSON.stringify(DARK)), extra || {}); }
 
   // ------------------------------------------------------------------ node view
@@ -58,7 +70,7 @@
     });
   }
   function node() {
-    Promise.all([getJSON("/api/node"), plotlyReady]).then(function (both) {
+    Promise.all([getJSON("/api/node"), plotlyReady()]).then(function (both) {
       var data = both[0];
       var maxMem = Math.max.apply(null, (data.latest ? data.latest.gpus : []).map(function (g) { return g.mem_total_gb; }).concat([1]));
       Plotly.newPlot("node-util", lines(data.series, "util_pct"), layout({ height: 320, yaxis: { gridcolor: "#2c323c", range: [0, 105] } }), CONFIG);
@@ -112,9 +124,10 @@
     var t0 = performance.now();
     queueTable(0).then(function () {
       window.gpuplanFirstRenderMs = performance.now() - t0;
+      window.gpuplanTableAtMs = performance.now();  // since navigation start
       document.body.dataset.rendered = "table";
-    });
-    Promise.all([getJSON("/api/queue/gantt"), plotlyReady]).then(function (both) {
+      return Promise.all([getJSON("/api/queue/gantt"), plotlyReady()]);  // the table first, then the chart
+    }).then(function (both) {
       var g = both[0];
       if (!g.figure) {
         $("queue-gantt-note").textContent = g.error || "Nothing planned: the queue is empty.";
@@ -126,6 +139,117 @@
         document.body.dataset.gantt = "drawn";
       });
     });
+  }
+
+  // ------------------------------------------------------------------ Slurm (gpuplan serve --slurm)
+  function dur(s) {
+    if (s === null || s === undefined) { return "none"; }
+    var m = Math.round(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+    if (d > 0) { return d + " d " + (h % 24) + " h"; }
+    return h > 0 ? h + " h " + (m % 60) + " min" : m + " min";
+  }
+  function at(s) {  // time of day; the date too when it is not today
+    if (s === null || s === undefined) { return "—"; }
+    var d = new Date(s * 1000);
+    return d.toDateString() === new Date().toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
+  }
+  function secs(s) { return s === null || s === undefined ? "never (a job has no limit)" : Math.round(s) + " s"; }
+  function slurmError(q) {
+    var text = q.error || q.plan_error || "";
+    $("slurm-error").hidden = !text;
+    $("slurm-error").textContent = text;
+    $("last-update").textContent = new Date(q.read_s * 1000).toLocaleTimeString();
+  }
+  function slurmLive(reload) {
+    var source = new EventSource("/api/slurm/stream");
+    source.onopen = function () { $("live-status").textContent = "connected"; };
+    source.onerror = function () { $("live-status").textContent = "reconnecting…"; };
+    source.onmessage = function () { reload(); };
+    window.gpuplanStream = source;
+  }
+  function slurmRow(r) {
+    var running = r.state === "running";
+    var where = running ? r.node_list : (r.unmanaged ? "left alone: " + r.unmanaged : (r.unplanned || r.reason));
+    var start = running ? r.start_s : r.expected_start_s;
+    var startText = r.planned_rank === null && !running ? "—" : (start === null ? "never" : at(start));
+    var endText = (r.expected_end_s === null ? (r.planned_rank !== null || running ? "never" : "—") : at(r.expected_end_s)) +
+      (r.estimate === "none" ? " †" : "");
+    return '<tr data-job="' + esc(r.job_id) + '" data-state="' + r.state + '" class="' + r.state + '" data-expected-start="' +
+      (start === null ? "" : start) + '" data-planned-rank="' + (r.planned_rank === null ? "" : r.planned_rank) +
+      '" data-slurm-rank="' + (r.slurm_rank === null ? "" : r.slurm_rank) + '"><td class="num">' + r.rank + "</td><td>" +
+      esc(r.job_id) + "</td><td>" + esc(running ? "running" : "pending") + "</td><td>" + esc(r.name) + "</td><td>" +
+      esc(r.user) + "</td><td>" + esc(r.partition) + '</td><td class="num">' + r.gpus + '</td><td class="num">' +
+      dur(r.time_limit_s) + "</td><td>" + esc(where) + "</td><td>" + at(r.submit_s) + "</td><td>" + startText +
+      "</td><td>" + endText + '</td><td class="num">' + (r.slurm_rank === null ? "" : r.slurm_rank) + "</td><td>" +
+      (r.slurm_rank === null || r.planned_rank === null ? "—" : at(r.slurm_expected_start_s)) + "</td></tr>";
+  }
+  function slurmSummary(s) {
+    $("plan-summary").hidden = !s;
+    if (!s) { return; }
+    var gain = s.gain.makespan_s === null ? "n/a" : (100 * s.gain.makespan_s).toFixed(1) + " %";
+    var gainWait = s.gain.mean_wait_s === null ? "n/a" : (100 * s.gain.mean_wait_s).toFixed(1) + " %";
+    $("plan-table").tBodies[0].innerHTML =
+      "<tr data-order=\"gpuplan\"><td>gpuplan (" + esc(s.policy) + ')</td><td class="num">' + secs(s.planned.makespan_s) + '</td><td class="num">' + secs(s.planned.mean_wait_s) + "</td></tr>" +
+      "<tr data-order=\"slurm\"><td>Slurm's (priority, then job id)</td><td class=\"num\">" + secs(s.slurm_order.makespan_s) + '</td><td class="num">' + secs(s.slurm_order.mean_wait_s) + "</td></tr>" +
+      "<tr data-order=\"gain\"><td>gain</td><td class=\"num\">" + gain + '</td><td class="num">' + gainWait + "</td></tr>";
+    $("plan-basis").textContent = "Durations from " + s.estimates + "; simulated as backfill=" + s.backfill +
+      " (Slurm's SchedulerType) on " + s.cluster + "; partition(s): " + (s.partitions.join(", ") || "none") +
+      (s.partitions_given ? "" : " (all)") + ". " + (s.no_limit_jobs.length ? "No time limit, planned as endless: " +
+      s.no_limit_jobs.join(", ") + "." : "Every planned job has a time limit.") + (s.note ? " " + s.note + "." : "");
+    $("plan-warnings").innerHTML = s.warnings.concat(s.setup_warnings).map(function (w) { return "<li>" + esc(w) + "</li>"; }).join("");
+  }
+  function slurmQueue() {
+    var offset = 0;
+    var t0 = performance.now();
+    function load() {
+      return getJSON("/api/slurm/queue?offset=" + offset + "&limit=" + PAGE).then(function (q) {
+        slurmError(q);
+        $("queue-counts").textContent = q.running + " running, " + q.pending + " pending (" + q.planned + " planned, " +
+          q.unmanaged + " left alone)";
+        slurmSummary(q.summary);
+        $("slurm-queue-table").tBodies[0].innerHTML = q.rows.map(slurmRow).join("");
+        $("queue-empty").hidden = q.total > 0 || !!q.error;
+        var last = Math.min(q.offset + q.rows.length, q.total);
+        $("page-info").textContent = q.total ? "jobs " + (q.offset + 1) + "–" + last + " of " + q.total : "no jobs";
+        $("page-prev").disabled = q.offset === 0;
+        $("page-next").disabled = last >= q.total;
+        document.body.dataset.version = q.version;
+        document.body.dataset.slurm = q.error ? "error" : "ok";
+      });
+    }
+    $("page-prev").onclick = function () { offset = Math.max(0, offset - PAGE); load(); };
+    $("page-next").onclick = function () { offset += PAGE; load(); };
+    load().then(function () {
+      window.gpuplanFirstRenderMs = performance.now() - t0;
+      window.gpuplanTableAtMs = performance.now();
+      document.body.dataset.rendered = "table";
+      slurmLive(load);
+    });
+  }
+  function slurmNode() {
+    function load() {
+      return Promise.all([getJSON("/api/slurm/nodes"), plotlyReady()]).then(function (both) {
+        var d = both[0];
+        slurmError(d);
+        $("node-counts").textContent = d.nodes.length + " nodes, " + d.gpus + " GPUs: " + d.gpus_used + " allocated, " + d.gpus_free + " free";
+        $("slurm-node-table").tBodies[0].innerHTML = d.nodes.map(function (n) {
+          return '<tr data-node="' + esc(n.name) + '"><td>' + esc(n.name) + "</td><td>" + esc(n.state) + "</td><td>" +
+            esc(n.partitions.join(", ")) + '</td><td class="num gpus">' + n.gpus + '</td><td class="num used">' + n.gpus_used +
+            '</td><td class="num free">' + n.gpus_free + "</td><td>" + esc(n.jobs.join(", ")) + "</td></tr>";
+        }).join("");
+        var names = d.nodes.map(function (n) { return n.name; });
+        var bars = [
+          { type: "bar", name: "allocated", x: names, y: d.nodes.map(function (n) { return n.gpus_used; }) },
+          { type: "bar", name: "free", x: names, y: d.nodes.map(function (n) { return n.gpus_free; }) },
+        ];
+        var lay = layout({ height: 300, barmode: "stack", xaxis: { gridcolor: "#2c323c", type: "category" } });
+        return Plotly.react("slurm-alloc", bars, lay, CONFIG).then(function () {
+          document.body.dataset.version = d.version;
+          document.body.dataset.rendered = "nodes";
+        });
+      });
+    }
+    load().then(function () { slurmLive(load); });
   }
 
   // ------------------------------------------------------------------ what-if view
@@ -194,11 +318,12 @@
             document.body.dataset.whatif = "error";
             return;
           }
-          return plotlyReady.then(function () { return showResult(res.body); }).then(function () { document.body.dataset.whatif = "done"; });
+          return plotlyReady().then(function () { return showResult(res.body); }).then(function () { document.body.dataset.whatif = "done"; });
         });
     });
   }
 
   var view = document.body.dataset.view;
-  if (view === "node") { node(); } else if (view === "queue") { queue(); } else if (view === "whatif") { whatif(); }
+  var views = { node: node, queue: queue, whatif: whatif, "slurm-node": slurmNode, "slurm-queue": slurmQueue };
+  if (views[view]) { views[view](); }
 })();

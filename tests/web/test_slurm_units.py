@@ -1,0 +1,298 @@
+"""`gpuplan serve --slurm` without a live Slurm: the real SlurmRunner runs stand-in `squeue`, `sinfo`
+and `scontrol` scripts on PATH that print captured Slurm 22.05 output (tests/fixtures/slurm), or fail
+the way the real ones do when slurmctld is down; clocks are injected, nothing sleeps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+
+from gpuplan.cli import app as cli_app
+from gpuplan.slurm.client import SlurmClient, live_state
+from gpuplan.slurm.parse import parse_local_time
+from gpuplan.slurm.planner import plan_queue
+from gpuplan.slurm.runner import SlurmRunner
+from gpuplan.web.app import ServeConfig, create_app
+from gpuplan.web.slurmview import NO_GPU_READINGS, SlurmSource, node_rows, slurm_rows
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+NOW = parse_local_time((FIX / "squeue_O_gpuplan.now").read_text())
+CAPTURED = {
+    "squeue": FIX / "squeue_O_gpuplan.txt",
+    "sinfo": FIX / "sinfo_N_O_gpuplan.txt",
+    "scontrol": FIX / "scontrol_show_config_builtin.txt",
+}
+# what Slurm 22.05's clients print (exit 1) when slurmctld does not answer
+DOWN = {
+    "squeue": "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+    "sinfo": "slurm_load_partitions: Unable to contact slurm controller (connect failure)",
+    "scontrol": "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)",
+}
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeSlurm:
+    """A PATH directory with `squeue`, `sinfo` and `scontrol` stand-ins, switchable up and down."""
+
+    def __init__(self, root: Path) -> None:
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.up()
+
+    def _write(self, name: str, body: str) -> None:
+        path = self.bin / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+
+    def up(self, squeue: Path = CAPTURED["squeue"]) -> None:
+        for name, path in {**CAPTURED, "squeue": squeue}.items():
+            self._write(name, f"exec /bin/cat {path}")
+
+    def down(self) -> None:
+        for name, text in DOWN.items():
+            self._write(name, f"echo '{text}' >&2\nexit 1")
+
+    def missing(self) -> None:
+        for name in CAPTURED:
+            (self.bin / name).unlink()
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", str(fake.bin))
+    return fake
+
+
+@pytest.fixture
+def clock() -> Clock:
+    assert NOW is not None
+    return Clock(NOW)
+
+
+def _client(clock: Clock) -> SlurmClient:
+    return SlurmClient(SlurmRunner(retries=0), clock=clock)
+
+
+@pytest.fixture
+def served(fake_slurm: FakeSlurm, clock: Clock) -> Iterator[tuple[TestClient, SlurmSource]]:
+    source = SlurmSource(_client(clock), cache_s=5.0, clock=clock)
+    with TestClient(create_app(ServeConfig(source, sample_s=0.05))) as client:
+        yield client, source
+
+
+def _metrics(client: TestClient) -> dict[str, list]:  # type: ignore[type-arg]
+    out: dict[str, list] = {}  # type: ignore[type-arg]
+    for fam in text_string_to_metric_families(client.get("/metrics").text):
+        out.setdefault(fam.name, []).extend(fam.samples)
+    return out
+
+
+def test_rows_from_captured_squeue_and_sinfo(fake_slurm: FakeSlurm, clock: Clock) -> None:
+    state = live_state(_client(clock))
+    plan = plan_queue(state)
+    rows = slurm_rows(state, plan)
+    running = [r for r in rows if r.state == "running"]
+    # running first, by expected end (start + limit): the 5-min array tasks, the 10-min, the 30-min job
+    assert [r.job_id for r in running] == ["17", "18", "8", "9"]
+    start = parse_local_time("2026-12-01T21:49:14")
+    assert start is not None
+    assert [r.expected_end_s for r in running] == [start + 300, start + 300, start + 600, start + 1800]
+    assert running[2].node_list == "node[1-2]" and running[2].gpus == 16
+    pending = rows[len(running) :]
+    planned = [r for r in pending if r.planned_rank is not None]
+    assert [r.job_id for r in planned] == plan.order and [r.planned_rank for r in planned] == [1, 2, 3]
+    for r in planned:  # the plan's own numbers, made absolute from the plan's now
+        assert r.expected_start_s == NOW + plan.planned.starts[r.job_id]
+        assert r.slurm_expected_start_s == NOW + plan.slurm.starts[r.job_id]
+    # Slurm's rank counts every pending job (priority, then job id; 10 is first, held 12 last)
+    assert (
+        sorted(plan.slurm_order, key=lambda j: next(r.slurm_rank for r in planned if r.job_id == j))
+        == plan.slurm_order
+    )
+    by_id = {r.job_id: r for r in pending}
+    assert by_id["10"].slurm_rank == 1 and by_id["12"].slurm_rank == 7
+    assert by_id["14"].estimate == "none" and by_id["14"].expected_end_s is None  # no limit: endless
+    left_alone = {r.job_id: r.unmanaged for r in pending if r.unmanaged}
+    assert set(left_alone) == {"10", "12", "15", "16"} and "held" in left_alone["12"]
+    assert left_alone["16"] == "no GPUs requested" and "array remainder" in left_alone["10"]
+    nodes = {n["name"]: n for n in node_rows(state)}
+    assert [nodes[n]["gpus_used"] for n in sorted(nodes)] == [8, 8, 6, 0]
+    assert nodes["node3"]["jobs"] == ["9", "17", "18"] and nodes["node2"]["jobs"] == ["8"]
+    assert nodes["node4"]["gpus_free"] == 8 and nodes["node3"]["gpus_free"] == 2
+
+
+def test_page_numbers_equal_gpuplan_slurm_plan_json(
+    served: tuple[TestClient, SlurmSource], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = served
+    monkeypatch.setattr("gpuplan.commands.slurm._client", lambda: _client(clock))
+    result = CliRunner().invoke(cli_app, ["slurm", "plan", "--json"])
+    assert result.exit_code == 0, result.stderr
+    cli = json.loads(result.stdout)
+    assert client.get("/api/slurm/plan").json() == cli  # the same plan, key for key
+    page = client.get("/api/slurm/queue").json()
+    planned = [r for r in page["rows"] if r["planned_rank"] is not None]
+    assert [r["job_id"] for r in planned] == cli["order"]
+    assert {r["job_id"]: r["expected_start_s"] - cli["now_s"] for r in planned} == cli["expected_start_s"]
+    ranks = {r["job_id"]: r["slurm_rank"] for r in page["rows"] if r["slurm_rank"] is not None}
+    assert sorted(cli["slurm_order"], key=ranks.__getitem__) == cli["slurm_order"]
+    s = page["summary"]
+    assert s["planned"] == cli["expected"] and s["slurm_order"] == cli["slurm_order_expected"]
+    assert s["gain"] == cli["gain"] and s["warnings"] == cli["warnings"] and s["policy"] == cli["policy"]
+    assert s["estimates"] == "time limits" and s["no_limit_jobs"] == ["14"] and s["partitions"] == ["gpu"]
+    assert page["running"] == 4 and page["pending"] == 7 and page["planned"] == 3 and page["unmanaged"] == 4
+
+
+def test_one_read_per_cache_period_and_replan_only_on_change(
+    served: tuple[TestClient, SlurmSource], fake_slurm: FakeSlurm, clock: Clock, tmp_path: Path
+) -> None:
+    client, source = served
+    runner = source.client.runner
+    for path in ("/api/slurm/queue", "/api/slurm/nodes", "/healthz", "/metrics", "/api/slurm/plan"):
+        assert client.get(path).status_code == 200
+    assert [c[0] for c in runner.calls] == ["sinfo", "squeue", "scontrol"]  # one read for all of them
+    first = source.view()
+    clock.now += 5.0
+    client.get("/api/slurm/queue")
+    assert len(runner.calls) == 6 and source.view().plan is first.plan  # same queue: not planned again
+    assert source.view().version == first.version
+    # a job submitted: the next read (after the cache period) plans again and bumps the version
+    more = tmp_path / "squeue_more.txt"
+    text = CAPTURED["squeue"].read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("13|"))
+    more.write_text(text + line.replace("13|13|", "99|99|").replace("|odd|name|", "|late|") + "\n")
+    fake_slurm.up(squeue=more)
+    assert "99" not in [r["job_id"] for r in client.get("/api/slurm/queue").json()["rows"]]  # still cached
+    clock.now += 5.0
+    page = client.get("/api/slurm/queue").json()
+    assert page["version"] == first.version + 1 and "99" in [r["job_id"] for r in page["rows"]]
+    assert source.view().plan is not first.plan and "99" in source.view().plan.order  # type: ignore[union-attr]
+
+
+def test_slurm_down_is_one_line_then_recovers(
+    served: tuple[TestClient, SlurmSource], fake_slurm: FakeSlurm, clock: Clock
+) -> None:
+    client, source = served
+    assert client.get("/api/slurm/queue").json()["error"] is None
+    fake_slurm.down()
+    clock.now += 5.0
+    page = client.get("/api/slurm/queue").json()
+    err = page["error"]
+    assert "`sinfo -N -O" in err and "Unable to contact slurm controller" in err and "scontrol ping" in err
+    assert "\n" not in err and "Traceback" not in err and page["rows"] == [] and page["summary"] is None
+    health = client.get("/healthz")
+    assert health.status_code == 200 and health.json()["ok"] is False
+    assert health.json()["slurm"]["error"] == err
+    for path in ("/queue", "/node", "/api/slurm/nodes", "/metrics", "/whatif"):
+        assert client.get(path).status_code == 200, path
+    assert client.get("/api/slurm/plan").status_code == 503
+    m = _metrics(client)
+    assert [s.value for s in m["gpuplan_queue_readable"]] == [0.0] and "gpuplan_jobs" not in m
+    calls = len(source.client.runner.calls)
+    client.get("/api/slurm/queue")
+    assert len(source.client.runner.calls) == calls  # a failed read is cached too: Slurm is not hammered
+    fake_slurm.up()
+    clock.now += 5.0
+    page = client.get("/api/slurm/queue").json()
+    assert page["error"] is None and page["running"] == 4 and client.get("/healthz").json()["ok"] is True
+
+
+def test_slurm_commands_missing(
+    served: tuple[TestClient, SlurmSource], fake_slurm: FakeSlurm, clock: Clock
+) -> None:
+    client, _ = served
+    fake_slurm.missing()
+    clock.now += 5.0
+    err = client.get("/api/slurm/queue").json()["error"]
+    assert err.startswith("`sinfo` is not on PATH: install Slurm's client tools"), err
+
+
+def test_planning_is_capped_and_says_so(fake_slurm: FakeSlurm, clock: Clock) -> None:
+    source = SlurmSource(_client(clock), clock=clock, plan_max_pending=2)
+    view = source.view()
+    assert view.summary is not None and "first 2 of 7 pending jobs" in view.summary["note"]
+    pending = [r for r in view.rows if r.state == "pending"]
+    # Slurm's order: priority, then job id (10, 11, 13 ...; 12 is held at priority 0): 10 and 11 kept
+    assert [r.job_id for r in pending if r.planned_rank is not None] == ["11"]
+    beyond = [r for r in pending if r.unplanned]
+    assert {r.job_id for r in beyond} == {"13", "14"} and all(r.expected_start_s is None for r in beyond)
+    assert "beyond the first 2 pending jobs" in beyond[0].unplanned  # type: ignore[operator]
+
+
+def test_slurm_pages_metrics_and_read_only(served: tuple[TestClient, SlurmSource]) -> None:
+    client, _ = served
+    node = client.get("/node").text
+    assert 'data-view="slurm-node"' in node and NO_GPU_READINGS.split(":")[0] in node
+    queue = client.get("/queue").text
+    assert 'data-view="slurm-queue"' in queue and "gpuplan slurm plan --policy best" in queue
+    assert client.get("/", follow_redirects=False).headers["location"] == "/queue"
+    for path in ("/api/jobs", "/api/queue/order", "/api/jobs/1/cancel"):
+        assert client.post(path, json={}).status_code in (404, 405), path  # nothing changes Slurm here
+    assert client.get("/api/node").status_code == 404
+    m = _metrics(client)
+    by_state = {s.labels["state"]: s.value for s in m["gpuplan_jobs"]}
+    assert by_state == {"running": 4.0, "waiting": 7.0} and m["gpuplan_queue_length"][0].value == 7.0
+    used = {s.labels["node"]: s.value for s in m["gpuplan_slurm_node_gpus_allocated"]}
+    assert used == {"node1": 8.0, "node2": 8.0, "node3": 6.0, "node4": 0.0}
+    count = next(s.value for s in m["gpuplan_job_wait_seconds"] if s.name.endswith("_count"))
+    assert count == 4.0  # the running jobs; a pending job's StartTime is Slurm's guess, not a start
+    assert all(not m.get(name) for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"))
+    assert [s.value for s in m["gpuplan_fake_devices"]] == [0.0]
+
+
+def test_sse_sends_the_version(served: tuple[TestClient, SlurmSource]) -> None:
+    client, source = served
+    with client.stream("GET", "/api/slurm/stream") as resp:
+        line = next(line for line in resp.iter_lines() if line.startswith("data: "))
+    event = json.loads(line.removeprefix("data: "))
+    assert event["version"] == source.view().version and event["running"] == 4 and event["error"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--partition", "gpu"], "--partition and --predict read a Slurm cluster: add --slurm"),
+        (["--slurm", "--gpus", "nvml"], "with --slurm the nodes and the backfill mode are Slurm's"),
+        (["--slurm", "--backfill", "easy"], "with --slurm the nodes and the backfill mode are Slurm's"),
+        (["--slurm", "--policy", "las"], "preempts running jobs"),
+        (["--slurm", "--policy", "nope"], "unknown policy 'nope'"),
+        (["--slurm", "--slurm-cache-seconds", "-1"], "--slurm-cache-seconds must be >= 0"),
+        (["--slurm", "--predict", "/no/model.json"], "--predict /no/model.json: no such model file"),
+    ],
+)
+def test_serve_slurm_bad_options_one_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(cli_app, ["serve", *args])
+    assert result.exit_code == 2
+    err = result.stderr.strip()
+    assert err.startswith("gpuplan: error: ") and message in err and "\n" not in err, err
+
+
+def test_gpuplan_serve_slurm_as_a_process(fake_slurm: FakeSlurm, tmp_path: Path) -> None:
+    """The real command with --slurm -p gpu: its JSON line, /healthz from the stand-in Slurm, SIGTERM."""
+    import os
+
+    from conftest import serve_process
+
+    env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "home"), "PATH": str(fake_slurm.bin)}
+    with serve_process(["--slurm", "-p", "gpu"], env) as (announced, health):
+        assert announced["slurm"] is True and announced["token"] is False
+        assert announced["source"].startswith("Slurm cluster (gpu); read-only")
+        assert health["ok"] is True and health["gpus"] == 32
+        assert health["slurm"]["running"] == 4 and health["slurm"]["pending"] == 7
