@@ -88,3 +88,78 @@ def bench_whatif(n: int = 10_000) -> dict[str, object]:
         "gantt_s": gantt_s,
         "gantt_kb": round(len(gantt.content) / 1024, 1),
     }
+
+
+def _squeue_text(n: int, now_s: float) -> str:
+    """`squeue -O` output (the header gpuplan asks for) of 4 running jobs and `n` pending ones."""
+    from gpuplan.slurm.parse import SQUEUE_FIELDS
+
+    fields = [f.upper() for f in SQUEUE_FIELDS]
+    names = {"JOBID": "JOBID", "ARRAYJOBID": "ARRAY_JOB_ID", "ARRAYTASKID": "ARRAY_TASK_ID",
+             "HETJOBID": "HET_JOB_ID", "USERNAME": "USER", "TIMELIMIT": "TIME_LIMIT", "TIMEUSED": "TIME",
+             "NUMNODES": "NODES", "TRES-PER-JOB": "TRES_PER_JOB", "TRES-PER-NODE": "TRES_PER_NODE",
+             "PRIORITYLONG": "PRIORITY", "SUBMITTIME": "SUBMIT_TIME", "STARTTIME": "START_TIME",
+             "ELIGIBLETIME": "ELIGIBLE_TIME", "NODELIST": "NODELIST"}  # fmt: skip
+    header = "|".join(names.get(f, f) for f in fields) + "|"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now_s - 60))
+    lines = [header]
+    for i in range(n + 4):
+        running = i < 4
+        row = {
+            "JOBID": str(i + 1), "ARRAYJOBID": str(i + 1), "ARRAYTASKID": "N/A", "HETJOBID": "N/A",
+            "PARTITION": "gpu", "USERNAME": f"user{i % 7}", "STATE": "RUNNING" if running else "PENDING",
+            "TIMELIMIT": f"{10 + i % 50}:00", "TIMEUSED": "1:00" if running else "0:00", "NUMNODES": "1",
+            "TRES-PER-JOB": "N/A", "TRES-PER-NODE": f"gres:gpu:{8 if running else (1, 2, 4, 8)[i % 4]}",
+            "PRIORITYLONG": "1", "NICE": "0", "REASON": "None" if running else "Priority",
+            "SUBMITTIME": stamp, "STARTTIME": stamp if running else "N/A", "ELIGIBLETIME": stamp,
+            "DEPENDENCY": "(null)", "NODELIST": f"node{i + 1}" if running else "", "NAME": f"job{i}",
+        }  # fmt: skip
+        lines.append("|".join(row[f] for f in fields) + "|")
+    return "\n".join(lines) + "\n"
+
+
+def bench_slurm_queue(n: int = 10_000) -> dict[str, object]:
+    """`gpuplan serve --slurm`'s queue API with `n` pending jobs on 8 nodes x 8 GPUs (4 busy): the first
+    page (squeue/sinfo text parsed, the first PLAN_MAX_PENDING planned as `gpuplan slurm plan` does),
+    a page read from the cache, and a forced re-read of the unchanged queue (parsed, not replanned).
+    Slurm's commands are stand-ins printing generated text, so only gpuplan's side is timed."""
+    from fastapi.testclient import TestClient
+
+    from gpuplan.slurm.client import SlurmClient
+    from gpuplan.slurm.runner import SlurmRunner
+    from gpuplan.web.app import ServeConfig, create_app
+    from gpuplan.web.slurmview import PLAN_MAX_PENDING, SlurmSource
+
+    now = time.time()
+    outputs = {
+        "squeue": _squeue_text(n, now),
+        "sinfo": "NODELIST|STATE|GRES|GRES_USED|PARTITION|\n"
+        + "".join(
+            f"node{i}|{'mixed' if i <= 4 else 'idle'}|gpu:8|gpu:{8 if i <= 4 else 0}|gpu*|\n"
+            for i in range(1, 9)
+        ),
+        "scontrol": "SchedulerType           = sched/backfill\nPriorityType            = priority/multifactor\n",
+    }
+
+    class Printed(SlurmRunner):
+        def run(self, args, *, input_text=None, retry=True):  # type: ignore[no-untyped-def]
+            return outputs[args[0]]
+
+    clock = [now]
+    source = SlurmSource(SlurmClient(Printed(), clock=lambda: clock[0]), clock=lambda: clock[0])
+    with TestClient(create_app(ServeConfig(source))) as client:
+        first, first_s = _timed(lambda: client.get("/api/slurm/queue?offset=0&limit=100"))
+        _, cached_s = _timed(lambda: client.get("/api/slurm/queue?offset=100&limit=100"))
+        clock[0] += source.cache_s
+        _, reread_s = _timed(lambda: client.get("/api/slurm/queue?offset=0&limit=100"))
+    page = first.json()
+    return {
+        "case": "web-slurm-queue-10k",
+        "pending_jobs": n,
+        "planned_jobs": page["planned"],
+        "plan_cap": PLAN_MAX_PENDING,
+        "backfill": page["summary"]["backfill"],
+        "first_page_s": first_s,
+        "cached_page_s": cached_s,
+        "reread_unchanged_s": reread_s,
+    }

@@ -18,6 +18,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     scheduling pass with 10,000 queued jobs (issue #10: p95 <= 200 ms, pass <= 100 ms; aim p95 <= 50 ms).
   web-queue-10k, web-whatif-10k: the dashboard's queue API with 10,000 queued jobs, and a what-if on a
     10,000-job trace (issue #12; the browser's first render is printed by tests/web).
+  web-slurm-queue-10k: `gpuplan serve --slurm`'s queue API with 10,000 pending jobs (stand-in squeue
+    output; planning capped at the first 1,000 in Slurm's order).
   replay-alibaba, replay-nasa: the default replay (fifo+easy on the trace's own cluster) against the
     trace's own span (issue #15: within 5 % when no job waits).
   report-nasa-all: `gpuplan simulate NASA -p all -b all --out DIR`: report.html size and the command's
@@ -259,6 +261,12 @@ def _web_whatif_case() -> dict[str, object]:
     return bench_whatif()
 
 
+def _web_slurm_queue_case() -> dict[str, object]:
+    from bench_web import bench_slurm_queue
+
+    return bench_slurm_queue()
+
+
 def _plan_case() -> list[dict[str, object]]:
     from bench_plan import bench_plan
 
@@ -287,6 +295,7 @@ _OTHER = {
     "agent-pass-10k": _agent_pass_case,
     "web-queue-10k": _web_queue_case,
     "web-whatif-10k": _web_whatif_case,
+    "web-slurm-queue-10k": _web_slurm_queue_case,
     "replay-alibaba": lambda: _replay_case(
         "replay-alibaba", _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
     ),

@@ -82,3 +82,8 @@ def test_web_bench_rows() -> None:
     assert {"first_page_s", "gantt_s", "next_page_s"} <= set(queue)
     whatif = bench_whatif(200)
     assert whatif["runs"] == 3 and whatif["gantt_kb"] > 0
+    from bench_web import bench_slurm_queue
+
+    slurm = bench_slurm_queue(40)
+    assert slurm["planned_jobs"] == 40 and slurm["backfill"] == "conservative"
+    assert {"first_page_s", "cached_page_s", "reread_unchanged_s"} <= set(slurm)

@@ -1,7 +1,9 @@
-"""`gpuplan serve --slurm` on the real test cluster, in the session's headless Chromium: running and
-pending rows, the planned order and expected starts equal to `gpuplan slurm plan --json`, jobs
-submitted or ended during the test appear or go without reload, the node view's allocation equals
-sinfo's, /metrics, and slurmctld stopped then started again (the error line, then recovery).
+"""`gpuplan serve --slurm` on the real test cluster (sched/backfill: it runs after test_slurm_zbackfill.py,
+so no restart; browser tests are grouped after it, so the cluster stops right after), in the session's
+headless Chromium (tests/browser_support.py): running and pending rows, the planned order and
+expected starts equal to `gpuplan slurm plan --json`, jobs submitted or ended during the test appear
+or go without reload, the node view's allocation equals sinfo's, /metrics, and slurmctld stopped then
+started again (the error line, then recovery).
 A page error, a console error or a failed request fails the test; screenshots go to out/browser/."""
 
 from __future__ import annotations
@@ -60,7 +62,10 @@ def _submit(c: SlurmCluster) -> dict[str, str]:
     return ids
 
 
-def test_serve_slurm_in_the_browser(slurm: SlurmCluster, page: Any, watch: Watch, artifacts: Path) -> None:
+def test_serve_slurm_in_the_browser(
+    slurm_backfill: SlurmCluster, page: Any, watch: Watch, artifacts: Path
+) -> None:
+    slurm = slurm_backfill
     ids = _submit(slurm)
     source = SlurmSource(SlurmClient(SlurmRunner(timeout_s=10.0, retries=0, env=slurm.env)), cache_s=0.5)
     served = serve_in_thread(create_app(ServeConfig(source, sample_s=0.25)))
