@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_support import BUSY_JOBS, LiveServer
 
-from conftest import BUSY_JOBS, LiveServer, Watch, shot
+from browser_support import Watch, shot
 from gpuplan.core.policies import policy_names
 from gpuplan.synth import synth_article
 from gpuplan.traces import write_trace

@@ -288,7 +288,7 @@ def test_gpuplan_serve_slurm_as_a_process(fake_slurm: FakeSlurm, tmp_path: Path)
     """The real command with --slurm -p gpu: its JSON line, /healthz from the stand-in Slurm, SIGTERM."""
     import os
 
-    from conftest import serve_process
+    from dashboard_support import serve_process
 
     env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "home"), "PATH": str(fake_slurm.bin)}
     with serve_process(["--slurm", "-p", "gpu"], env) as (announced, health):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeAgentHome
+from dashboard_support import FakeAgentHome
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -143,7 +143,7 @@ def test_gpuplan_serve_as_a_process(tmp_path: Path) -> None:
     """The real command: prints its address as JSON, answers /healthz, stops on SIGTERM (by its pid)."""
     import os
 
-    from conftest import serve_process
+    from dashboard_support import serve_process
 
     env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "home")}
     with serve_process(["--traces", str(tmp_path)], env) as (announced, health):
