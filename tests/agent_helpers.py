@@ -33,6 +33,16 @@ def wait_until(pred: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S
         time.sleep(0.005)
 
 
+class Clock:
+    """An injected clock: tests set `now` (Unix seconds); nothing sleeps."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Daemon:
     """One agent process for one GPUPLAN_HOME."""
 

@@ -231,7 +231,10 @@ def test_socket_mode_and_caller_uid_logged(daemon: DaemonFactory) -> None:
     jid = d.submit("true")
     d.call("status")
     events = events_since(connect(d.paths.db, readonly=True), 0)
-    assert [(e["action"], e["uid"], e["job_id"]) for e in events] == [("submit", os.getuid(), jid)]
+    calls = [(e["action"], e["uid"], e["job_id"]) for e in events if e["uid"] != -1]
+    assert calls == [("submit", os.getuid(), jid)]
+    own = [(e["action"], e["job_id"]) for e in events if e["uid"] == -1]
+    assert own == [("start", jid)], "the agent's own actions are logged with uid -1"
 
 
 def test_foreign_process_memory_keeps_its_gpu(tmp_path: Path, daemon: DaemonFactory) -> None:

@@ -12,17 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import wait_until
+from agent_helpers import Clock, wait_until
 from gpuplan.agent.daemon import Agent, AgentConfig
 from gpuplan.agent.launcher import live_jobs
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

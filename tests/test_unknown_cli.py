@@ -139,10 +139,10 @@ def test_heavy_tail_durations() -> None:
     assert result.exit_code == 2 and "Pareto shape must be > 0" in result.stderr
 
 
-def test_the_agent_refuses_a_preemptive_policy_instead_of_running_fifo(
+def test_the_agent_refuses_a_preemptive_policy_on_shared_gpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
-    result = _invoke("agent", "start", "--gpus", "fake:8xA100-80GB", "--policy", "tiresias")
-    assert result.exit_code == 2 and "the agent does not suspend jobs yet" in result.stderr
+    result = _invoke("agent", "start", "--gpus", "fake:8xA100-80GB", "--policy", "tiresias", "--sharing")
+    assert result.exit_code == 2 and "needs --exclusive" in result.stderr
     assert not (tmp_path / "home").exists() or not any((tmp_path / "home").iterdir())

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ClusterSpec", "GpuSpec", "Job", "NodeSpec"]
+__all__ = ["PREEMPT_MODES", "ClusterSpec", "GpuSpec", "Job", "NodeSpec"]
+
+PREEMPT_MODES = ("suspend", "checkpoint", "requeue", "never")
+"""How a preemptive policy may take a running job's GPUs (`Job.preempt_mode`; docs/preemption.md)."""
 
 
 @dataclass(slots=True)
@@ -35,6 +38,7 @@ class Job:
             is the GPU phase, where sharing jobs slow each other down.
         meta: anything else a reader keeps (state, queue, class label ...). `meta["checkpointable"]`
             false marks a job that cannot checkpoint: preempted, it restarts from scratch.
+            `meta["preempt"]` (one of PREEMPT_MODES) says how it may be preempted (`preempt_mode`).
     """
 
     id: str
@@ -58,7 +62,19 @@ class Job:
     @property
     def checkpointable(self) -> bool:
         """Whether a preempted run resumes from a checkpoint (default) or restarts from scratch."""
-        return self.meta.get("checkpointable", True) is not False
+        return self.meta.get("checkpointable", True) is not False and self.preempt_mode != "requeue"
+
+    @property
+    def preempt_mode(self) -> str:
+        """How a preemptive policy may take its GPUs: `suspend` (stopped in place: it keeps its GPU
+        memory and resumes on the same GPUs, nothing lost), `checkpoint` (stopped after a checkpoint,
+        its GPUs freed; it resumes anywhere after a restart overhead), `requeue` (killed, restarts from
+        scratch) or `never`. Default: `meta["preempt"]`, else checkpoint (requeue when
+        `meta["checkpointable"]` is false)."""
+        mode = self.meta.get("preempt")
+        if mode in PREEMPT_MODES:
+            return str(mode)
+        return "checkpoint" if self.meta.get("checkpointable", True) is not False else "requeue"
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:
         """The duration a policy may use: the truth for oracle runs, else the estimate or the limit."""

@@ -27,15 +27,17 @@ from gpuplan.agent.gpus import GpuBackend, Snapshot, open_backend
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.protocol import AgentError
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_profile
+from gpuplan.core.policies import Policy
 from gpuplan.errors import GpuplanError
-from gpuplan.model import ClusterSpec, Job
+from gpuplan.model import PREEMPT_MODES, ClusterSpec, Job
 from gpuplan.traces._fields import job_record
 
 __all__ = ["LIVENESS_S", "MUTATING_OPS", "Agent", "AgentConfig"]
 
 log = logging.getLogger("gpuplan.agent")
 
-_HISTORY_STATE = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED", "timeout": "TIMEOUT"}
+_HISTORY_STATE = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED", "timeout": "TIMEOUT",
+                  "preempted": "PREEMPTED"}  # fmt: skip
 LIVENESS_S = 0.25
 
 
@@ -80,14 +82,32 @@ class _Run:
     peak_gb: dict[int, float] = field(default_factory=dict)
     own: bool = True  # launched by this process (its leader is our child: waitpid works)
     leader_done: bool = False
+    seg_start_s: float = 0.0  # start of the current run segment (launch or last resume)
+    run_before_s: float = 0.0  # seconds this attempt ran in earlier segments
+    suspended: bool = False  # SIGSTOPped in place by a preemptive policy
+    pending: bool = (
+        False  # started or resumed by the scheduler, waiting for a preempted job to leave its GPUs
+    )
+
+    def run_time_s(self, now: float) -> float:
+        """Seconds this attempt has run (suspended time excluded)."""
+        if self.suspended or self.pid is None:
+            return self.run_before_s
+        return self.run_before_s + max(now - self.seg_start_s, 0.0)
 
 
 class Agent:
     """The agent's state and its request handlers. Not thread-safe: one loop owns it."""
 
     def __init__(
-        self, config: AgentConfig, clock: Callable[[], float] = time.time, backend: GpuBackend | None = None
+        self,
+        config: AgentConfig,
+        clock: Callable[[], float] = time.time,
+        backend: GpuBackend | None = None,
+        policy: Policy | None = None,
     ) -> None:
+        """`policy`: a policy object to use instead of `config.policy`'s default one (an embedding
+        program's own parameters, e.g. `Las(quantum_gpu_s=60)`)."""
         self.config = config
         self.clock = clock
         self.paths = AgentPaths(config.home)
@@ -99,7 +119,10 @@ class Agent:
         self._priority: dict[int, int] = {}
         self._rank: dict[int, int] = {}
         self.engine = Engine(
-            spec, AgentPolicy(config.policy, self._priority, self._rank), config.backfill, config.placer
+            spec,
+            AgentPolicy(policy or config.policy, self._priority, self._rank),
+            config.backfill,
+            config.placer,
         )
         self._write_node_toml(spec)
         self.runs: dict[int, _Run] = {}
@@ -129,10 +152,16 @@ class Agent:
         requeue those it marked running but never launched, queue the waiting ones."""
         now = self.clock()
         live = launcher.live_jobs(self.paths.home)
-        for row in self.store.jobs(["running"]):
+        for row in self.store.jobs(["running", "suspended"]):
             pids = live.get((row.id, row.attempt))
             if pids:
                 self._adopt(row, pids)
+            elif row.state == "suspended":
+                run = _Run(row.id, row.attempt, row.pid, row.pgid, row.gpu_list, row.start_s or now,
+                           row.time_limit_s, run_before_s=row.run_s, suspended=True)  # fmt: skip
+                run.exit_code = launcher.read_status_file(self.paths.job_dir(row.id))
+                self.runs[row.id] = run
+                self._finalize(run, now, vanished=True)
             elif row.pid is None:
                 self.store.update_job(row.id, state="queued", start_s=None, gpu_ids="", reason="")
                 log.info("job %d was never launched; queued again", row.id)
@@ -142,16 +171,27 @@ class Agent:
                     row.id, row.attempt, row.pid, row.pgid, row.gpu_list, row.start_s or now, row.time_limit_s
                 )
                 run.exit_code = code
+                run.seg_start_s, run.run_before_s = row.seg_start_s or run.start_s, row.run_s
                 self.runs[row.id] = run
                 self.engine.seed_running(row.id, self._core_job(row), row.gpu_list, run.start_s)
                 self._finalize(run, now, vanished=True)
+        for row in self.store.jobs(["preempted"]):  # the agent died between an attempt's end and its requeue
+            self._append_history(row.id)
+            self._requeue(row, row.mem_gb, "preempted; requeued", now)
         for row in self.store.jobs(["queued", "held"]):
             self._priority[row.id] = row.priority
             if row.plan_rank is not None:
                 self._rank[row.id] = row.plan_rank
             if row.state == "queued" and self._deps_ok(row) is True:
-                self.engine.submit(row.id, self._core_job(row))
+                self._queue_in_engine(row, now)
         self._write_pending_history()
+
+    def _queue_in_engine(self, row: JobRow, now: float) -> None:
+        """Queue a waiting job in the Scheduler with the GPU-service it attained before."""
+        self.engine.submit(row.id, self._core_job(row), now=row.stopped_at_s or row.submit_s)
+        self.engine.restore_progress(
+            row.id, row.service_gpu_s, row.run_since_promotion_s, row.preemptions, now
+        )
 
     def _adopt(self, row: JobRow, pids: set[int]) -> None:
         pgid = row.pgid
@@ -168,13 +208,29 @@ class Agent:
             row.time_limit_s,
             own=False,  # another agent process started it: not our child, waitpid cannot see it
         )
+        now = self.clock()
+        run.seg_start_s, run.run_before_s = row.seg_start_s or run.start_s, row.run_s
         if row.reason.startswith("stopping:"):
             run.stop_state = row.reason.removeprefix("stopping:")
-            run.kill_at_s = self.clock()
+            run.kill_at_s = now
         self.runs[row.id] = run
         self.store.update_job(row.id, pid=run.pid, pgid=pgid)
-        self.engine.seed_running(row.id, self._core_job(row), row.gpu_list, run.start_s)
-        log.info("re-adopted job %d (pgid %s) on GPUs %s", row.id, pgid, row.gpu_ids)
+        job = self._core_job(row)
+        if row.state == "suspended":
+            # stop it again (the agent may have died between the store and the signal); the Scheduler
+            # resumes it in place, or keeps it suspended, in its next pass
+            run.suspended = True
+            if pgid is not None:
+                launcher.signal_group(pgid, signal.SIGSTOP)
+            self.engine.submit_suspended(row.id, job, row.gpu_list, row.stopped_at_s or now)
+        else:
+            if row.preemptions and pgid is not None and not run.stop_state:
+                launcher.signal_group(pgid, signal.SIGCONT)  # died between "running" and SIGCONT
+            self.engine.seed_running(row.id, job, row.gpu_list, run.seg_start_s)
+        self.engine.restore_progress(
+            row.id, row.service_gpu_s, row.run_since_promotion_s, row.preemptions, now
+        )
+        log.info("re-adopted %s job %d (pgid %s) on GPUs %s", row.state, row.id, pgid, row.gpu_ids)
 
     # -- helpers -----------------------------------------------------------------------------------
     def _core_job(self, row: JobRow) -> Job:
@@ -189,6 +245,7 @@ class Agent:
             user=row.user,
             name=row.name,
             command=row.command,
+            meta={"preempt": row.preempt},
         )
 
     def _deps_ok(self, row: JobRow) -> bool | str:
@@ -242,6 +299,7 @@ class Agent:
             self._next_prune_s = now + 3600.0
         if not self.stopping:
             self._release_dependents(now)
+            self._carry_out_pending(now)
             self._schedule(now)
 
     def _reap(self) -> None:
@@ -297,25 +355,109 @@ class Agent:
         for run in list(self.runs.values()):
             if run.kill_at_s is not None and now >= run.kill_at_s and run.pgid is not None:
                 launcher.signal_group(run.pgid, signal.SIGKILL)
-            elif (
-                run.time_limit_s is not None and not run.stop_state and now >= run.start_s + run.time_limit_s
-            ):
+            elif (  # suspended time does not count against the limit (as in Slurm)
+                run.time_limit_s is not None and not run.stop_state and run.pid is not None
+                and run.run_time_s(now) >= run.time_limit_s
+            ):  # fmt: skip
                 self._stop(run, "timeout", now)
 
     def _stop(self, run: _Run, why: str, now: float) -> None:
-        """SIGTERM to the whole group now, SIGKILL after the grace period."""
+        """SIGTERM to the whole group now (then SIGCONT: a suspended group gets it too), SIGKILL after
+        the grace period. A suspended job leaves the Scheduler at once; a job whose launch waits
+        ends at once."""
         run.stop_state = why
+        if run.pid is None:  # decided but never launched
+            self._finalize(run, now, reason=f"{why} before it started")
+            return
+        if run.suspended and self.engine.is_waiting(run.jid):
+            self.engine.withdraw(run.jid)  # its GPUs go to others once its processes are gone
         run.kill_at_s = now + self.config.grace_s
         self.store.update_job(run.jid, reason=f"stopping:{why}")
         if run.pgid is not None:
             launcher.signal_group(run.pgid, signal.SIGTERM)
+            launcher.signal_group(run.pgid, signal.SIGCONT)
 
     def _schedule(self, now: float) -> None:
-        started = self.engine.schedule(now)
-        for s in started:
-            self._launch(s.jid, s.gpus, now)
-        if started:  # a reading on the next round (right after the reply): even a short job gets a profile
+        decided = self.engine.decide(now)
+        for p in decided.preempted:
+            self._preempt(p.jid, p.action, now)
+        for s in decided.started:
+            run = self.runs.get(s.jid)
+            if run is not None and run.suspended:
+                self._resume(run, now)
+            else:
+                self._launch(s.jid, s.gpus, now)
+        if (
+            decided.started
+        ):  # a reading on the next round (right after the reply): even a short job gets a profile
             self._next_sample_s = now
+
+    # -- preemption (docs/agent.md, "Preemption") -------------------------------------------------------
+    def _preempt(self, jid: int, action: str, now: float) -> None:
+        """Carry out the Scheduler's preemption: `suspend` SIGSTOPs the group in place (it keeps its GPU
+        memory; the Scheduler still books it there); `checkpoint` and `requeue` stop it as a cancel
+        does (SIGTERM, grace, SIGKILL) and queue it again once its processes are gone."""
+        run = self.runs[jid]
+        slot = self.engine.sched.slot(jid)
+        progress = {"service_gpu_s": slot.service_gpu_s, "run_since_promotion_s": slot.run_since_promotion_s,
+                    "preemptions": slot.preemptions, "stopped_at_s": now, "run_s": run.run_time_s(now)}  # fmt: skip
+        self.store.log_event(now, -1, f"preempt:{action}", jid, json.dumps({"gpus": list(run.gpus)}))
+        if run.pid is None:  # decided earlier, its launch still waiting: nothing runs yet
+            self.engine.withdraw(jid)
+            self.runs.pop(jid)
+            self.store.update_job(jid, state="queued", start_s=None, seg_start_s=None, gpu_ids="", **progress)
+            row = self.store.job(jid)
+            assert row is not None
+            self._queue_in_engine(row, now)
+            return
+        run.pending = False
+        if action == "suspend":
+            self.store.update_job(jid, state="suspended", seg_start_s=None, **progress)
+            run.run_before_s, run.suspended = progress["run_s"], True
+            if run.pgid is not None:
+                launcher.signal_group(run.pgid, signal.SIGSTOP)
+            log.info("job %d suspended in place on GPUs %s", jid, run.gpus)
+            return
+        self.engine.withdraw(jid)  # back in the queue once its processes are gone (_finalize)
+        self.store.update_job(jid, **progress)
+        run.run_before_s = progress["run_s"]
+        self._stop(run, "preempt", now)
+        log.info("job %d preempted (%s): stopping it", jid, action)
+
+    def _blocked(self, jid: int, gpus: tuple[int, ...]) -> bool:
+        """Whether a job that left the Scheduler (preempted by kill, or cancelled while suspended)
+        still has processes on `gpus`: a start or resume there waits until they are gone."""
+        return any(
+            r.jid != jid and r.stop_state and r.pid is not None and not self.engine.is_running(r.jid)
+            and not set(r.gpus).isdisjoint(gpus)
+            for r in self.runs.values()
+        )  # fmt: skip
+
+    def _resume(self, run: _Run, now: float) -> None:
+        """SIGCONT a suspended job (after its GPUs are free of a preempted job's processes)."""
+        if self._blocked(run.jid, run.gpus):
+            run.pending = True
+            return
+        row = self.store.job(run.jid)
+        assert row is not None
+        stopped = now - (row.stopped_at_s if row.stopped_at_s is not None else now)
+        self.store.update_job(run.jid, state="running", seg_start_s=now, suspended_s=row.suspended_s + stopped,
+                              reason="")  # fmt: skip
+        self.store.log_event(now, -1, "resume", run.jid, json.dumps({"gpus": list(run.gpus)}))
+        run.suspended, run.pending, run.seg_start_s = False, False, now
+        if run.pgid is not None:
+            launcher.signal_group(run.pgid, signal.SIGCONT)
+
+    def _carry_out_pending(self, now: float) -> None:
+        """Starts and resumes that waited for a preempted job's processes to leave their GPUs."""
+        for run in [r for r in self.runs.values() if r.pending]:
+            if self._blocked(run.jid, run.gpus):
+                continue
+            if run.suspended:
+                self._resume(run, now)
+            else:
+                run.pending = False
+                self._spawn(run, now)
 
     def _launch(self, jid: int, gpus: tuple[int, ...], now: float) -> None:
         row = self.store.job(jid)
@@ -326,13 +468,28 @@ class Agent:
             jid,
             state="running",
             start_s=now,
+            seg_start_s=now,
             gpu_ids=",".join(map(str, gpus)),
             pid=None,
             pgid=None,
             reason="",
         )
-        run = _Run(jid, row.attempt, None, None, gpus, now, row.time_limit_s)
+        run = _Run(jid, row.attempt, None, None, gpus, now, row.time_limit_s, seg_start_s=now)
         self.runs[jid] = run
+        if self._blocked(jid, gpus):
+            run.pending = True
+            return
+        self._spawn(run, now)
+
+    def _spawn(self, run: _Run, now: float) -> None:
+        """Start the job's processes (its row already says running)."""
+        jid, gpus = run.jid, run.gpus
+        row = self.store.job(jid)
+        assert row is not None
+        if run.start_s != now:  # its launch waited for GPUs to empty: it starts now
+            run.start_s = run.seg_start_s = now
+            self.store.update_job(jid, start_s=now, seg_start_s=now)
+        self.store.log_event(now, -1, "start", jid, json.dumps({"gpus": list(gpus), "attempt": row.attempt}))
         env = launcher.job_environment(
             row.env, self.paths.home, jid, row.attempt, gpus, self.backend.job_env(row.mem_gb or 0.0)
         )
@@ -350,34 +507,44 @@ class Agent:
         """The job's processes are gone: record its end, its profile and its history line."""
         self.runs.pop(run.jid, None)
         if self.engine.is_running(run.jid):
-            self.engine.finish(run.jid)
+            completed = run.exit_code == 0 and not run.stop_state
+            self.engine.finish(run.jid, now if completed else None)
+        elif self.engine.is_waiting(run.jid):  # suspended, and its processes died
+            self.engine.withdraw(run.jid)
         row = self.store.job(run.jid)
         assert row is not None
         job_dir = self.paths.job_dir(run.jid)
-        oom = run.exit_code not in (None, 0) and launcher.is_oom(job_dir)
+        oom = run.exit_code not in (None, 0) and launcher.is_oom(job_dir) and run.stop_state != "preempt"
         state = self._final_state(run, oom)
         if not reason:
             reason = self._reason(run, state, vanished, oom)
-        self.store.update_job(
-            run.jid, state=state, end_s=now, exit_code=run.exit_code, oom=int(oom), reason=reason
-        )
+        run_s = row.run_s if run.stop_state == "preempt" else run.run_time_s(now)
+        suspended_s = row.suspended_s + (now - (row.stopped_at_s or now) if run.suspended else 0.0)
+        self.store.update_job(run.jid, state=state, end_s=now, exit_code=run.exit_code, oom=int(oom),
+                              reason=reason, run_s=run_s, suspended_s=suspended_s)  # fmt: skip
         self._append_history(run.jid)
         if state == "failed" and oom:
             self._maybe_requeue_oom(row, run)
         elif run.stop_state == "requeue":
-            self._requeue(row, row.mem_gb, "requeued by request")
+            self._requeue(row, row.mem_gb, "requeued by request", now)
+        elif run.stop_state == "preempt":
+            self._requeue(row, row.mem_gb, f"preempted ({row.preempt}); requeued", now)
 
     def _final_state(self, run: _Run, oom: bool) -> str:
         if run.stop_state in ("cancelled", "timeout"):
             return run.stop_state
         if run.stop_state == "requeue":
             return "cancelled"
+        if run.stop_state == "preempt":
+            return "preempted"
         return "done" if run.exit_code == 0 else "failed"
 
     @staticmethod
     def _reason(run: _Run, state: str, vanished: bool, oom: bool) -> str:
         if oom:
             return "CUDA out of memory"
+        if state == "preempted":
+            return "preempted"
         if state == "failed" and run.exit_code is None:
             return "ended while the agent was down; exit status unknown (killed?)"
         if state == "failed" and run.exit_code is not None and run.exit_code > 128:
@@ -401,17 +568,21 @@ class Agent:
         if why is not None:
             self.store.update_job(row.id, reason=f"CUDA out of memory; raised memory {why}: not retried")
             return
-        self._requeue(row, new_mem, f"CUDA out of memory at {seen:g} GB; requeued with {new_mem} GB")
+        self._requeue(
+            row, new_mem, f"CUDA out of memory at {seen:g} GB; requeued with {new_mem} GB", self.clock()
+        )
 
-    def _requeue(self, row: JobRow, mem_gb: float | None, reason: str) -> None:
+    def _requeue(self, row: JobRow, mem_gb: float | None, reason: str, now: float) -> None:
+        """The job waits again as attempt + 1, with the GPU-service it attained (preemptive policies)."""
         self.store.update_job(
             row.id, state="queued", attempt=row.attempt + 1, mem_gb=mem_gb, start_s=None, end_s=None,
-            gpu_ids="", pid=None, pgid=None, exit_code=None, reason=reason,
+            gpu_ids="", pid=None, pgid=None, exit_code=None, reason=reason, seg_start_s=None, run_s=0.0,
+            suspended_s=0.0,
         )  # fmt: skip
         new = self.store.job(row.id)
         assert new is not None
         if self._deps_ok(new) is True:
-            self.engine.submit(row.id, self._core_job(new))
+            self._queue_in_engine(new, now)
 
     def _release_dependents(self, now: float) -> None:
         for row in self.store.conn.execute(
@@ -437,7 +608,9 @@ class Agent:
         if self.store.get_meta(key):
             return
         prof = job_profile(self.store.conn, jid, row.attempt)
-        duration = (row.end_s - row.start_s) if row.start_s is not None and row.end_s is not None else None
+        wall = (row.end_s - row.start_s) if row.start_s is not None and row.end_s is not None else None
+        # the run time, not the wall time: suspended seconds are no run time for audit or predict
+        duration = None if wall is None else (row.run_s if row.preemptions else wall)
         startup_s, init_s = (
             job_phases(self.store.conn, jid, row.attempt, row.start_s, duration)
             if row.start_s is not None and duration is not None
@@ -454,6 +627,9 @@ class Agent:
             "peak_mem_gb_per_gpu": {str(g): v for g, v in sorted(prof.peak_mem_gb.items())},
             "samples": prof.samples,
         }
+        if row.preemptions:
+            meta.update({"wall_s": wall, "suspended_s": row.suspended_s, "preemptions": row.preemptions,
+                         "preempt": row.preempt, "attained_gpu_s": row.service_gpu_s})  # fmt: skip
         job = Job(
             id=str(jid) if row.attempt == 1 else f"{jid}.{row.attempt}",
             submit_s=row.submit_s,
@@ -495,6 +671,8 @@ class Agent:
                 job_rows.append((run.jid, run.attempt, p.gpu, p.pid, p.mem_gb, p.util_pct))
                 if p.mem_gb is not None:
                     run.peak_gb[p.gpu] = max(run.peak_gb.get(p.gpu, 0.0), p.mem_gb)
+                    if self.engine.preemptive and self.engine.is_running(run.jid):
+                        self.engine.observe_mem(run.jid, run.peak_gb[p.gpu])
             elif p.pgid is not None and p.mem_gb:
                 self._foreign_peak[p.pid] = max(self._foreign_peak.get(p.pid, 0.0), p.mem_gb)
                 foreign[p.gpu] = foreign.get(p.gpu, 0.0) + self._foreign_peak[p.pid]
@@ -541,6 +719,9 @@ class Agent:
             )
         if gpus < 1:
             raise AgentError(f"submit: --gpus {gpus} must be at least 1")
+        preempt = str(req.get("preempt") or "suspend")
+        if preempt not in PREEMPT_MODES:
+            raise AgentError(f"submit: --preempt {preempt!r}: valid: {', '.join(PREEMPT_MODES)}")
         why = self.engine.never_fits(gpus, mem)
         if why is not None:
             raise AgentError(f"job refused: it can never run on this node: it {why}")
@@ -560,13 +741,13 @@ class Agent:
             cwd=str(req.get("cwd") or "/"), env_json=json.dumps(req.get("env") or {}), gpus=gpus,
             mem_gb=mem, declared_mem_gb=mem, time_limit_s=limit, est_duration_s=est,
             priority=int(req.get("priority", 0)), after_id=after,
-            state="held" if req.get("hold") else "queued", submit_s=now,
+            state="held" if req.get("hold") else "queued", submit_s=now, preempt=preempt,
         )  # fmt: skip
         self._priority[jid] = int(req.get("priority", 0))
         row = self.store.job(jid)
         assert row is not None
         if row.state == "queued" and self._deps_ok(row) is True:
-            self.engine.submit(jid, self._core_job(row))
+            self.engine.submit(jid, self._core_job(row), now=now)
         return {"id": jid}
 
     def _jobs_arg(self, req: dict[str, Any]) -> list[JobRow]:
@@ -587,7 +768,7 @@ class Agent:
         for row in self._jobs_arg(req):
             if row.state in FINAL_STATES:
                 raise AgentError(f"job {row.id} already ended ({row.state})")
-            if row.state == "running":
+            if row.state in ("running", "suspended"):
                 run = self.runs.get(row.id)
                 if run is not None:
                     self._stop(run, "cancelled", now)
@@ -628,10 +809,10 @@ class Agent:
                 raise AgentError(f"job {row.id} is already waiting ({row.state})")
         for row in rows:
             run = self.runs.get(row.id)
-            if row.state == "running" and run is not None:
+            if row.state in ("running", "suspended") and run is not None:
                 self._stop(run, "requeue", now)
             elif row.state in FINAL_STATES:
-                self._requeue(row, row.mem_gb, "requeued by request")
+                self._requeue(row, row.mem_gb, "requeued by request", now)
         return {"ids": [r.id for r in rows]}
 
     def op_apply(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
@@ -659,11 +840,11 @@ class Agent:
     def op_queue(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
         now = self.clock()
         expected = {p.jid: p.start_s for p in self.engine.projection(now)}
-        rows = self.store.jobs(["running", "queued", "held"])
+        rows = self.store.jobs(["running", "suspended", "queued", "held"])
         jobs = []
         for r in rows:
-            out = r.to_json()
-            out["expected_start_s"] = expected.get(r.id) if r.state == "queued" else None
+            out = _job_json(r, now)
+            out["expected_start_s"] = expected.get(r.id) if r.state in ("queued", "suspended") else None
             jobs.append(out)
         order = {jid: i for i, jid in enumerate(self.engine.waiting_jids())}
         jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))
@@ -674,7 +855,7 @@ class Agent:
         prof = job_profile(self.store.conn, row.id)
         d = self.paths.job_dir(row.id)
         return {
-            "job": row.to_json(),
+            "job": _job_json(row, self.clock()),
             "profile": {
                 "attempt": prof.attempt, "samples": prof.samples, "mean_util_pct": prof.mean_util_pct,
                 "peak_mem_gb_per_gpu": {str(k): v for k, v in prof.peak_mem_gb.items()},
@@ -689,8 +870,15 @@ class Agent:
             "gpus": [{"index": d.index, "name": d.name, "mem_total_gb": d.mem_total_gb} for d in self.devices],
             "offline_gpus": sorted(self.engine.offline), "policy": c.policy, "backfill": c.backfill,
             "placer": c.placer, "sharing": c.sharing, "waiting": self.engine.waiting,
-            "held": len(self.store.jobs(["held"])), "running": len(self.runs),
+            "held": len(self.store.jobs(["held"])),
+            "running": sum(1 for r in self.runs.values() if not r.suspended),
+            "suspended": sum(1 for r in self.runs.values() if r.suspended),
+            "preemptive": self.engine.preemptive, "preemptions": self._preemptions_total(),
         }  # fmt: skip
+
+    def _preemptions_total(self) -> int:
+        row = self.store.conn.execute("SELECT COALESCE(SUM(preemptions), 0) FROM jobs").fetchone()
+        return int(row[0])
 
     def op_stop(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
         self.stopping = True
@@ -705,6 +893,11 @@ class Agent:
     @property
     def next_sample_s(self) -> float:
         return self._next_sample_s
+
+    @property
+    def next_wake_s(self) -> float:
+        """The next instant the loop must run a round: a sample, or a preemptive policy's level change."""
+        return min(self._next_sample_s, self.engine.next_event_s())
 
     def done_stopping(self) -> bool:
         return self.stopping and (not self.kill_jobs_on_stop or not self.runs)
@@ -727,6 +920,14 @@ _HANDLERS: dict[str, Callable[[Agent, dict[str, Any], int], dict[str, Any]]] = {
     "stop": Agent.op_stop,
 }
 MUTATING_OPS = {"submit", "cancel", "hold", "release", "requeue", "apply", "stop"}
+
+
+def _job_json(row: JobRow, now: float) -> dict[str, Any]:
+    """A job row for clients, with its attained GPU-service and run time up to `now`."""
+    out = row.to_json()
+    out["attained_gpu_s"] = row.attained_gpu_s(now)
+    out["run_time_s"] = row.run_time_s(now)
+    return out
 
 
 def _brief(request: dict[str, Any]) -> dict[str, Any]:

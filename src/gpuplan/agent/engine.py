@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.policies import Policy, get_policy
-from gpuplan.core.scheduler import Scheduler, Started
+from gpuplan.core.scheduler import Decisions, Scheduler
+from gpuplan.core.view import JobSlot
 from gpuplan.errors import JobNeverFitsError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 
@@ -43,8 +44,24 @@ class AgentPolicy(Policy):
         self.name = self.inner.name
         self.description = self.inner.description
         self.needs_duration = self.inner.needs_duration
+        self.preemptive = self.inner.preemptive
         self._priority = priority
         self._rank = rank
+
+    # A preemptive policy (las, tiresias, gittins) ranks by level first: priority and a plan's order
+    # then order the jobs of one level.
+    def level(self, slot: JobSlot, now: float) -> float:
+        return float(self.inner.level(slot, now))  # type: ignore[attr-defined]
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return float(self.inner.next_change_s(slot, now))  # type: ignore[attr-defined]
+
+    def observe(self, job: Job, service_gpu_s: float) -> bool:
+        return bool(self.inner.observe(job, service_gpu_s))  # type: ignore[attr-defined]
+
+    @property
+    def fallback_jobs(self) -> int:
+        return int(getattr(self.inner, "fallback_jobs", 0))
 
     def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
         rank = self._rank.get(seq)
@@ -86,9 +103,32 @@ class Engine:
             return f"asks for {gpus} GPUs; this node has {self.spec.total_gpus}"
         return f"asks for {mem_gb:g} GB per GPU; this node's GPUs have {cap:g} GB"
 
-    def submit(self, jid: int, job: Job) -> None:
-        """Queue a waiting job (the caller checked `never_fits`)."""
-        self.sched.submit(jid, job)
+    def submit(self, jid: int, job: Job, now: float | None = None) -> None:
+        """Queue a waiting job (the caller checked `never_fits`); `now`: when it (re)entered the queue."""
+        self.sched.submit(jid, job, now=now)
+
+    def submit_suspended(self, jid: int, job: Job, gpus: tuple[int, ...], now: float) -> None:
+        """A job found suspended in place on `gpus` after a restart: it waits there, holding its memory."""
+        self.sched.submit_suspended(jid, job, gpus, now)
+
+    def restore_progress(
+        self, jid: int, service_gpu_s: float, run_since_promotion_s: float, preemptions: int, now: float
+    ) -> None:
+        """The GPU-service a re-seeded job attained before (preemptive policies rank by it)."""
+        if service_gpu_s or run_since_promotion_s or preemptions:
+            self.sched.restore_progress(jid, service_gpu_s, run_since_promotion_s, preemptions, now)
+
+    def observe_mem(self, jid: int, mem_gb: float) -> None:
+        """A running job's observed memory per GPU: a suspension keeps at least that much booked."""
+        self.sched.observe_mem(jid, mem_gb)
+
+    @property
+    def preemptive(self) -> bool:
+        return bool(self.policy.inner.preemptive)
+
+    def next_event_s(self) -> float:
+        """When a preemptive policy wants a pass although nothing arrived or ended (inf otherwise)."""
+        return self.sched.next_event_s()
 
     def withdraw(self, jid: int) -> None:
         """Take a waiting job out of the queue (cancel, hold, a new plan rank)."""
@@ -104,11 +144,13 @@ class Engine:
         """A job already running on `gpus` since `start_s` (re-adopted after a restart)."""
         self.sched.adopt(jid, job, gpus, start_s)
 
-    def schedule(self, now: float) -> list[Started]:
-        return self.sched.schedule(now)
+    def decide(self, now: float) -> Decisions:
+        """One pass: jobs to preempt (carry those out first), then jobs to start or resume."""
+        return self.sched.decide(now)
 
-    def finish(self, jid: int) -> None:
-        self.sched.finish(jid)
+    def finish(self, jid: int, now: float | None = None) -> None:
+        """A running job ended (`now` given: it completed, and a learning policy observes it)."""
+        self.sched.finish(jid, now)
 
     @property
     def waiting(self) -> int:

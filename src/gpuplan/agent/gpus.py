@@ -371,6 +371,7 @@ class FakeBackend(GpuBackend):
     def _scan(self) -> list[ProcReading]:
         """Live processes of this fake set, one reading per (process group, GPU)."""
         seen: dict[tuple[int, int], ProcReading] = {}
+        stopped: set[int] = set()  # groups SIGSTOPped (a suspended job): memory held, no work
         for pid, env in _environs(self._proc_root):
             if env.get("GPUPLAN_FAKE_SET") != self.set_id or "GPUPLAN_FAKE_MEM_GB" not in env:
                 continue
@@ -383,13 +384,25 @@ class FakeBackend(GpuBackend):
             pgid = _pgid(pid)
             if pgid is None:
                 continue
+            if _is_stopped(self._proc_root, pid):
+                stopped.add(pgid)
             for g in gpus:
                 old = seen.get((pgid, g))
                 if old is None or pid < old.pid:
                     seen[(pgid, g)] = ProcReading(
                         pid, g, max(mem, old.mem_gb or 0.0) if old else mem, util, pgid
                     )
-        return sorted(seen.values(), key=lambda p: (p.gpu, p.pid))
+        readings = [replace(p, util_pct=0.0) if p.pgid in stopped else p for p in seen.values()]
+        return sorted(readings, key=lambda p: (p.gpu, p.pid))
+
+
+def _is_stopped(proc_root: Path, pid: int) -> bool:
+    """Whether the process is stopped by a signal (state T in /proc/PID/stat)."""
+    try:
+        stat = (proc_root / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return stat.rsplit(") ", 1)[-1][:1] == "T"
 
 
 def _environs(proc_root: Path) -> Iterable[tuple[int, dict[str, str]]]:

@@ -44,7 +44,7 @@ def serve(agent: Agent) -> None:
     try:
         while not agent.done_stopping():
             timeout = LIVENESS_S if agent.runs else agent.config.sample_interval_s
-            timeout = max(0.0, min(timeout, agent.next_sample_s - time.time()))
+            timeout = max(0.0, min(timeout, agent.next_wake_s - time.time()))
             for key, _ in sel.select(timeout):
                 if key.data == "wake":
                     with contextlib.suppress(BlockingIOError):

@@ -4,9 +4,12 @@ The agent is the only writer. Readers (the CLI, the web dashboard, /metrics) ope
 with `connect(path, readonly=True)` and use the read functions below; WAL lets them read while the
 agent writes. Times are Unix seconds (`*_s`), memory GiB (`*_gb`).
 
-Job states: `queued` (waiting for GPUs), `held`, `running`, and the final ones `done` (exit 0),
-`failed`, `cancelled`, `timeout`. A job requeued after a CUDA out-of-memory exit goes back to
-`queued` with `attempt` + 1 and a raised `mem_gb`.
+Job states: `queued` (waiting for GPUs), `held`, `running`, `suspended` (a preemptive policy stopped
+its processes in place: they keep their GPU memory), and the final ones `done` (exit 0), `failed`,
+`cancelled`, `timeout`. A job requeued after a CUDA out-of-memory exit, or after a preemption that
+stopped it (`checkpoint`, `requeue`), goes back to `queued` with `attempt` + 1 (after an OOM, with a
+raised `mem_gb`); `preempted` is the short-lived state of such an attempt between its end and its
+requeue.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ __all__ = [
     "samples_since",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FINAL_STATES = ("done", "failed", "cancelled", "timeout")
-ACTIVE_STATES = ("queued", "held", "running")
+ACTIVE_STATES = ("queued", "held", "running", "suspended")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -69,7 +72,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER,
     oom INTEGER NOT NULL DEFAULT 0,
     attempt INTEGER NOT NULL DEFAULT 1,
-    reason TEXT NOT NULL DEFAULT ''
+    reason TEXT NOT NULL DEFAULT '',
+    preempt TEXT NOT NULL DEFAULT 'suspend',
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    service_gpu_s REAL NOT NULL DEFAULT 0,
+    run_since_promotion_s REAL NOT NULL DEFAULT 0,
+    seg_start_s REAL,
+    run_s REAL NOT NULL DEFAULT 0,
+    suspended_s REAL NOT NULL DEFAULT 0,
+    stopped_at_s REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS gpu_samples (
@@ -99,6 +110,14 @@ class JobRow:
     `gpu_ids` are the GPU indices the job runs on (what its CUDA_VISIBLE_DEVICES says); `mem_gb` is
     the memory booked per GPU (the declared one, raised after an OOM); `declared_mem_gb` what the
     user asked; `reason` why a job waits, failed or was refused.
+
+    Preemption (docs/agent.md, "Preemption"): `preempt` is the job's mode (suspend, checkpoint,
+    requeue, never); `preemptions` how often it was preempted (all attempts); `service_gpu_s` and
+    `run_since_promotion_s` the GPU-service it attained before its current run segment (what
+    las/tiresias/gittins rank by); `seg_start_s` when its current run segment began (its launch or
+    its last resume); `run_s` the seconds this attempt ran in earlier segments; `suspended_s` the
+    seconds this attempt spent suspended; `stopped_at_s` when it was last preempted (the start of
+    its current suspension while `suspended`).
     """
 
     id: int
@@ -127,6 +146,26 @@ class JobRow:
     oom: int
     attempt: int
     reason: str
+    preempt: str
+    preemptions: int
+    service_gpu_s: float
+    run_since_promotion_s: float
+    seg_start_s: float | None
+    run_s: float
+    suspended_s: float
+    stopped_at_s: float | None
+
+    def run_time_s(self, now: float) -> float:
+        """Seconds this attempt has run (suspended time excluded) up to `now` or its end."""
+        if self.state == "running" and self.seg_start_s is not None:
+            return self.run_s + max((self.end_s or now) - self.seg_start_s, 0.0)
+        return self.run_s
+
+    def attained_gpu_s(self, now: float) -> float:
+        """GPU-seconds of service the job has attained (what preemptive policies rank by)."""
+        if self.state == "running" and self.seg_start_s is not None:
+            return self.service_gpu_s + self.gpus * max(now - self.seg_start_s, 0.0)
+        return self.service_gpu_s
 
     @property
     def gpu_list(self) -> tuple[int, ...]:
@@ -209,9 +248,30 @@ def connect(path: Path | str, readonly: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(_SCHEMA)
+        _migrate(conn)
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.row_factory = sqlite3.Row
     return conn
+
+
+_ADDED_COLUMNS = (  # schema 2: preemption (a store written by an older agent gains them)
+    "preempt TEXT NOT NULL DEFAULT 'suspend'",
+    "preemptions INTEGER NOT NULL DEFAULT 0",
+    "service_gpu_s REAL NOT NULL DEFAULT 0",
+    "run_since_promotion_s REAL NOT NULL DEFAULT 0",
+    "seg_start_s REAL",
+    "run_s REAL NOT NULL DEFAULT 0",
+    "suspended_s REAL NOT NULL DEFAULT 0",
+    "stopped_at_s REAL",
+)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    have = {r[1] for r in conn.execute("PRAGMA table_info(jobs)").fetchall()}
+    for column in _ADDED_COLUMNS:
+        if column.split()[0] not in have:
+            conn.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
 def _job(row: sqlite3.Row) -> JobRow:

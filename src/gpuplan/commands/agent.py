@@ -145,12 +145,12 @@ def start_cmd(
         from gpuplan.core.policies import get_policy
 
         get_policy(policy), get_backfill(backfill), get_placer(placer)  # unknown names: one line, now
-        if get_policy(policy).preemptive:
+        if get_policy(policy).preemptive and sharing:
             from gpuplan.errors import GpuplanError
 
             raise GpuplanError(
-                f"--policy {policy}: a preemptive policy; the agent does not suspend jobs yet (the core's "
-                "Scheduler.decide does; docs/preemption.md): simulate it with `gpuplan simulate`"
+                f"--policy {policy} preempts jobs and needs --exclusive: with --sharing jobs already share "
+                "GPUs, and the simulator models preemption on exclusive GPUs only (docs/agent.md, Preemption)"
             )
         paths = _paths()
         open_backend(gpus, set_id=str(paths.home)).close()
@@ -249,7 +249,8 @@ def status_cmd(as_json: JsonOpt = False) -> None:
             f"{' · offline: ' + ','.join(map(str, s['offline_gpus'])) if s['offline_gpus'] else ''}\n"
             f"policy {s['policy']} · backfill {s['backfill']} · placer {s['placer']} · "
             f"{'sharing' if s['sharing'] else 'exclusive'}\n"
-            f"waiting {s['waiting']} · held {s['held']} · running {s['running']}"
+            f"waiting {s['waiting']} · held {s['held']} · running {s['running']} · suspended {s['suspended']}"
+            f"{' · preemptions ' + str(s['preemptions']) if s['preemptive'] or s['preemptions'] else ''}"
         )
         _emit(as_json, s, text)
 
@@ -266,6 +267,7 @@ def submit_cmd(
     priority: Annotated[int, typer.Option("--priority", help="Higher starts first, before the policy's order.")] = 0,
     after: Annotated[int | None, typer.Option("--after", help="Start only after job ID completed successfully.")] = None,
     hold: Annotated[bool, typer.Option("--hold", help="Submit held: it waits until `gpuplan release ID`.")] = False,
+    preempt: Annotated[str, typer.Option("--preempt", help="How a preemptive policy (las, tiresias, gittins) may take its GPUs: suspend (SIGSTOP in place; it keeps its GPU memory), checkpoint (SIGTERM: it saves and restarts from its checkpoint), requeue (killed, restarts from scratch), never.")] = "suspend",
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Submit a job to the local agent: gpuplan submit --gpus 1 --mem 20G --time 2h -- python train.py"""
@@ -275,7 +277,7 @@ def submit_cmd(
         reply = _call(
             "submit", command=text, gpus=gpus, mem_gb=parse_mem_gb(mem) if mem else None,
             time_limit_s=parse_duration_s(time_limit) if time_limit else None, name=name, priority=priority,
-            after_id=after, hold=hold, cwd=os.getcwd(), env=env,
+            after_id=after, hold=hold, cwd=os.getcwd(), env=env, preempt=preempt,
         )  # fmt: skip
         _emit(as_json, {"id": reply["id"]}, str(reply["id"]))
 
@@ -298,7 +300,7 @@ def _print_queue(jobs: list[dict[str, Any]], now: float) -> None:
     for col in ("ID", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "REASON", "COMMAND"):
         table.add_column(col, no_wrap=col != "COMMAND")
     for j in jobs:
-        start = j["start_s"] if j["state"] == "running" else j.get("expected_start_s")
+        start = j["start_s"] if j["state"] in ("running", "suspended") else j.get("expected_start_s")
         when = "-" if start is None else _ago(start - now)
         mem = "whole" if j["mem_gb"] is None else f"{j['mem_gb']:g}G"
         on = ",".join(map(str, j["gpu_ids"])) or "-"
@@ -370,7 +372,7 @@ def logs_cmd(
         while True:
             state = _call("show", id=job_id)["job"]["state"]
             pos = _print_from(path, pos)
-            if state not in ("queued", "held", "running"):
+            if state not in ("queued", "held", "running", "suspended"):
                 _print_from(path, pos)
                 return
             time.sleep(0.2)

@@ -2,8 +2,10 @@
 that starts and suspends jobs under a preemptive policy (core/preemptive.py).
 
 The Scheduler owns a `PreemptiveQueue` when its policy is preemptive; `Scheduler.decide(now)` returns
-`Decisions` (jobs to suspend or requeue, then jobs to start) that the simulator, the local agent
-(checkpoint + stop, or kill + requeue) and Slurm (`scontrol requeue`) carry out alike.
+`Decisions` (jobs to preempt, each by its `Job.preempt_mode`, then jobs to start or resume) that the
+simulator (sim/preempt.py) and the local agent (SIGSTOP/SIGCONT in place, or SIGTERM + requeue) carry
+out alike. A job suspended in place keeps its memory on its GPUs (`ClusterState.hold_suspended`): a
+newcomer runs there only beside it, when its declared memory fits, and it resumes only there.
 
 The pass: waiting jobs in rank order (level, then the policy's static key); each starts where it fits;
 one that does not fit may take the GPUs of running jobs of a strictly higher level, the highest first
@@ -51,11 +53,13 @@ work is lost; > 0: periodic checkpoints only, and the work since the last one is
 
 
 class Preempted(NamedTuple):
-    """A preemption decision: job handle, the GPUs it gave back, and how.
+    """A preemption decision: job handle, the GPUs it gave back, and how (the job's `preempt_mode`).
 
-    `action` is "suspend" (a checkpointable job: the agent checkpoints and stops it, Slurm
-    `scontrol requeue` of a job that checkpoints, and it resumes from its checkpoint) or "requeue" (a job
-    that cannot checkpoint is killed and starts from scratch: the agent's kill + requeue)."""
+    `action` is "suspend" (stopped in place, SIGSTOP in the agent: it keeps its GPU memory there and
+    resumes on the same GPUs with nothing lost), "checkpoint" (it saves a checkpoint and stops: the
+    agent's SIGTERM, grace, SIGKILL, Slurm `scontrol requeue` of a job that checkpoints; it resumes
+    anywhere from its checkpoint, after a restart overhead) or "requeue" (killed, it starts from
+    scratch)."""
 
     jid: int
     gpus: tuple[int, ...]
@@ -79,8 +83,8 @@ class PreemptionCost:
 
     def overhead_s(self, job: Job) -> float:
         """Seconds of a resumed run before progress resumes (0 for a job that restarts from scratch:
-        its start-up is part of its own duration)."""
-        if not job.checkpointable:
+        its start-up is part of its own duration; 0 for one suspended in place: SIGCONT is instant)."""
+        if not job.checkpointable or job.preempt_mode == "suspend":
             return 0.0
         if self.restart_overhead_s is not None:
             return self.restart_overhead_s
@@ -92,6 +96,8 @@ class PreemptionCost:
         """Progress of one run segment that survives a preemption."""
         if not job.checkpointable or progress_s <= 0.0:
             return 0.0
+        if job.preempt_mode == "suspend":  # its process is only stopped: nothing is lost
+            return progress_s
         c = self.checkpoint_interval_s
         return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
 
@@ -177,26 +183,70 @@ class PreemptiveQueue:
             cursor = entry = self.waiting[idx]
             level, jid = entry[0], entry[-1]
             worst = self.running[-1][0] if self.running else -_INF
-            if not state.sharing and state.idle_total == 0 and level >= worst:  # type: ignore[operator]
+            full = not state.sharing and state.idle_total == 0 and not state.suspended_n
+            if full and level >= worst:  # type: ignore[operator]
                 break
             if jid in preempted:
                 continue
             slot = sched.slot(jid)  # type: ignore[arg-type]
-            gpus: list[int] | tuple[int, ...] | None = sched.placer.find(
-                state, slot.gpus, slot.mem_gb, slot.may_span
-            )
-            if gpus is None and level < worst:  # type: ignore[operator]
-                gpus = self._evict_for(slot, now, out.preempted, preempted)
+            gpus: list[int] | tuple[int, ...] | None
+            if slot.suspended_on:
+                gpus = self._resume_on(slot, now, out.preempted, preempted)
+            else:
+                gpus = self._find(slot)
+                if gpus is None and level < worst:  # type: ignore[operator]
+                    gpus = self._evict_for(slot, now, out.preempted, preempted)
             if gpus is not None:
                 self.leave(slot)
                 sched.start_waiting(slot, gpus, now, out.started)
                 self.enter(slot, now)
         return out
 
+    def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
+        """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
+        where it fits beside suspended jobs' memory."""
+        state, placer = self.sched.state, self.sched.placer
+        gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+        if gpus is not None or slot.mem_gb is None or not state.suspended_n:
+            return gpus
+        beside = [g for g in state.suspended_n if state.fits_beside_suspended(g, slot.mem_gb)]
+        if not beside:
+            return None
+        trial = state.copy()
+        for g in beside:  # as if idle: the placer then ranks them with the idle GPUs
+            trial.suspended_n.pop(g)
+            trial.suspended_gb.pop(g)
+            trial.vacate_all(g)
+        return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span)
+
+    def _resume_on(
+        self, slot: JobSlot, now: float, out: list[Preempted], preempted: set[int]
+    ) -> tuple[int, ...] | None:
+        """A job suspended in place resumes on its own GPUs once no running job is on them, preempting
+        those of a strictly higher level; None while it cannot."""
+        sched, state = self.sched, self.sched.state
+        gpus = slot.suspended_on
+        on = set(gpus)
+        blockers = [sched.slot(e[-1]) for e in self.running if on.intersection(sched.slot(e[-1]).alloc)]  # type: ignore[arg-type]
+        for g in gpus:  # every occupant must be a suspended job or a blocker (not offline, not foreign)
+            if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.alloc for b in blockers):
+                return None
+        if any(b.level <= slot.level or b.job.preempt_mode == "never" for b in blockers):
+            return None
+        for victim in blockers:
+            out.append(sched.preempt(victim.jid, now))
+            preempted.add(victim.jid)
+        state.drop_suspended(gpus, slot.mem_gb)
+        slot.suspended_on = ()
+        return gpus
+
     def _evict_for(
         self, slot: JobSlot, now: float, out: list[Preempted], preempted: set[int]
     ) -> list[int] | tuple[int, ...] | None:
-        """GPUs for `slot` after suspending running jobs of a higher level, or None (nothing changed)."""
+        """GPUs for `slot` after preempting running jobs of a higher level, or None (nothing changed).
+
+        A victim of mode `suspend` keeps its memory: its GPUs serve only a newcomer whose memory fits
+        beside it. Jobs of mode `never` are passed by."""
         sched, state = self.sched, self.sched.state
         released: list[JobSlot] = []
         gpus = None
@@ -204,21 +254,26 @@ class PreemptiveQueue:
             if entry[0] <= slot.level:  # type: ignore[operator]
                 break
             victim = sched.slot(entry[-1])  # type: ignore[arg-type]
+            mode = victim.job.preempt_mode
+            if mode == "never":
+                continue
             state.release(victim.alloc, victim.mem_gb)
+            if mode == "suspend":
+                state.hold_suspended(victim.alloc, victim.mem_gb)
             released.append(victim)
-            if state.sharing or state.idle_total >= slot.gpus:
-                gpus = sched.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
+                gpus = self._find(slot)
                 if gpus is not None:
                     break
         taken = set(gpus or ())
         for victim in released:  # undo: every victim when nothing fits, else those not in the way
+            if victim.job.preempt_mode == "suspend":
+                state.drop_suspended(victim.alloc, victim.mem_gb)
             state.place(victim.alloc, victim.mem_gb)
         if gpus is None:
             return None
         for victim in released:
             if taken.intersection(victim.alloc):
-                self.leave(victim)
                 out.append(sched.preempt(victim.jid, now))
-                self.enter(victim, now)
                 preempted.add(victim.jid)
         return gpus

@@ -128,26 +128,71 @@ class Scheduler:
         return _INF if self._pre is None else self._pre.next_change_s()
 
     def preempt(self, jid: int, now: float) -> Preempted:
-        """Suspend (checkpointable job) or requeue (the others) a running job: its GPUs are freed and it
-        waits again, keeping the GPU-service it attained. Returns what the clock must do.
+        """Take a running job's GPUs (`Job.preempt_mode`): `suspend` keeps its memory on them (it resumes
+        there), `checkpoint` and `requeue` free them. It waits again, keeping the GPU-service it
+        attained. Returns what the clock must do (its `action` is the mode).
 
         Raises:
-            ScheduleError: the job is not running.
+            ScheduleError: the job is not running, or its mode is `never`.
         """
         slot = self._slots.get(jid)
         if slot is None or slot.start_s is None:
             raise ScheduleError(f"cannot preempt job handle {jid}: it is not running")
+        mode = slot.job.preempt_mode
+        if mode == "never":
+            raise ScheduleError(f"cannot preempt job {slot.job.id!r}: its preempt mode is 'never'")
+        if self._pre is not None:
+            self._pre.leave(slot)
         run_s = max(now - slot.start_s, 0.0)
         slot.service_gpu_s += slot.gpus * run_s
         slot.run_since_promotion_s += run_s
         self._running.remove((slot.expected_end_s, jid, slot))
         self._state.release(slot.alloc, slot.mem_gb)
-        done = Preempted(jid, slot.alloc, "suspend" if slot.job.checkpointable else "requeue")
+        done = Preempted(jid, slot.alloc, mode)
+        if mode == "suspend":
+            self._state.hold_suspended(slot.alloc, slot.mem_gb)
+            slot.suspended_on = slot.alloc
         slot.alloc, slot.start_s, slot.expected_end_s = (), None, _INF
         slot.waiting_since_s = now
         slot.preemptions += 1
         self._queue.add((*slot.key, slot))
+        if self._pre is not None:
+            self._pre.enter(slot, now)
         return done
+
+    def submit_suspended(
+        self, jid: int, job: Job, gpus: tuple[int, ...], now: float, book_mem_gb: float | None = None
+    ) -> JobSlot:
+        """Seed a job that waits suspended in place on `gpus` (a restarted agent found it stopped).
+
+        Raises:
+            JobNeverFitsError, ScheduleError: as `submit`.
+        """
+        slot = self.submit(jid, job, book_mem_gb, now=now)
+        self._state.hold_suspended(gpus, slot.mem_gb)
+        slot.suspended_on = tuple(gpus)
+        return slot
+
+    def restore_progress(
+        self, jid: int, service_gpu_s: float, run_since_promotion_s: float, preemptions: int, now: float
+    ) -> None:
+        """Give a re-seeded job the GPU-service it attained before (a restarted agent's store)."""
+        slot = self._slots[jid]
+        slot.service_gpu_s = service_gpu_s
+        slot.run_since_promotion_s = run_since_promotion_s
+        slot.preemptions = preemptions
+        if self._pre is not None:
+            self._pre.leave(slot)
+            self._pre.enter(slot, now)
+
+    def observe_mem(self, jid: int, mem_gb: float) -> None:
+        """A running job was seen holding `mem_gb` per GPU: book at least that much when it is
+        suspended in place (exclusive clusters only: there a running job's booking is its whole GPUs)."""
+        slot = self._slots.get(jid)
+        if slot is None or self._state.sharing or not slot.is_running:
+            return
+        if slot.mem_gb is not None and mem_gb > slot.mem_gb:
+            slot.mem_gb = mem_gb
 
     def start_waiting(
         self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
@@ -185,6 +230,9 @@ class Scheduler:
             raise ScheduleError(f"cannot withdraw job handle {jid}: it is {what}")
         del self._slots[jid]
         self._queue.remove((*slot.key, slot))
+        if slot.suspended_on:
+            self._state.drop_suspended(slot.suspended_on, slot.mem_gb)
+            slot.suspended_on = ()
         if self._pre is not None:
             self._pre.leave(slot)
             self._pre.forget(jid)
@@ -217,6 +265,7 @@ class Scheduler:
             )
         mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
         slot = self._new_slot(jid, job, mem)
+        slot.key = (*self.policy.key(job, jid, self.oracle), jid)  # its rank should it be preempted
         if expected_end_s is None:
             expected_end_s = start_s + slot.plan_s
         elif expected_end_s < _INF:

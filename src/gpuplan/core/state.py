@@ -37,6 +37,8 @@ class ClusterState:
         "offline",
         "sharing",
         "spec",
+        "suspended_gb",
+        "suspended_n",
     )
 
     def __init__(self, spec: ClusterSpec) -> None:
@@ -63,6 +65,8 @@ class ClusterState:
         self.idle_total = len(self.gpu_node)
         self.offline: set[int] = set()
         self.external_gb: dict[int, float] = {}
+        self.suspended_gb: dict[int, float] = {}
+        self.suspended_n: dict[int, int] = {}
 
     @property
     def held(self) -> set[int]:
@@ -168,6 +172,44 @@ class ClusterState:
             self.external_gb[gpu] = mem_gb
             self._occupy(gpu, 1, mem_gb)
 
+    def hold_suspended(self, gpus: tuple[int, ...] | list[int], mem_gb: float | None) -> None:
+        """A job suspended in place keeps `mem_gb` per GPU on `gpus` (None: all of each GPU)."""
+        for g in gpus:
+            take = self.gpu_cap_gb[g] if mem_gb is None else mem_gb
+            self.suspended_gb[g] = self.suspended_gb.get(g, 0.0) + take
+            self.suspended_n[g] = self.suspended_n.get(g, 0) + 1
+            self._occupy(g, 1, take)
+
+    def drop_suspended(self, gpus: tuple[int, ...] | list[int], mem_gb: float | None) -> None:
+        """Undo `hold_suspended` (the job resumes, or left)."""
+        for g in gpus:
+            take = self.gpu_cap_gb[g] if mem_gb is None else mem_gb
+            n = self.suspended_n[g] - 1
+            if n:
+                self.suspended_n[g] = n
+                self.suspended_gb[g] -= take
+            else:
+                del self.suspended_n[g], self.suspended_gb[g]
+            self._vacate(g, 1, take)
+
+    def only_suspended(self, gpu: int) -> bool:
+        """Whether every occupant of `gpu` is a suspended job (no running job, no other hold)."""
+        n = self.suspended_n.get(gpu, 0)
+        return n > 0 and self.gpu_njobs[gpu] == n
+
+    def fits_beside_suspended(self, gpu: int, mem_gb: float | None) -> bool:
+        """Whether a job of `mem_gb` per GPU fits on `gpu` beside the suspended jobs it holds (only
+        jobs that declare their memory ever do)."""
+        return (
+            mem_gb is not None
+            and self.only_suspended(gpu)
+            and mem_gb + self.suspended_gb[gpu] <= self.gpu_cap_gb[gpu] + 1e-9
+        )
+
+    def vacate_all(self, gpu: int) -> None:
+        """Take every occupant off `gpu` (a trial copy's way to treat it as idle)."""
+        self._vacate(gpu, self.gpu_njobs[gpu], 0.0)
+
     def _check_gpu(self, gpu: int) -> None:
         if not 0 <= gpu < len(self.gpu_node):
             raise ValueError(f"no GPU {gpu}: cluster {self.spec.name!r} has GPUs 0..{len(self.gpu_node) - 1}")
@@ -201,6 +243,7 @@ class ClusterState:
         new.ff_hint = [0] * len(self.ff_hint)
         new.idle_total = len(self.gpu_node)
         new.offline, new.external_gb = set(), {}
+        new.suspended_gb, new.suspended_n = {}, {}
         for g in sorted(self.offline):
             new.set_offline(g)
         for g, mem in sorted(self.external_gb.items()):
@@ -225,6 +268,8 @@ class ClusterState:
         new.idle_total = self.idle_total
         new.offline = self.offline.copy()
         new.external_gb = self.external_gb.copy()
+        new.suspended_gb = self.suspended_gb.copy()
+        new.suspended_n = self.suspended_n.copy()
         return new
 
     def fragmentation(self) -> float:

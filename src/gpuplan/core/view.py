@@ -46,6 +46,8 @@ class JobSlot:
         run_since_promotion_s: seconds it ran since its last promotion (Tiresias' starvation clock).
         waiting_since_s: when it last started waiting (its preemption; 0 before it ever ran).
         preemptions: how many times it was preempted.
+        suspended_on: while it waits suspended in place (preempt mode `suspend`), the GPUs that keep
+            its memory; it resumes only there. Empty otherwise.
         level: its rank level under a preemptive policy (lower runs first).
         reservation: the backfill mode's note of where it last reserved the job (conservative: GPUs
             per node, or the GPUs with sharing), so a later pass keeps it there whatever the placer
@@ -66,6 +68,7 @@ class JobSlot:
     run_since_promotion_s: float = 0.0
     waiting_since_s: float = 0.0
     preemptions: int = 0
+    suspended_on: tuple[int, ...] = ()
     level: float = 0.0
     reservation: object = None
 

@@ -59,6 +59,10 @@ class PreemptiveRun:
         self.idle_wait_gpu_s = 0.0
         self.preemptions = 0
         self.wasted_gpu_s = 0.0
+        self.in_place: set[int] = set()  # suspended in place (SIGSTOP): it resumes, it does not restart
+        self.events: list[tuple[float, str, str]] = []
+        """(time, action, job id) of every start, resume, preemption (`preempt:ACTION`) and finish, in
+        the order carried out: what the local agent's store logs as events, for comparison."""
 
     def loop(self) -> None:
         jobs, order, heap, sched, state = self.jobs, self.order, self.heap, self.sched, self.sched.state
@@ -92,6 +96,8 @@ class PreemptiveRun:
         jid, job = st.jid, self.jobs[st.jid]
         resumed = jid in self.first_start
         overhead = self.cost.overhead_s(job) if resumed else 0.0
+        self.events.append((now, "resume" if jid in self.in_place else "start", job.id))
+        self.in_place.discard(jid)
         self.first_start.setdefault(jid, now)
         self.seg_start[jid], self.seg_overhead[jid] = now, overhead
         heapq.heappush(self.heap, (now + overhead + self.left[jid], next(self.seq), jid, self.version[jid]))
@@ -102,6 +108,9 @@ class PreemptiveRun:
         seg = now - self.seg_start.pop(jid)
         progress = max(seg - self.seg_overhead.pop(jid), 0.0)
         kept = self.cost.kept_s(job, progress)
+        self.events.append((now, f"preempt:{p.action}", job.id))
+        if p.action == "suspend":
+            self.in_place.add(jid)
         self.left[jid] = self.left[jid] - kept if job.checkpointable else float(job.duration_s or 0.0)
         self.wasted_gpu_s += len(p.gpus) * (seg - kept)
         self.preemptions += 1
@@ -109,6 +118,7 @@ class PreemptiveRun:
     def _finish(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
         slot = self.sched.finish(jid, now)
+        self.events.append((now, "finish", job.id))
         self.seg_start.pop(jid)
         self.wasted_gpu_s += len(slot.alloc) * self.seg_overhead.pop(jid)
         self.records.append(

@@ -416,8 +416,10 @@ def static_policy(name: str) -> str:
     pol = get_policy(name)
     if pol.preemptive:
         raise GpuplanError(
-            f"policy {name!r} preempts running jobs, which Slurm priorities cannot do; choose one of "
-            f"{', '.join(policy_names())} or best"
+            f"policy {name!r} preempts running jobs, which Slurm priorities cannot do (`gpuplan slurm` only "
+            "orders pending jobs; carrying out preemptions needs `scontrol suspend`/`requeue` and a "
+            "PreemptMode=SUSPEND|REQUEUE partition, docs/slurm.md); run it on `gpuplan agent` or in "
+            f"`gpuplan simulate`, or choose one of {', '.join(policy_names())} or best"
         )
     return pol.name
 
