@@ -122,9 +122,9 @@ def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy"
             blocked_ms = []
             for _ in range(5):
                 t0 = time.perf_counter()
-                started = agent.engine.schedule(clock_now[0])
+                decided = agent.engine.decide(clock_now[0])
                 blocked_ms.append((time.perf_counter() - t0) * 1000)
-                assert not started
+                assert not decided.started and not decided.preempted
             waiting = agent.engine.waiting
             queue_t0 = time.perf_counter()
             agent.handle({"op": "queue"}, 0)
