@@ -149,6 +149,8 @@ def _slurm_down_and_back(c: SlurmCluster, page: Any, url: str, ids: dict[str, st
         page.wait_for_selector("body[data-slurm='error']", timeout=TIMEOUT_MS)
         error = page.locator("#slurm-error").inner_text()
         assert "Unable to contact slurm controller" in error and "scontrol ping" in error, error
+        assert page.locator("#queue-counts").inner_text() == "No jobs shown: Slurm could not be read (above)."
+        assert page.locator("#slurm-queue-table tbody tr").count() == 0
         health = _get_json(url + "/healthz")
         assert health["ok"] is False and health["slurm"]["error"] == error
         shot(page, artifacts, "slurm-down")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,11 @@ Expected times assume each job runs as long as its estimate (1 h where it has no
     )
 
 
+def _code_spans(text: str) -> str:
+    """`text` escaped, with its `backquoted` parts as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def slurm_node_page(*, label: str, is_fake: bool, plotly_url: str) -> str:
     """Per Slurm node: state, GPUs in all, allocated and free (sinfo), its running jobs; live."""
     from gpuplan.web.slurmview import NO_GPU_READINGS
@@ -93,7 +99,7 @@ def slurm_node_page(*, label: str, is_fake: bool, plotly_url: str) -> str:
     body = f"""
 <p class="muted">Live: <span id="live-status">connecting…</span> · Slurm read at <span id="last-update">—</span></p>
 <p id="slurm-error" class="warning" hidden></p>
-<p class="muted" id="no-gpu-readings">{html.escape(NO_GPU_READINGS)}</p>
+<p class="muted" id="no-gpu-readings">{_code_spans(NO_GPU_READINGS)}</p>
 <p id="node-counts" class="muted"></p>
 <section><h2>GPUs allocated per node</h2><div id="slurm-alloc" class="plot"></div></section>
 <section><h2>Nodes</h2>

@@ -204,8 +204,8 @@
     function load() {
       return getJSON("/api/slurm/queue?offset=" + offset + "&limit=" + PAGE).then(function (q) {
         slurmError(q);
-        $("queue-counts").textContent = q.running + " running, " + q.pending + " pending (" + q.planned + " planned, " +
-          q.unmanaged + " left alone)";
+        $("queue-counts").textContent = q.error ? "No jobs shown: Slurm could not be read (above)." :
+          q.running + " running, " + q.pending + " pending (" + q.planned + " planned, " + q.unmanaged + " left alone)";
         slurmSummary(q.summary);
         $("slurm-queue-table").tBodies[0].innerHTML = q.rows.map(slurmRow).join("");
         $("queue-empty").hidden = q.total > 0 || !!q.error;
@@ -231,7 +231,7 @@
       return Promise.all([getJSON("/api/slurm/nodes"), plotlyReady()]).then(function (both) {
         var d = both[0];
         slurmError(d);
-        $("node-counts").textContent = d.nodes.length + " nodes, " + d.gpus + " GPUs: " + d.gpus_used + " allocated, " + d.gpus_free + " free";
+        $("node-counts").textContent = d.error ? "No nodes shown: Slurm could not be read (above)." : d.nodes.length + " nodes, " + d.gpus + " GPUs: " + d.gpus_used + " allocated, " + d.gpus_free + " free";
         $("slurm-node-table").tBodies[0].innerHTML = d.nodes.map(function (n) {
           return '<tr data-node="' + esc(n.name) + '"><td>' + esc(n.name) + "</td><td>" + esc(n.state) + "</td><td>" +
             esc(n.partitions.join(", ")) + '</td><td class="num gpus">' + n.gpus + '</td><td class="num used">' + n.gpus_used +
