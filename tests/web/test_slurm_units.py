@@ -296,3 +296,24 @@ def test_gpuplan_serve_slurm_as_a_process(fake_slurm: FakeSlurm, tmp_path: Path)
         assert announced["source"].startswith("Slurm cluster (gpu); read-only")
         assert health["ok"] is True and health["gpus"] == 32
         assert health["slurm"]["running"] == 4 and health["slurm"]["pending"] == 7
+
+
+def test_unreadable_squeue_output_is_named(fake_slurm: FakeSlurm, clock: Clock, tmp_path: Path) -> None:
+    bad = tmp_path / "squeue_bad.txt"
+    header, first, *_ = CAPTURED["squeue"].read_text().splitlines()
+    bad.write_text(f"{header}\n{first.replace('|1|0|Priority|', '|high|0|Priority|')}\n")
+    fake_slurm.up(squeue=bad)
+    view = SlurmSource(_client(clock), clock=clock).view()
+    assert view.error is not None and view.rows == []
+    # names the output, its line and column, and the raw value
+    assert view.error.startswith("squeue -O output:2: column priority: value") and "'high'" in view.error
+    assert "\n" not in view.error
+
+
+def test_a_partition_without_gpu_nodes_is_a_plan_error(fake_slurm: FakeSlurm, clock: Clock) -> None:
+    view = SlurmSource(_client(clock), partitions=("cpu",), clock=clock).view()
+    assert view.error is None and view.plan is None and view.summary is None
+    assert view.plan_error is not None and view.plan_error.startswith(
+        "cannot plan the queue: no usable Slurm node with GPUs in the chosen partitions"
+    )
+    assert view.rows == []  # every captured job is in partition gpu
