@@ -11,8 +11,12 @@ later decision. Time never passes by sleeping; real processes are polled with a 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +194,15 @@ def test_the_agent_carries_out_the_simulators_preemptions(make_agent, clock: Clo
         "A: stopped 15-26, one attempt"
     )
     assert (b.attempt, b.preemptions, b.run_s) == (3, 2, 40.0), "B: killed twice, ran 40 s from scratch"
+    history = [json.loads(x) for x in agent.paths.history.read_text().splitlines()]
+    b_id = ids["B"]
+    assert [
+        (x["id"], x["meta"]["state"], x["duration_s"]) for x in history if x["meta"]["agent_job_id"] == b_id
+    ] == [
+        (str(b_id), "PREEMPTED", 10.0),  # ran 0-10
+        (f"{b_id}.2", "PREEMPTED", 2.0),  # ran 18-20
+        (f"{b_id}.3", "COMPLETED", 40.0),
+    ]
 
 
 @pytest.fixture
@@ -207,12 +220,12 @@ def paired(make_agent, clock: Clock, done: Path) -> tuple[Agent, int, int]:  # t
 
 
 def _pair_suspended(agent: Agent, clock: Clock, done: Path) -> tuple[int, int]:
-    """On one GPU: A (30 GB) runs from 0; C (40 GB) arrives at 10, when A leaves level 0: A is stopped
-    in place and C runs beside its memory."""
-    clock.now = T0
+    """On one GPU: A (30 GB) runs from the clock's now; C (40 GB) arrives 10 s later, when A leaves
+    level 0: A is stopped in place and C runs beside its memory."""
+    t0 = clock.now
     a = _submit(agent, done, "A", 1, 30.0, "suspend")
     _settle(agent, clock.now)
-    clock.now = T0 + 10
+    clock.now = t0 + 10
     c = _submit(agent, done, "C", 1, 40.0, "suspend")
     _settle(agent, clock.now)
     assert agent.runs[a].suspended and not agent.runs[c].suspended
@@ -338,3 +351,73 @@ def test_the_fake_gpu_shows_a_suspended_jobs_memory_but_no_work(
     assert (stopped.mem_gb, stopped.util_pct) == (30.0, 0.0)
     assert (running.mem_gb, running.util_pct) == (40.0, 90.0)
     assert snap.gpus[0].mem_used_gb == 70.0, "both jobs' memory is on the GPU: the booking was honest"
+
+
+def test_kill9_of_the_real_agent_while_a_job_is_stopped(
+    make_agent, clock: Clock, done: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """An agent suspends A (on the wall clock's time), then real daemons take over its home: one is
+    killed with -9 while A is stopped; the next resumes A in place once C ends, and A's history line
+    counts its run time, not the time it spent stopped."""
+    clock.now = time.time() - 10.0
+    first = make_agent(gpus=1)
+    a, c = _pair_suspended(first, clock, done)
+    first.close()  # this agent is gone: its jobs stay, as after a crash
+    d = Daemon(tmp_path / "home", gpus=f"fake:{tmp_path / 'one.toml'}", policy="las", grace_s=2.0)
+    try:
+        d.start()
+        assert d.job(a)["state"] == "suspended" and d.job(c)["state"] == "running"
+        d.kill9()
+        wait_until(lambda: _is_stopped(_states(first, a)), "A still stopped after the agent's kill -9")
+        d.start()
+        status = d.call("status")
+        assert (status["suspended"], status["running"], status["preemptions"]) == (1, 1, 1)
+        (done / str(c)).touch()
+        d.wait_state(c, "done")
+        job = d.wait_state(a, "running")
+        assert job["gpu_ids"] == [0] and job["suspended_s"] > 0, "resumed in place by the restarted agent"
+        wait_until(lambda: "T" not in _states(first, a), "A's processes to run again")
+        (done / str(a)).touch()
+        job = d.wait_state(a, "done")
+    finally:
+        d.stop()
+    lines = [json.loads(x) for x in d.paths.history.read_text().splitlines()]
+    line = next(x for x in lines if x["id"] == str(a))
+    meta = line["meta"]
+    assert meta["preemptions"] == 1 and meta["suspended_s"] == pytest.approx(job["suspended_s"])
+    assert line["duration_s"] == pytest.approx(meta["wall_s"] - meta["suspended_s"], abs=1e-6)
+    assert line["duration_s"] == pytest.approx(job["run_s"]) and line["duration_s"] >= 10.0
+    audit = subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", "audit", str(d.paths.history), "--cluster", str(d.paths.node_toml),
+         "--json"], capture_output=True, text=True,
+    )  # fmt: skip
+    assert audit.returncode == 0, audit.stderr
+
+
+def test_a_crash_during_a_preemptions_grace_requeues_the_victim_once(
+    make_agent, clock: Clock, done: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A (requeue mode) ignores SIGTERM; C takes its GPU at 10 and waits for A's processes; the agent
+    dies during the grace period. The next one kills A, requeues it once, and only then starts C."""
+    first = make_agent(gpus=1)
+    t0 = clock.now
+    cmd = f'trap "" TERM; while [ ! -e "{done}/$GPUPLAN_JOB_ID" ]; do sleep 0.01; done'
+    reply = first.handle({"op": "submit", "command": cmd, "cwd": str(done), "env": {"PATH": os.environ["PATH"]},
+                          "preempt": "requeue", "name": "A"}, os.getuid())  # fmt: skip
+    a = int(reply["id"])
+    _settle(first, clock.now)
+    clock.now = t0 + 10
+    c = _submit(first, done, "C", 1, 40.0, "suspend")
+    first.step(clock.now)
+    assert first.runs[a].stop_state == "preempt" and first.runs[c].pending, "C waits for A's processes"
+    assert _row(first, a).reason == "stopping:preempt" and _row(first, c).pid is None
+    clock.now = t0 + 11  # the agent dies here, inside the 5 s grace
+    again = make_agent(gpus=1)
+    assert again.runs[a].stop_state == "preempt" and not again.engine.is_running(a)
+    wait_until(lambda: (again.step(clock.now), _row(again, a).state == "queued")[1], "A to be requeued")
+    _settle(again, clock.now)
+    row_a, row_c = _row(again, a), _row(again, c)
+    assert (row_a.attempt, row_a.preemptions, row_a.service_gpu_s) == (2, 1, 10.0)
+    assert row_c.state == "running" and row_c.pid is not None and not _states(again, a)
+    kinds = [(e["action"], e["job_id"]) for e in events_since(again.store.conn, 0.0) if e["uid"] == -1]
+    assert kinds == [("start", a), ("preempt:requeue", a), ("start", c)], "A preempted once, C started once"

@@ -216,10 +216,13 @@ class Agent:
         self.runs[row.id] = run
         self.store.update_job(row.id, pid=run.pid, pgid=pgid)
         job = self._core_job(row)
-        if row.state == "suspended":
+        log.info("re-adopted %s job %d (pgid %s) on GPUs %s", row.state, row.id, pgid, row.gpu_ids)
+        run.suspended = row.state == "suspended"
+        if run.stop_state and (run.suspended or run.stop_state == "preempt"):
+            return  # already out of the Scheduler, dying: its GPUs wait for its processes (_blocked)
+        if run.suspended:
             # stop it again (the agent may have died between the store and the signal); the Scheduler
             # resumes it in place, or keeps it suspended, in its next pass
-            run.suspended = True
             if pgid is not None:
                 launcher.signal_group(pgid, signal.SIGSTOP)
             self.engine.submit_suspended(row.id, job, row.gpu_list, row.stopped_at_s or now)
@@ -230,7 +233,6 @@ class Agent:
         self.engine.restore_progress(
             row.id, row.service_gpu_s, row.run_since_promotion_s, row.preemptions, now
         )
-        log.info("re-adopted %s job %d (pgid %s) on GPUs %s", row.state, row.id, pgid, row.gpu_ids)
 
     # -- helpers -----------------------------------------------------------------------------------
     def _core_job(self, row: JobRow) -> Job:
@@ -398,6 +400,9 @@ class Agent:
         memory; the Scheduler still books it there); `checkpoint` and `requeue` stop it as a cancel
         does (SIGTERM, grace, SIGKILL) and queue it again once its processes are gone."""
         run = self.runs[jid]
+        if run.stop_state:  # already on its way out (cancel, time limit, a re-adopted preemption)
+            self.engine.withdraw(jid)  # its GPUs wait for its processes (_blocked)
+            return
         slot = self.engine.sched.slot(jid)
         progress = {"service_gpu_s": slot.service_gpu_s, "run_since_promotion_s": slot.run_since_promotion_s,
                     "preemptions": slot.preemptions, "stopped_at_s": now, "run_s": run.run_time_s(now)}  # fmt: skip
