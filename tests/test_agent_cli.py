@@ -147,3 +147,16 @@ def test_no_agent_hint_names_the_home(tmp_path: Path) -> None:
         and str(tmp_path / "nothing") in proc.stderr
         and "gpuplan agent start" in proc.stderr
     )
+
+
+def test_cli_preemptive_agent(home: Path) -> None:
+    started = _ok(home, "agent", "start", "--gpus", "fake:1xH200-141GB", "--policy", "las")
+    assert isinstance(started, dict) and started["preemptive"] is True and started["suspended"] == 0
+    job = _ok(home, "submit", "--preempt", "checkpoint", "--mem", "20G", "--", "sleep 300")
+    assert isinstance(job, dict)
+    shown = _ok(home, "show", str(job["id"]))
+    assert shown["job"]["preempt"] == "checkpoint" and "attained_gpu_s" in shown["job"]  # type: ignore[index]
+    bad = _gp(home, "submit", "--preempt", "maybe", "--", "true")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "valid: suspend, checkpoint" in bad.stderr
+    text = _gp(home, "agent", "status")
+    assert text.returncode == 0 and "suspended 0 · preemptions 0" in text.stdout

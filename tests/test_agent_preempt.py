@@ -306,18 +306,19 @@ def test_cancel_of_a_suspended_job_kills_it_and_waits_before_reusing_its_gpu(
 
 
 def test_status_and_queue_show_suspended_jobs_and_attained_service(
-    paired: tuple[Agent, int, int], clock: Clock
+    paired: tuple[Agent, int, int], clock: Clock, done: Path
 ) -> None:  # type: ignore[no-untyped-def]
     agent, a, c = paired
     clock.now = T0 + 14
+    later = _submit(agent, done, "D", 1, 20.0, "suspend")  # level 0: ranks before A (level 1)
+    _settle(agent, clock.now)
     status = agent.handle({"op": "status"}, 0)
-    assert (status["running"], status["suspended"], status["preemptions"], status["preemptive"]) == (
-        1,
-        1,
-        1,
-        True,
-    )
-    jobs = {j["id"]: j for j in agent.handle({"op": "queue"}, 0)["jobs"]}
+    counts = (status["running"], status["suspended"], status["preemptions"], status["preemptive"])
+    assert counts == (1, 1, 1, True)
+    queue = agent.handle({"op": "queue"}, 0)["jobs"]
+    assert [(j["id"], j["state"]) for j in queue] == [(c, "running"), (later, "queued"), (a, "suspended")]
+    assert all(j["expected_start_s"] is None for j in queue), "a preemptive policy promises no start"
+    jobs = {j["id"]: j for j in queue}
     assert (
         jobs[a]["state"] == "suspended" and jobs[a]["attained_gpu_s"] == 10.0 and jobs[a]["preemptions"] == 1
     )

@@ -182,8 +182,11 @@ class Engine:
     # -- expected starts ---------------------------------------------------------------------------
     def projection(self, now: float, limit: int = 200) -> list[Projection]:
         """Expected starts of the first `limit` waiting jobs: running jobs end at their expected ends
-        (an overrunning one ends now) and waiting jobs start in policy order, each when it fits."""
+        (an overrunning one ends now) and waiting jobs start in policy order, each when it fits.
+        Under a preemptive policy none (None): any arrival or level change may preempt."""
         s = self.sched
+        if self.preemptive:
+            return [Projection(slot.jid, None) for slot in itertools.islice(s.waiting(), limit)]
         state = s.state.copy()
         heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb) for r in s.running()]
         heapq.heapify(heap)

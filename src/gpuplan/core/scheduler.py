@@ -311,11 +311,15 @@ class Scheduler:
         return len(self._running)
 
     def waiting(self) -> Iterator[JobSlot]:
-        """Waiting jobs in policy order."""
+        """Waiting jobs in policy order (a preemptive policy's: level, then key, as of its last pass)."""
+        if self._pre is not None:
+            return (self._slots[e[-1]] for e in self._pre.waiting)  # type: ignore[index]
         return map(_LAST, self._queue)
 
     def waiting_jids(self) -> Iterator[int]:
         """Handles of the waiting jobs in policy order."""
+        if self._pre is not None:
+            return (e[-1] for e in self._pre.waiting)  # type: ignore[misc]
         return map(_SECOND_LAST, self._queue)
 
     def running(self) -> Iterator[JobSlot]:
