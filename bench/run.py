@@ -28,6 +28,9 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     (issue #15 floor: <= 30 s).
   slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
     by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
+  slurm-article: the article's experiment on that real Slurm for seeds 0-4 (fixed in advance): per seed
+    Slurm's order and the order `gpuplan slurm apply --predict` sets, real vs simulated makespans and
+    gains, and the mean (docs/slurm.md; ~13 min).
 """
 
 from __future__ import annotations
@@ -279,6 +282,12 @@ def _slurm_case() -> dict[str, object]:
     return bench_slurm()
 
 
+def _slurm_article_case() -> dict[str, object]:
+    from bench_slurm_article import bench_slurm_article
+
+    return bench_slurm_article()
+
+
 _SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 _OTHER = {
     "read-own-csv-1m": _read_own_csv_case,
@@ -305,6 +314,7 @@ _OTHER = {
     "report-nasa-all": _report_nasa_case,
     "all-policy-alibaba": _all_policy_alibaba_case,
     "slurm-plan-apply-1000": _slurm_case,
+    "slurm-article": _slurm_article_case,
 }
 
 

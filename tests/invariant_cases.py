@@ -7,6 +7,7 @@ Jobs that could never start on the drawn cluster are dropped (the simulator refu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings
@@ -92,35 +93,58 @@ _SUBMITS = st.one_of(st.just(0.0), st.sampled_from([0.0, 10.0, 50.0, 100.0]), st
 _MEMS = st.one_of(st.none(), st.sampled_from([1.0, 10.0, 20.0, 30.0, 40.0, 45.0, 60.0, 75.0, 100.0]))
 
 
+_REQUESTED = st.one_of(st.none(), _DURATIONS)
+_UTILS = st.one_of(st.none(), st.sampled_from([5.0, 30.0, 60.0, 100.0]))
+_PHASES = st.one_of(st.none(), st.sampled_from([0.0, 5.0, 30.0]))
+_USERS = st.sampled_from(["", "alice"])
+_NAMES = st.sampled_from(["", "train"])
+_METAS = st.sampled_from([{}, {"queue": "q1"}]).map(dict)  # a fresh dict per job (meta may be written)
+
+
+@functools.cache
+def _gpus(max_gpus: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.integers(1, max_gpus), st.sampled_from(sorted({1, max(max_gpus // 2, 1), max_gpus})))
+
+
+@functools.cache
+def _wrong_estimate(duration: float) -> st.SearchStrategy[float | None]:
+    return st.one_of(st.none(), st.just(duration), _DURATIONS)
+
+
+# The strategies are built once (module constants, cached per argument), not per draw: building and
+# validating them on every job was most of the invariant tests' time; the drawn cases are the same.
+@functools.cache
+def _job(i: int, max_gpus: int, estimates: str, spanning: bool) -> st.SearchStrategy[Job]:
+    return _job_strategy(i, max_gpus, estimates, spanning)
+
+
 @st.composite
-def _job(draw: st.DrawFn, i: int, max_gpus: int, estimates: str, spanning: bool) -> Job:
+def _job_strategy(draw: st.DrawFn, i: int, max_gpus: int, estimates: str, spanning: bool) -> Job:
     duration = draw(_DURATIONS)
     est: float | None
-    requested: float | None = draw(st.one_of(st.none(), _DURATIONS))
+    requested: float | None = draw(_REQUESTED)
     if estimates == "exact":
         est = duration if requested is None or draw(st.booleans()) else None
         requested = duration if est is None else requested
     else:  # wrong or missing
-        est = draw(st.one_of(st.none(), st.just(duration), _DURATIONS))
+        est = draw(_wrong_estimate(duration))
     return Job(
         id=f"j{i}",
         submit_s=draw(_SUBMITS),
-        gpus=draw(
-            st.one_of(st.integers(1, max_gpus), st.sampled_from(sorted({1, max(max_gpus // 2, 1), max_gpus})))
-        ),
+        gpus=draw(_gpus(max_gpus)),
         mem_gb=draw(_MEMS),
         duration_s=duration,
         est_duration_s=est,
         est_mem_gb=draw(_MEMS),
         requested_s=requested,
-        gpu_util_pct=draw(st.one_of(st.none(), st.sampled_from([5.0, 30.0, 60.0, 100.0]))),
+        gpu_util_pct=draw(_UTILS),
         may_span_nodes=spanning and draw(st.booleans()),
         duration_includes_sharing=draw(st.booleans()),
-        startup_s=draw(st.one_of(st.none(), st.sampled_from([0.0, 5.0, 30.0]))),
-        init_s=draw(st.one_of(st.none(), st.sampled_from([0.0, 5.0, 30.0]))),
-        user=draw(st.sampled_from(["", "alice"])),
-        name=draw(st.sampled_from(["", "train"])),
-        meta=draw(st.sampled_from([{}, {"queue": "q1"}])),
+        startup_s=draw(_PHASES),
+        init_s=draw(_PHASES),
+        user=draw(_USERS),
+        name=draw(_NAMES),
+        meta=draw(_METAS),
     )
 
 

@@ -133,7 +133,7 @@ def test_plan_json_has_the_chosen_plans_schedule(tmp_path: Path) -> None:
 
     write_trace(jobs, path)
     out = tmp_path / "plan.jsonl"
-    args = ("plan", path, "--time-limit", "5", "--max-evals", "40", "--json")
+    args = ("plan", path, "--time-limit", "2", "--max-evals", "40", "--json")
     data = json.loads(_ok(_invoke(*args)).stdout)
     rows = data["schedule"]
     assert [set(r) for r in rows] == [ROW_KEYS] * 30

@@ -129,9 +129,13 @@ class SlurmCluster:
 
     # -- configs -------------------------------------------------------------------------------
     def write_config(self, scheduler: str, accounting: bool = True) -> None:
-        """slurm.conf, gres.conf, cgroup.conf for sched/`scheduler` + priority/multifactor (weights 0)."""
+        """slurm.conf, gres.conf, cgroup.conf for sched/`scheduler` + priority/multifactor (weights 0).
+
+        MessageTimeout=5 (default 10): a client facing a stopped slurmctld gives up after ~4 s, not ~9 s."""
         r, p = self.root, self.ports
-        params = "sched_interval=2" + (",bf_interval=1,bf_resolution=1" if scheduler == "backfill" else "")
+        # Prompt scheduling for second-long test jobs: the main loop every 1 s (Slurm's default is 60 s;
+        # a job's end still frees its nodes ~1 s later, the slurmd's own pause), backfill every 1 s.
+        params = "sched_interval=1" + (",bf_interval=1,bf_resolution=1" if scheduler == "backfill" else "")
         acct = (
             f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\n"
             f"AccountingStoragePort={p['dbd']}\nAccountingStorageTRES=gres/gpu\n"
@@ -167,6 +171,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 MailProg=/bin/true
 KillWait=5
+MessageTimeout=5
 MinJobAge=300
 InactiveLimit=0
 Waittime=0
