@@ -225,7 +225,9 @@ class Agent:
             # resumes it in place, or keeps it suspended, in its next pass
             if pgid is not None:
                 launcher.signal_group(pgid, signal.SIGSTOP)
-            self.engine.submit_suspended(row.id, job, row.gpu_list, row.stopped_at_s or now)
+            peak = job_profile(self.store.conn, row.id, row.attempt).max_peak_mem_gb
+            book = None if row.mem_gb is None else max(row.mem_gb, peak or 0.0)  # as observe_mem did
+            self.engine.submit_suspended(row.id, job, row.gpu_list, row.stopped_at_s or now, book)
         else:
             if row.preemptions and pgid is not None and not run.stop_state:
                 launcher.signal_group(pgid, signal.SIGCONT)  # died between "running" and SIGCONT

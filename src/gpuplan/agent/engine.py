@@ -107,9 +107,12 @@ class Engine:
         """Queue a waiting job (the caller checked `never_fits`); `now`: when it (re)entered the queue."""
         self.sched.submit(jid, job, now=now)
 
-    def submit_suspended(self, jid: int, job: Job, gpus: tuple[int, ...], now: float) -> None:
-        """A job found suspended in place on `gpus` after a restart: it waits there, holding its memory."""
-        self.sched.submit_suspended(jid, job, gpus, now)
+    def submit_suspended(
+        self, jid: int, job: Job, gpus: tuple[int, ...], now: float, book_mem_gb: float | None = None
+    ) -> None:
+        """A job found suspended in place on `gpus` after a restart: it waits there, holding its memory
+        (`book_mem_gb` per GPU: its booking raised to its observed peak; default its declared memory)."""
+        self.sched.submit_suspended(jid, job, gpus, now, book_mem_gb)
 
     def restore_progress(
         self, jid: int, service_gpu_s: float, run_since_promotion_s: float, preemptions: int, now: float
