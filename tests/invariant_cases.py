@@ -26,6 +26,7 @@ __all__ = [
     "cases",
     "exclusive_clusters",
     "fits_empty",
+    "sharing_clusters",
     "single_node_exact_cases",
 ]
 
@@ -204,6 +205,10 @@ def single_node_exact_cases(max_jobs: int = 12) -> st.SearchStrategy[Case]:
 
 def exclusive_clusters(nodes: int | None = None) -> st.SearchStrategy[ClusterSpec]:
     return _cluster(sharing=False, nodes=nodes)
+
+
+def sharing_clusters() -> st.SearchStrategy[ClusterSpec]:
+    return _cluster(sharing=True)
 
 
 def any_clusters() -> st.SearchStrategy[ClusterSpec]:

@@ -15,6 +15,7 @@ Reservation times come from `Backfill.reserved`.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -26,7 +27,7 @@ from gpuplan.core.policies import get_policy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.sim.engine import simulate
-from invariant_cases import INVARIANTS, Case, booked_mem_gb, cases, exclusive_clusters
+from invariant_cases import INVARIANTS, Case, booked_mem_gb, cases, exclusive_clusters, sharing_clusters
 
 
 @dataclass
@@ -74,7 +75,7 @@ def _drive(case: Case) -> _Drive:
             sched.submit(i, jobs[i], book_mem_gb=booked_mem_gb(jobs[i], case.oracle))
             waiting.append(i)
             ai += 1
-        ran = bool(waiting) and sum(idle) > 0
+        ran = bool(waiting) and (cluster.sharing or sum(idle) > 0)  # a full exclusive cluster skips the pass
         for st in sched.schedule(now):
             per_node = [0] * len(idle)
             for g in st.gpus:
@@ -218,6 +219,43 @@ def test_conservative_keeps_first_reservations_and_misses_no_start(case: Case) -
             assert not fits_now, (
                 f"job {job.id} fits now on {fits_now[0]} and ends by every earlier reservation, waits at {p.now}"
             )
+    for j, (t, when) in first.items():
+        if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
+            event("a job ranked before arrived: no claim")
+            continue
+        assert drive.starts[j] <= t, (jobs[j].id, drive.starts[j], "first reserved", t, "at", when)
+        event(
+            "started before its first reservation"
+            if drive.starts[j] < t
+            else "started at its first reservation"
+        )
+
+
+def _as_recorded(case: Case) -> Case:
+    """Every job's duration recorded while sharing (as Alibaba's pods): no neighbour slows it, so with
+    exact estimates a running job ends exactly at its expected end on a sharing cluster too. (No
+    start-up or init phases: the simulator runs a job whose start-up + init exceed its duration for
+    their sum, longer than its duration.)"""
+    jobs = [
+        dataclasses.replace(j, duration_includes_sharing=True, startup_s=None, init_s=None) for j in case.jobs
+    ]
+    return dataclasses.replace(case, jobs=jobs)
+
+
+_CONSERVATIVE_SHARING = cases(estimates="exact", clusters=sharing_clusters(), backfills=("conservative",))
+
+
+@INVARIANTS(300)
+@given(case=_CONSERVATIVE_SHARING.map(_as_recorded))
+def test_conservative_keeps_first_reservations_on_sharing_clusters(case: Case) -> None:
+    # per GPU with memory (core/gpu_plan.py): a reservation keeps its GPUs from pass to pass, so with
+    # exact estimates a job starts no later than the first reservation it got
+    jobs, drive = case.jobs, _drive(case)
+    assert drive.starts == {i: r.start_s for i, r in _by_index(case).items()}
+    first: dict[int, tuple[float, float]] = {}
+    for p in drive.passes:
+        for j, t in p.reserved.items():
+            first.setdefault(j, (t, p.now))
     for j, (t, when) in first.items():
         if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
             event("a job ranked before arrived: no claim")

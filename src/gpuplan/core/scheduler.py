@@ -58,6 +58,7 @@ class Scheduler:
         self._queue: SortedList = SortedList()  # (policy key..., jid, slot)
         self._running: SortedList = SortedList()  # (expected end, jid, slot)
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
+        self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
 
     # -- the clock-independent API -------------------------------------------------------------
     def submit(
@@ -83,6 +84,7 @@ class Scheduler:
         if not fits:
             raise JobNeverFitsError(never_fits_message(self.spec, job, mem))
         slot = self._new_slot(jid, job, mem)
+        self._version += 1
         key = (*self.policy.key(job, jid, self.oracle), jid)
         slot.key = key
         self._queue.add((*key, slot))
@@ -141,6 +143,7 @@ class Scheduler:
         mode = slot.job.preempt_mode
         if mode == "never":
             raise ScheduleError(f"cannot preempt job {slot.job.id!r}: its preempt mode is 'never'")
+        self._version += 1
         if self._pre is not None:
             self._pre.leave(slot)
         run_s = max(now - slot.start_s, 0.0)
@@ -168,7 +171,7 @@ class Scheduler:
         Raises:
             JobNeverFitsError, ScheduleError: as `submit`.
         """
-        slot = self.submit(jid, job, book_mem_gb, now=now)
+        slot = self.submit(jid, job, book_mem_gb, now=now)  # bumps the version
         self._state.hold_suspended(gpus, slot.mem_gb)
         slot.suspended_on = tuple(gpus)
         return slot
@@ -178,6 +181,7 @@ class Scheduler:
     ) -> None:
         """Give a re-seeded job the GPU-service it attained before (a restarted agent's store)."""
         slot = self._slots[jid]
+        self._version += 1
         slot.service_gpu_s = service_gpu_s
         slot.run_since_promotion_s = run_since_promotion_s
         slot.preemptions = preemptions
@@ -193,6 +197,7 @@ class Scheduler:
             return
         if slot.mem_gb is not None and mem_gb > slot.mem_gb:
             slot.mem_gb = mem_gb
+            self._version += 1
 
     def start_waiting(
         self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
@@ -214,6 +219,7 @@ class Scheduler:
                 if self.policy.observe(slot.job, service):  # type: ignore[attr-defined]
                     self._pre.rerank_all(now)
         slot = self._slots.pop(jid)
+        self._version += 1
         self._running.remove((slot.expected_end_s, jid, slot))
         self._state.release(slot.alloc, slot.mem_gb)
         return slot
@@ -229,6 +235,7 @@ class Scheduler:
             what = "unknown" if slot is None else "running, not waiting"
             raise ScheduleError(f"cannot withdraw job handle {jid}: it is {what}")
         del self._slots[jid]
+        self._version += 1
         self._queue.remove((*slot.key, slot))
         if slot.suspended_on:
             self._state.drop_suspended(slot.suspended_on, slot.mem_gb)
@@ -280,6 +287,7 @@ class Scheduler:
         slot = self._slots[jid]
         old = slot.expected_end_s
         if old != end_s:
+            self._version += 1
             self._running.remove((old, jid, slot))
             self._running.add((end_s, jid, slot))
             slot.expected_end_s = end_s
@@ -287,10 +295,12 @@ class Scheduler:
     def set_offline(self, gpu: int, offline: bool = True) -> None:
         """Take a GPU out of service (or bring it back): see `ClusterState.set_offline`."""
         self._state.set_offline(gpu, offline)
+        self._version += 1
 
     def hold_external(self, gpu: int, mem_gb: float) -> None:
         """Memory held on a GPU by processes the scheduler did not start: see `ClusterState.hold_external`."""
         self._state.hold_external(gpu, mem_gb)
+        self._version += 1
 
     # -- the read-only view (SchedulerView) ---------------------------------------------------------
     @property
@@ -305,6 +315,12 @@ class Scheduler:
     @property
     def waiting_count(self) -> int:
         return len(self._queue)
+
+    @property
+    def version(self) -> int:
+        """Changes so far: every call that changes the queue, the running jobs (an expected end
+        included) or the cluster bumps it; a backfill mode may reuse a pass's outcome while it stands."""
+        return self._version
 
     @property
     def running_count(self) -> int:
@@ -351,6 +367,7 @@ class Scheduler:
         started.append(Started(slot.jid, gpus))
 
     def _book(self, slot: JobSlot, gpus: tuple[int, ...], start_s: float, end_s: float) -> None:
+        self._version += 1
         self._state.place(gpus, slot.mem_gb)
         slot.alloc = gpus
         slot.start_s = start_s

@@ -100,6 +100,10 @@ class SchedulerView(Protocol):
     @property
     def waiting_count(self) -> int: ...
 
+    @property
+    def version(self) -> int:
+        """Bumped by every change to the queue, the running jobs or the cluster (see Scheduler)."""
+
     def waiting(self) -> Iterator[JobSlot]:
         """Waiting jobs in policy order."""
 
