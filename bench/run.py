@@ -26,6 +26,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     peak memory (issue #15 floor: <= 25 MB and <= 600 MB).
   all-policy-alibaba: `gpuplan simulate openb_pod_list_default.csv -p all -b all --json`, wall time
     (issue #15 floor: <= 30 s).
+  conservative-sharing: fifo+conservative vs fifo+easy simulated on sharing clusters: the Alibaba pods
+    on their own cluster (6,212 GPUs) and 800 synthetic jobs queueing on 16 x 8 shared A100s.
   slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
     by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
   slurm-article: the article's experiment on that real Slurm for seeds 0-4 (fixed in advance): per seed
@@ -336,6 +338,40 @@ def _preemptive_case() -> dict[str, object]:
             "wasted_gpu_hours": round(result.metrics.wasted_gpu_hours, 1), "peak_rss_mb": _peak_rss_mb()}  # fmt: skip
 
 
+def _conservative_sharing_case() -> list[dict[str, object]]:
+    """fifo+conservative against fifo+easy on sharing clusters: the Alibaba pods on their own cluster
+    (nobody waits: one pass per arrival over 6,212 GPUs) and a synthetic queue (800 Poisson jobs at
+    offered load 1.2 on 16 x 8 A100-80GB shared by up to 4 jobs: long queues, many reservations)."""
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.engine import simulate
+    from gpuplan.synth import synth_poisson
+    from gpuplan.traces import read_trace
+
+    runs: list[tuple[str, list, ClusterSpec]] = []  # type: ignore[type-arg]
+    path = _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+    out: list[dict[str, object]] = []
+    if path.is_file():
+        trace = read_trace(path)
+        assert trace.cluster is not None
+        runs.append(("alibaba", [j for j in trace.jobs if j.duration_s is not None], trace.cluster))
+    else:
+        out.append({"case": "conservative-sharing-alibaba", "skipped": f"{path} absent"})
+    gpu = GpuSpec("A100-80GB", 80.0)
+    shared = ClusterSpec("16x8-shared", tuple(NodeSpec(f"n{i}", 8, gpu) for i in range(16)), sharing=True,
+                         max_jobs_per_gpu=4)  # fmt: skip
+    runs.append(("synth-800", synth_poisson(800, seed=1, load=1.2, total_gpus=shared.total_gpus), shared))
+    for name, jobs, cluster in runs:
+        took = {}
+        for backfill in ("easy", "conservative"):
+            t0 = time.perf_counter()
+            result = simulate(jobs, cluster, "fifo", backfill)
+            took[backfill] = time.perf_counter() - t0
+        out.append({"case": f"conservative-sharing-{name}", "jobs": len(jobs), "gpus": cluster.total_gpus,
+                    "easy_s": round(took["easy"], 2), "conservative_s": round(took["conservative"], 2),
+                    "conservative_mean_wait_s": round(result.metrics.mean_wait_s, 1)})  # fmt: skip
+    return out
+
+
 def _unknown_case() -> list[dict[str, object]]:
     from bench_unknown import bench_unknown
 
@@ -344,6 +380,7 @@ def _unknown_case() -> list[dict[str, object]]:
 
 _OTHER["sim-100k-preemptive"] = _preemptive_case
 _OTHER["unknown-durations"] = _unknown_case
+_OTHER["conservative-sharing"] = _conservative_sharing_case
 
 
 def _peak_rss_mb() -> float:

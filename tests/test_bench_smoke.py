@@ -72,6 +72,8 @@ def test_agent_bench_runs_on_tiny_sizes() -> None:
     row = bench_pass(queued=50)
     assert 45 <= row["queued"] < 50, "a freed GPU started a queued job"
     assert {"free_step_ms_median", "blocked_pass_ms_median", "queue_call_ms", "within_floor"} <= set(row)
+    row = bench_pass(queued=50, policy="fifo", backfill="conservative")
+    assert {"blocked_pass_ms_median", "blocked_pass_ms_max", "unchanged_pass_ms_median"} <= set(row)
 
 
 def test_web_bench_rows() -> None:

@@ -16,6 +16,7 @@ itself starts ahead of a blocked one only on GPUs no reservation ever needs.
 from __future__ import annotations
 
 import math
+import weakref
 from abc import ABC, abstractmethod
 
 from gpuplan.core.count_plan import CountPlan
@@ -298,15 +299,16 @@ class Conservative(Backfill):
         self.depth = depth
         self.skipped = 0
         """Passes skipped because the last one stands (tests and benchmarks read it)."""
-        self._idle_until: tuple[object, int, int, float, float] | None = None
-        """(view, its version, depth, now, horizon) of the last pass if it started nothing."""
+        self._idle_until: tuple[weakref.ref[SchedulerView], int, int, float, float] | None = None
+        """(view, its version, depth, now, horizon) of the last pass if it started nothing (a weak
+        reference: a scheduler holds its backfill mode, and a run makes no reference cycles)."""
 
     def select(self, s: SchedulerView, now: float) -> list[Started]:
         version = s.version
         last = self._idle_until
         if (
             last is not None
-            and last[0] is s
+            and last[0]() is s
             and last[1] == version
             and last[2] == self.depth
             and last[3] <= now < last[4]
@@ -334,7 +336,7 @@ class Conservative(Backfill):
                 slot.reservation = plan.book(slot, t, where)  # kept there by later passes
                 reserved[slot.jid] = t
         if not started:
-            self._idle_until = (s, version, self.depth, now, plan.horizon_s)
+            self._idle_until = (weakref.ref(s), version, self.depth, now, plan.horizon_s)
         return started
 
 

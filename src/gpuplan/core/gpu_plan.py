@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 
 from gpuplan.core.count_plan import booked_end
 from gpuplan.core.view import JobSlot, SchedulerView
@@ -31,6 +32,7 @@ class GpuPlan:
         self.s = s
         self.now = now
         self.base = s.state.without_jobs()  # offline GPUs and memory held by others stay
+        self.full = self.base.copy()  # every booking placed, in booking order: the window [now, inf)
         self.booked: dict[int, list[_Booking]] = {}
         self.times: list[float] = [now]  # sorted: now and every finite booking end (the candidates)
         self._ends: dict[float, list[int]] = {}  # booking end -> GPUs of the bookings ending then
@@ -47,6 +49,7 @@ class GpuPlan:
 
     def _book(self, t0: float, t1: float, gpus: tuple[int, ...] | list[int], mem: float | None) -> None:
         booked = self.booked
+        self.full.place(gpus, mem)  # appended last on each GPU: the float operations of a replay
         for g in gpus:
             got = booked.get(g)
             if got is None:
@@ -141,10 +144,20 @@ class _Window:
 
     def __init__(self, plan: GpuPlan, t0: float, t1: float) -> None:
         self.plan = plan
-        self.state = plan.base.copy()
         self._fits: list[int] | None = None  # per node: GPUs the job fits on (built by may_fit)
         self._mem: float | None = None
-        for g in plan.booked:
+        # from the window [now, inf) (every booking counts) only GPUs with a booking that ends by t0 or
+        # starts at t1 or later differ; from the empty cluster, every GPU with a booking
+        apart = {g for t in plan.times[1 : bisect.bisect_right(plan.times, t0)] for g in plan._ends[t]}
+        starts = plan._starts
+        apart.update(g for _, g in starts[bisect.bisect_left(starts, (t1, -1)) :])
+        if len(apart) < len(plan.booked):
+            self.state = plan.full.copy()
+            todo: Iterable[int] = apart
+        else:
+            self.state = plan.base.copy()
+            todo = plan.booked
+        for g in todo:
             self._replay(g, t0, t1)
 
     def _replay(self, g: int, t0: float, t1: float) -> None:
