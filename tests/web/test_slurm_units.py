@@ -245,7 +245,8 @@ def test_slurm_pages_metrics_and_read_only(served: tuple[TestClient, SlurmSource
     assert client.get("/api/node").status_code == 404
     m = _metrics(client)
     by_state = {s.labels["state"]: s.value for s in m["gpuplan_jobs"]}
-    assert by_state == {"running": 4.0, "waiting": 7.0} and m["gpuplan_queue_length"][0].value == 7.0
+    assert by_state == {"running": 4.0, "waiting": 7.0, "suspended": 0.0, "held": 0.0}  # every state, always
+    assert m["gpuplan_queue_length"][0].value == 7.0
     used = {s.labels["node"]: s.value for s in m["gpuplan_slurm_node_gpus_allocated"]}
     assert used == {"node1": 8.0, "node2": 8.0, "node3": 6.0, "node4": 0.0}
     count = next(s.value for s in m["gpuplan_job_wait_seconds"] if s.name.endswith("_count"))

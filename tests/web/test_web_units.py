@@ -150,3 +150,27 @@ def test_gpuplan_serve_as_a_process(tmp_path: Path) -> None:
         assert announced["token"] is False and announced["slurm"] is False
         assert health["ok"] is True and health["gpus"] == 8
         assert "FAKE device set fake:8xA100-80GB; no agent running" in health["source"]
+
+
+def test_suspended_and_held_agent_jobs_keep_their_state() -> None:
+    """A job a preemptive policy suspended (GPUs held) is shown and counted as suspended, not as a
+    plain waiting job; the queue length counts every job that is not running."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from gpuplan.cluster import load_cluster
+    from gpuplan.web.live import _agent_row
+    from gpuplan.web.metrics import _queue_metrics
+    from gpuplan.web.queueplan import plan_queue
+
+    rows = [
+        _agent_row({"id": i, "state": s, "gpus": 1, "submit_s": 10.0 * i})
+        for i, s in enumerate(["running", "suspended", "held", "queued", "queued"])
+    ]
+    assert [r.state for r in rows] == ["running", "suspended", "held", "waiting", "waiting"]
+    metrics = {m.name: m for m in _queue_metrics(rows, now=100.0) if isinstance(m, GaugeMetricFamily)}
+    by_state = {s.labels["state"]: s.value for s in metrics["gpuplan_jobs"].samples}
+    assert by_state == {"running": 1, "suspended": 1, "held": 1, "waiting": 2}
+    assert metrics["gpuplan_queue_length"].samples[0].value == 4
+    assert metrics["gpuplan_queue_oldest_wait_seconds"].samples[0].value == 90.0  # the suspended job's
+    page = plan_queue(rows, load_cluster("8xA100-80GB"), "fifo", "easy", now=100.0).page(0, 10)
+    assert (page["running"], page["waiting"], page["suspended"]) == (1, 4, 1)

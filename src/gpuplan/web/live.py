@@ -75,7 +75,7 @@ class QueueRow:
     """A job of the live queue. Times are seconds since the epoch; None when not known (yet)."""
 
     job_id: str
-    state: str  # "running" or "waiting"
+    state: str  # "running", "suspended" (stopped by a preemptive policy, GPUs held), "held" or "waiting"
     gpus: int
     submit_s: float
     name: str = ""
@@ -345,12 +345,17 @@ class NodeSource(LiveSource):
         return [_queue_row(j) for j in sorted(self._jobs(ACTIVE_STATES), key=lambda j: (j.submit_s, j.id))]
 
 
+def _row_state(agent_state: str) -> str:
+    """The view's state of an agent job state: running, suspended and held as they are, else waiting."""
+    return agent_state if agent_state in ("running", "suspended", "held") else "waiting"
+
+
 def _agent_row(j: dict[str, Any]) -> QueueRow:
     """A job of the agent's `queue` reply (JobRow.to_json() plus `expected_start_s`)."""
     est = j.get("est_duration_s") if j.get("est_duration_s") is not None else j.get("time_limit_s")
     return QueueRow(
         job_id=str(j["id"]),
-        state="running" if j.get("state") == "running" else "waiting",
+        state=_row_state(str(j.get("state", ""))),
         gpus=int(j.get("gpus", 1)),
         submit_s=float(j.get("submit_s", 0.0)),
         name=str(j.get("name", "")),
@@ -368,7 +373,7 @@ def _queue_row(j: JobRow) -> QueueRow:
     est = j.est_duration_s if j.est_duration_s is not None else j.time_limit_s
     return QueueRow(
         job_id=str(j.id),
-        state="running" if j.state == "running" else "waiting",
+        state=_row_state(j.state),
         gpus=j.gpus,
         submit_s=j.submit_s,
         name=j.name,

@@ -44,7 +44,7 @@ DCGM_SERIES: dict[str, tuple[str, Callable[[GpuStatus], float | None]]] = {
 _GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
 _PROC_LABELS = ("gpu", "UUID", "pid", "job_id", "user")
 _JOB_LABELS = ("job_id", "user", "name")
-STATES = ("running", "waiting")
+STATES = ("running", "suspended", "held", "waiting")
 
 
 class LiveCollector(Collector):
@@ -142,8 +142,8 @@ def _queue_metrics(rows: list[QueueRow], now: float) -> Iterator[Metric]:
     counts: dict[str, int] = dict.fromkeys(STATES, 0)
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
-    length = GaugeMetricFamily("gpuplan_queue_length", "Jobs waiting to start.")
-    length.add_metric([], counts.get("waiting", 0))
+    length = GaugeMetricFamily("gpuplan_queue_length", "Jobs not running: waiting, held or suspended.")
+    length.add_metric([], sum(n for state, n in counts.items() if state != "running"))
     yield length
     by_state = GaugeMetricFamily("gpuplan_jobs", "Jobs by state.", labels=["state"])
     for state, n in sorted(counts.items()):
@@ -152,7 +152,7 @@ def _queue_metrics(rows: list[QueueRow], now: float) -> Iterator[Metric]:
     oldest = GaugeMetricFamily(
         "gpuplan_queue_oldest_wait_seconds", "How long the longest-waiting job has waited."
     )
-    oldest.add_metric([], max((now - r.submit_s for r in rows if r.state == "waiting"), default=0.0))
+    oldest.add_metric([], max((now - r.submit_s for r in rows if r.state != "running"), default=0.0))
     yield oldest
 
 

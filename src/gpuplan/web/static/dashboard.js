@@ -100,7 +100,8 @@
   function queueTable(offset) {
     var started = performance.now();
     return getJSON("/api/queue?offset=" + offset + "&limit=" + PAGE).then(function (q) {
-      $("queue-counts").textContent = q.running + " running, " + q.waiting + " waiting" + (q.note ? " (" + q.note + ")" : "");
+      $("queue-counts").textContent = q.running + " running, " + q.waiting + " waiting" +
+        (q.suspended ? " (" + q.suspended + " suspended)" : "") + (q.note ? " (" + q.note + ")" : "");
       $("queue-error").hidden = !q.error;
       $("queue-error").textContent = q.error || "";
       $("queue-table").tBodies[0].innerHTML = q.rows.map(function (r) {
