@@ -89,3 +89,31 @@ def test_web_bench_rows() -> None:
     slurm = bench_slurm_queue(40)
     assert slurm["planned_jobs"] == 40 and slurm["backfill"] == "conservative"
     assert {"first_page_s", "cached_page_s", "reread_unchanged_s"} <= set(slurm)
+
+
+def test_slurm_article_bench_reports_every_seed_and_their_mean() -> None:
+    """bench_slurm_article's figures and means (its Slurm runs: tests/slurm/test_slurm_article.py)."""
+    from bench_slurm_article import SEEDS, ArticleRun, _means, article_sleep_jobs
+
+    assert SEEDS == (0, 1, 2, 3, 4)
+    work = article_sleep_jobs(0)
+    assert len(work) == 40 and all(5 <= s <= 60 for _, _, s in work)
+    # names carry the seed: one seed's duration model never sees another seed's runs
+    assert not {n for n, _, _ in work} & {n for n, _, _ in article_sleep_jobs(1)}
+    run = ArticleRun(0, work[:2], ids_a=["1", "2"], ids_b=["3", "4"], order_b=["4", "3"],
+                     times_a={"1": (0.0, 5.0), "2": (5.0, 9.0)}, times_b={"3": (2.0, 4.0), "4": (2.0, 3.0)},
+                     real_a_s=9.0, real_b_s=4.5, sim_a_s=8.0, sim_b_s=4.0, sim_b_slurm_order_s=8.0)  # fmt: skip
+    fig = run.figures()
+    assert fig["gain"] == {"real": 0.5, "simulated": 0.5}
+    assert (
+        fig["slurm_order"]["real_vs_simulated"] == 0.125
+        and fig["gpuplan_order"]["real_vs_simulated"] == 0.125
+    )
+    assert (
+        fig["slurm_order"]["starts_in_submission_order"] and fig["gpuplan_order"]["starts_in_applied_order"]
+    )
+    late = ArticleRun(1, work[:2], ids_a=["1", "2"], times_a={"1": (3.0, 5.0), "2": (1.0, 9.0)}, real_a_s=9.0)
+    assert not late.figures()["slurm_order"]["starts_in_submission_order"]
+    means = _means([fig, {**fig, "gain": {"real": 0.3, "simulated": None}}])
+    assert means["gain_real"] == 0.4 and means["gain_simulated"] is None  # a seed without a forecast
+    assert means["slurm_order_real_s"] == 9.0
