@@ -28,6 +28,7 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     (issue #15 floor: <= 30 s).
   conservative-sharing: fifo+conservative vs fifo+easy simulated on sharing clusters: the Alibaba pods
     on their own cluster (6,212 GPUs) and 800 synthetic jobs queueing on 16 x 8 shared A100s.
+  conservative-exclusive-10k: the same comparison for 10,000 Poisson jobs on 128 x 8 exclusive A100s.
   slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
     by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
   slurm-article: the article's experiment on that real Slurm for seeds 0-4 (fixed in advance): per seed
@@ -372,6 +373,24 @@ def _conservative_sharing_case() -> list[dict[str, object]]:
     return out
 
 
+def _conservative_exclusive_case() -> dict[str, object]:
+    """fifo+conservative against fifo+easy on the 128 x 8 exclusive cluster, 10,000 Poisson jobs at
+    offered load 0.9 (the first tenth of sim-100k's workload)."""
+    from gpuplan.sim.engine import simulate
+    from gpuplan.synth import synth_poisson
+
+    cluster = _cluster_128x8()
+    jobs = synth_poisson(10_000, seed=1, load=0.9, total_gpus=cluster.total_gpus)
+    took = {}
+    for backfill in ("easy", "conservative"):
+        t0 = time.perf_counter()
+        result = simulate(jobs, cluster, "fifo", backfill)
+        took[backfill] = time.perf_counter() - t0
+    return {"case": "conservative-exclusive-10k", "jobs": len(jobs), "gpus": cluster.total_gpus,
+            "easy_s": round(took["easy"], 2), "conservative_s": round(took["conservative"], 2),
+            "conservative_mean_wait_s": round(result.metrics.mean_wait_s, 1)}  # fmt: skip
+
+
 def _unknown_case() -> list[dict[str, object]]:
     from bench_unknown import bench_unknown
 
@@ -381,6 +400,7 @@ def _unknown_case() -> list[dict[str, object]]:
 _OTHER["sim-100k-preemptive"] = _preemptive_case
 _OTHER["unknown-durations"] = _unknown_case
 _OTHER["conservative-sharing"] = _conservative_sharing_case
+_OTHER["conservative-exclusive-10k"] = _conservative_exclusive_case
 
 
 def _peak_rss_mb() -> float:

@@ -12,7 +12,9 @@ plain planner this one must agree with decision for decision (tests/test_conserv
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+from collections.abc import Mapping
 
 from gpuplan.core.view import JobSlot, SchedulerView
 
@@ -35,28 +37,34 @@ class CountPlan:
         self.now = now
         st = s.state
         self.caps = st.node_cap_gb
-        self.times: list[float] = [now]
-        self.cols: list[list[int]] = [[k] for k in st.node_idle]
         self._usable: dict[float | None, list[int]] = {}
         # jobs beyond the depth only ask "does it start now?": shapes that did not, with the shortest
         # duration that did not (the plan only fills up during a pass, and a longer job needs a
         # superset of the rows a shorter one needs: a miss stays a miss)
         self._no_start: dict[tuple[int, float | None, bool], float] = {}
-        node_of, held, cols = st.gpu_node, st.held, self.cols
+        # the running jobs' ends, all at once: free GPUs of a node at a breakpoint are its idle GPUs
+        # plus those of every job ended by then (integers: the order of the sums does not matter)
+        node_of, held = st.gpu_node, st.held
         soon = math.nextafter(now, _INF)
+        freed: dict[float, dict[int, int]] = {}
         for r in s.running():
             end = max(r.expected_end_s, soon)  # past its estimate: ends at the next instant
             if end == _INF:
                 continue
-            per_node: dict[int, int] = {}
+            per_node = freed.setdefault(end, {})
             for g in r.alloc:
                 if held and g in held:
                     continue  # offline, or held by another process: not freed by this job's end
                 per_node[node_of[g]] = per_node.get(node_of[g], 0) + 1
-            i = self._breakpoint(end)
-            for n, k in per_node.items():
-                col = cols[n]
-                col[i:] = [v + k for v in col[i:]]
+        self.times: list[float] = [now, *sorted(freed)]
+        steps = [[0] * len(self.times) for _ in st.node_idle]
+        for i, t in enumerate(self.times[1:], 1):
+            for n, k in freed[t].items():
+                steps[n][i] += k
+        self.cols: list[list[int]] = []
+        for n, idle in enumerate(st.node_idle):
+            steps[n][0] = idle
+            self.cols.append(list(itertools.accumulate(steps[n])))
 
     @property
     def horizon_s(self) -> float:
@@ -85,14 +93,13 @@ class CountPlan:
         out every start before it whose run covers it, so the scan resumes after it."""
         times = self.times
         rows = len(times)
+        starts = rows if bound == _INF else bisect.bisect_right(times, bound)  # later starts lose
         i = 0
-        while i < rows:
+        while i < starts:
             if col[i] < g:
                 i += 1
                 continue
             t = times[i]
-            if t > bound:
-                return _INF
             end = t + d
             j = i + 1
             while j < rows and times[j] < end:
@@ -140,12 +147,15 @@ class CountPlan:
         else:
             best_t, best_nodes = _INF, None
             cols = self.cols
-            for n in nodes:
+            # nodes with room now first: a start now bounds every other node's scan to its first row
+            for n in [n for n in nodes if cols[n][0] >= g] + [n for n in nodes if cols[n][0] < g]:
                 t = self._earliest_on(cols[n], g, d, best_t)
                 if t < best_t:
                     best_t, best_nodes = t, [n]
                 elif t == best_t and best_nodes is not None:
                     best_nodes.append(n)
+            if best_nodes is not None:
+                best_nodes.sort()  # in node order, as a scan in node order lists them
             if slot.may_span and best_t > self.now:
                 # free GPUs of several nodes together may host it before any single node can
                 span_t = self._earliest_spanning(nodes, g, d, best_t)
@@ -208,7 +218,7 @@ class CountPlan:
         self._take(self.now, booked_end(self.now, slot.plan_s), per_node)
 
     @staticmethod
-    def _kept(slot: JobSlot, window_min: list[int]) -> dict[int, int] | None:
+    def _kept(slot: JobSlot, window_min: Mapping[int, int] | list[int]) -> dict[int, int] | None:
         """The GPUs per node the job was last reserved on, if they are all free over this window."""
         note = slot.reservation
         if isinstance(note, dict) and note and all(window_min[n] >= k for n, k in note.items()):
@@ -218,21 +228,27 @@ class CountPlan:
     def book(self, slot: JobSlot, t: float, nodes: list[int]) -> dict[int, int]:
         """Reserve the job from t on `nodes`; returns the GPUs taken per node."""
         g = slot.gpus
+        if len(nodes) > 1 and not slot.may_span:
+            per_node = {nodes[0]: g}  # a single-node job: the first node that fits earliest
+            self._take(t, booked_end(t, slot.plan_s), per_node)
+            return per_node
         i = bisect.bisect_left(self.times, t)
-        window_min = self._window_min(i, slot.plan_s)
+        note = slot.reservation
+        j = self._window_end(i, slot.plan_s)
+        cols = self.cols
+        # the fewest GPUs free over the run, on the nodes it may use (and those of its note)
+        window_min = {n: min(cols[n][i:j]) for n in {*nodes, *(note if isinstance(note, dict) else ())}}
         kept = self._kept(slot, window_min) if slot.may_span and len(nodes) > 1 else None
         if kept is not None and sum(kept.values()) == g:
             self._take(t, booked_end(t, slot.plan_s), kept)
             return kept
-        per_node: dict[int, int] = {}
+        per_node = {}
         for n in sorted(nodes, key=lambda n: -window_min[n]) if len(nodes) > 1 else nodes:
             take = min(window_min[n], g - sum(per_node.values()))
             if take > 0:
                 per_node[n] = take
             if sum(per_node.values()) == g:
                 break
-        if len(nodes) > 1 and not slot.may_span:
-            per_node = {nodes[0]: g}  # a single-node job: the first node that fits earliest
         self._take(t, booked_end(t, slot.plan_s), per_node)
         return per_node
 
