@@ -269,3 +269,10 @@ def test_phases_longer_than_the_job_in_jsonl(tmp_path: Path) -> None:
     with pytest.raises(InputError) as e:
         read_trace(path)
     assert "t.jsonl:1" in str(e.value) and "startup_s + init_s at most duration_s (5.0 s)" in str(e.value)
+
+
+def test_phases_longer_than_the_job_are_cut_to_its_duration() -> None:
+    """Start-up 5 s and init 30 s of a 10 s job: the phases split its 10 s (5 + 5 + 0 on the GPU),
+    so alone on a GPU it runs 10 s, not 15 (each phase was once capped on its own)."""
+    assert _ends([_job("a", 10.0, startup_s=5.0, init_s=30.0)]) == {"a": 10.0}
+    assert _ends([_job("b", 10.0, startup_s=30.0)]) == {"b": 10.0}

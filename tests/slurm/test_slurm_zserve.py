@@ -121,7 +121,7 @@ def _queue_view(c: SlurmCluster, page: Any, url: str, ids: dict[str, str], artif
     metrics = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
     fams = {f.name: f.samples for f in text_string_to_metric_families(metrics)}
     by_state = {s.labels["state"]: s.value for s in fams["gpuplan_jobs"]}
-    assert by_state == {"running": 1.0, "waiting": 7.0}, by_state
+    assert by_state == {"running": 1.0, "waiting": 7.0, "suspended": 0.0, "held": 0.0}, by_state
 
 
 def _node_view(page: Any, url: str, artifacts: Path) -> None:

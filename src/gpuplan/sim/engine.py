@@ -319,9 +319,11 @@ class _Run:
     def _set_phases(self, jid: int, elapsed: float) -> None:
         """Solo seconds left of each phase after `elapsed` seconds of the job's work (sharing runs)."""
         job, dur = self.jobs[jid], self.work[jid]
-        startup, init = job.startup_s or 0.0, job.init_s or 0.0
+        # the phases split the job's solo duration: start-up first, then init, the rest on the GPU
+        startup = min(job.startup_s or 0.0, dur)
+        init = min(job.init_s or 0.0, dur - startup)
         gpu_s = max(0.0, dur - startup - init)
-        left = [min(startup, dur), min(init, dur), gpu_s]
+        left = [startup, init, gpu_s]
         for k in range(3):
             took = min(left[k], elapsed)
             left[k] -= took
