@@ -40,7 +40,7 @@ from gpuplan.sim.result import Metrics, SimResult
 
 __all__ = ["CONSERVATIVE_MAX_JOBS", "PlanProgressFn", "PlanResult", "PlannedJob", "plan_order"]
 
-CONSERVATIVE_MAX_JOBS = 200
+CONSERVATIVE_MAX_JOBS = 2000
 """Baselines include conservative backfill only up to this many jobs (seconds per run beyond)."""
 
 PlanProgressFn = Callable[[float, str], None]
