@@ -21,11 +21,11 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from hypothesis import event, given
+from hypothesis import event, example, given
 
 from gpuplan.core.policies import get_policy
 from gpuplan.core.scheduler import Scheduler
-from gpuplan.model import ClusterSpec, Job
+from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 from gpuplan.sim.engine import simulate
 from invariant_cases import INVARIANTS, Case, booked_mem_gb, cases, exclusive_clusters, sharing_clusters
 
@@ -130,6 +130,16 @@ def _shadow(p: _Pass, head: Job, usable: list[bool]) -> float:
     return min(t for t in ends if _fits(_free_at(p, t), usable, head.gpus, head.may_span_nodes))
 
 
+def _instant_jobs_ended(case: Case, drive: _Drive, after: float, until: float) -> bool:
+    """Whether a job of zero duration started in [after, until): the plan books it for an instant
+    (`booked_end`: the next float after its start), so it ends that instant earlier than booked, an
+    early end; a job ranked before j may then take what j had reserved (reservations are planned
+    again in rank order each pass, as Slurm does), which the claim below excludes."""
+    return any(
+        float(case.jobs[i].duration_s or 0.0) == 0.0 and after <= t < until for i, t in drive.starts.items()
+    )
+
+
 def _ranked_arrivals(case: Case, drive: _Drive, j: int, after: float, until: float) -> bool:
     """Whether a job ranked before j arrived in (after, until]."""
     pol, t0 = get_policy(case.policy), min(x.submit_s for x in case.jobs)
@@ -194,9 +204,21 @@ def _by_index(case: Case) -> dict[int, object]:
 
 _CONSERVATIVE = cases(estimates="exact", clusters=exclusive_clusters(), backfills=("conservative",))
 
+# Found by hypothesis: j3 takes 0 s, so it ends an instant before its booking; j11, ranked before j4,
+# then takes the GPU j4 had reserved an instant after 100 s, and j4 starts at 110 s.
+_INSTANT_JOB = Case(
+    [Job("j0", 0.0, 7, duration_s=100.0, may_span_nodes=True)]
+    + [Job(f"j{i}", 10.0 if i == 4 else 0.0, g, duration_s=d) for i, g, d in
+       [(1, 1, 10.0), (2, 1, 20.0), (3, 1, 0.0), (4, 1, 10.0), (5, 1, 10.0), (6, 1, 10.0), (7, 1, 10.0),
+        (8, 1, 10.0), (9, 3, 10.0), (10, 3, 10.0), (11, 1, 20.0)]],
+    ClusterSpec("drawn", (NodeSpec("n0", 3, GpuSpec("L40S-48GB", 48.0)), NodeSpec("n1", 4, GpuSpec("L40S-48GB", 48.0)))),
+    "fifo", "conservative", "first-fit", True,
+)  # fmt: skip
+
 
 @INVARIANTS(400)
 @given(case=_CONSERVATIVE)
+@example(case=_INSTANT_JOB)
 def test_conservative_keeps_first_reservations_and_misses_no_start(case: Case) -> None:
     jobs, drive = case.jobs, _drive(case)
     assert drive.starts == {i: r.start_s for i, r in _by_index(case).items()}
@@ -222,6 +244,9 @@ def test_conservative_keeps_first_reservations_and_misses_no_start(case: Case) -
     for j, (t, when) in first.items():
         if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
             event("a job ranked before arrived: no claim")
+            continue
+        if drive.starts[j] > t and _instant_jobs_ended(case, drive, when, drive.starts[j]):
+            event("a zero-length job ended an instant before its booking: no claim")
             continue
         assert drive.starts[j] <= t, (jobs[j].id, drive.starts[j], "first reserved", t, "at", when)
         event(
@@ -259,6 +284,9 @@ def test_conservative_keeps_first_reservations_on_sharing_clusters(case: Case) -
     for j, (t, when) in first.items():
         if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
             event("a job ranked before arrived: no claim")
+            continue
+        if drive.starts[j] > t and _instant_jobs_ended(case, drive, when, drive.starts[j]):
+            event("a zero-length job ended an instant before its booking: no claim")
             continue
         assert drive.starts[j] <= t, (jobs[j].id, drive.starts[j], "first reserved", t, "at", when)
         event(
