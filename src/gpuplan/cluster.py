@@ -13,7 +13,10 @@ from typing import Any
 from gpuplan.errors import ClusterError, UnknownNameError
 from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
 
-__all__ = ["cluster_from_toml", "cluster_to_toml", "load_cluster", "preset_names"]
+__all__ = ["DEFAULT_CLUSTER", "cluster_from_toml", "cluster_to_toml", "load_cluster", "preset_names"]
+
+DEFAULT_CLUSTER = "8xA100-80GB"
+"""The preset a trace that describes no cluster runs on (every command says so when it happens)."""
 
 _NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb", "mig"}
 _TOP_KEYS = {"name", "sharing", "max_jobs_per_gpu", "nodes"}

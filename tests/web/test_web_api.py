@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan.agent.store import Store
+from gpuplan.cluster import load_cluster
 from gpuplan.synth import synth_article
 from gpuplan.traces import write_trace
 from gpuplan.web.app import ServeConfig, create_app
@@ -210,6 +211,19 @@ def test_whatif_by_path(client: TestClient, article: Path) -> None:
     gantt = client.get(f"/api/whatif/{res['id']}/gantt/{res['best']}").json()
     assert sum(len(t["x"]) for t in gantt["figure"]["data"]) == sum(j.gpus for j in synth_article(0))
     assert client.get(f"/api/whatif/{res['id']}/gantt/99").status_code == 404
+
+
+def test_whatif_cluster_auto_follows_the_cli_rule(client: TestClient, article: Path, tmp_path: Path) -> None:
+    """By default the trace's own cluster when it describes one (as every CLI command decides), else
+    the default preset, said in the notes; a preset given wins."""
+    res = client.post("/api/whatif", params={"path": article.name}).json()
+    assert res["cluster"]["gpus"] == 8 and any("does not describe its cluster" in n for n in res["notes"])
+    own = tmp_path / "own.csv"
+    write_trace(synth_article(0)[:20], own, load_cluster("4x8xA100-80GB"))  # a cluster file beside it
+    res = client.post("/api/whatif", params={"path": own.name}).json()
+    assert res["cluster"]["gpus"] == 32 and any("the trace's own cluster" in n for n in res["notes"])
+    res = client.post("/api/whatif", params={"path": own.name, "cluster": "8xA100-80GB"}).json()
+    assert res["cluster"]["gpus"] == 8
 
 
 def test_whatif_upload_bad_rows_named(client: TestClient) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpuplan.cluster import DEFAULT_CLUSTER  # re-exported: the rule of cluster_for below
 from gpuplan.errors import GpuplanError
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ __all__ = [
     "schedule_json",
 ]
 
-DEFAULT_CLUSTER = "8xA100-80GB"
 ClusterOpt = Annotated[
     str, typer.Option("--cluster", "-c", help="Preset name (see `gpuplan clusters`) or a cluster .toml file.")
 ]

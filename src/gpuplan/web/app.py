@@ -407,7 +407,7 @@ def _whatif_api(app: FastAPI) -> None:
         request: Request,
         path: str = "",
         name: str = "upload.csv",
-        cluster: str = "8xA100-80GB",
+        cluster: str = "auto",
         policies: str = "fifo",
         backfills: str = "easy",
         placer: str = "first-fit",

@@ -172,7 +172,7 @@ def whatif_page(
 <form id="whatif-form">
 <p><label>Upload a trace <input type="file" id="wf-file"></label> or a path on the server
 <input type="text" id="wf-path" placeholder="traces/jobs.csv" size="40"></p>
-<p><label>Cluster <select id="wf-cluster">{_options([*clusters, "trace"], "8xA100-80GB")}</select></label>
+<p><label>Cluster <select id="wf-cluster">{_options(["auto", *clusters, "trace"], "auto")}</select></label>
 <label>Placer <select id="wf-placer">{_options(placers, "first-fit")}</select></label>
 <label class="check"><input type="checkbox" id="wf-oracle"> oracle (true durations)</label>
 <label class="check"><input type="checkbox" id="wf-skip-bad"> skip bad rows</label></p>

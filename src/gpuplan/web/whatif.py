@@ -23,6 +23,9 @@ __all__ = ["MAX_UPLOAD_BYTES", "WhatIfRequest", "WhatIfStore", "run_whatif"]
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 _TRACE_CLUSTER = "trace"  # cluster choice: the one the trace describes (SWF header, Alibaba nodes)
+AUTO_CLUSTER = "auto"
+"""Cluster choice of the CLI's rule: the trace's own cluster when it describes one, else the default
+preset (gpuplan.cluster.DEFAULT_CLUSTER), said in the notes."""
 
 
 @dataclass(slots=True)
@@ -32,14 +35,15 @@ class WhatIfRequest:
     Attributes:
         trace_path: a trace file on the server (under the server's trace root), or
         upload: the bytes of an uploaded trace, with `upload_name` (its extension picks the reader).
-        cluster: a preset, or "trace" for the cluster the trace describes.
+        cluster: a preset, "trace" for the cluster the trace describes, or "auto" (the default): the
+            trace's own when it has one, else the default preset, as every CLI command decides.
         policies, backfills: names; FIFO without backfill is always added as the baseline.
     """
 
     trace_path: Path | None = None
     upload: bytes | None = None
     upload_name: str = "upload.csv"
-    cluster: str = "8xA100-80GB"
+    cluster: str = AUTO_CLUSTER
     policies: list[str] = field(default_factory=lambda: ["fifo"])
     backfills: list[str] = field(default_factory=lambda: ["easy"])
     placer: str = "first-fit"
@@ -93,9 +97,17 @@ def _read(req: WhatIfRequest) -> Any:
             raise GpuplanError(str(e).replace(str(path), safe)) from e
 
 
-def _cluster(req: WhatIfRequest, trace_cluster: ClusterSpec | None) -> ClusterSpec:
-    from gpuplan.cluster import load_cluster
+def _cluster(req: WhatIfRequest, trace_cluster: ClusterSpec | None, notes: list[str]) -> ClusterSpec:
+    from gpuplan.cluster import DEFAULT_CLUSTER, load_cluster
 
+    if req.cluster == AUTO_CLUSTER:
+        if trace_cluster is not None:
+            notes.append(f"the trace's own cluster: {trace_cluster.describe()}")
+            return trace_cluster
+        notes.append(
+            f"the trace does not describe its cluster: the default {DEFAULT_CLUSTER}; pick one above"
+        )
+        return load_cluster(DEFAULT_CLUSTER)
     if req.cluster == _TRACE_CLUSTER:
         if trace_cluster is None:
             raise GpuplanError("cluster 'trace': this trace describes no cluster; pick a preset")
@@ -125,14 +137,14 @@ def run_whatif(req: WhatIfRequest, costs: dict[str, GpuCost], store: WhatIfStore
     from gpuplan.report.html import report_parts
 
     trace = _read(req)
-    cluster = _cluster(req, trace.cluster)
+    notes = list(trace.warnings)
+    cluster = _cluster(req, trace.cluster, notes)
     jobs = [j for j in trace.jobs if j.duration_s is not None]
     if not jobs:
         raise GpuplanError(f"{trace.source or 'trace'}: no job has a duration; nothing to simulate")
     results = _matrix(req, jobs, cluster)
     parts = report_parts(results)
     key = store.put(parts.runs)
-    notes = list(trace.warnings)
     if len(jobs) < len(trace.jobs):
         notes.append(f"{len(trace.jobs) - len(jobs)} of {len(trace.jobs)} jobs have no duration: left out")
     if trace.skipped:
