@@ -34,7 +34,26 @@ PartitionOpt = Annotated[
 PolicyOpt = Annotated[
     str,
     typer.Option(
-        "--policy", help="Ordering policy (see `gpuplan policies`), or 'best': the best simulated one."
+        "--policy",
+        help="Ordering policy (see `gpuplan policies`), or 'best': the best simulated one; the preemptive "
+        "las, tiresias, gittins requeue running jobs (docs/slurm.md).",
+    ),
+]
+MaxRequeuesOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-requeues",
+        min=0,
+        help="Preemptive policies: at most this many `scontrol requeue` per pass (a requeued job loses "
+        "its work unless it checkpoints).",
+    ),
+]
+QuantumOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--quantum-gpu-s",
+        help="Preemptive policies: first level boundary in GPU-seconds (las quantum and tiresias "
+        "threshold, default 3600; gittins first grid point, default 600).",
     ),
 ]
 SearchOpt = Annotated[
@@ -202,12 +221,21 @@ def plan(
     policy: PolicyOpt = "best",
     search: SearchOpt = 0.0,
     predict: PredictOpt = None,
+    max_requeues: MaxRequeuesOpt = 1,
+    quantum_gpu_s: QuantumOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The order gpuplan would run the pending jobs in, simulated from the live state, against Slurm's order."""
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
+        from gpuplan.slurm.preempt import is_preemptive
+
+        if is_preemptive(policy):
+            _preempt_pass(
+                policy, quantum_gpu_s, max_requeues, _parts(partition), "priority", None, True, as_json
+            )
+            return
         _, p, setup = _make_plan(_client(), _parts(partition), policy, search, predict)
         if as_json:
             _emit({**p.as_dict(), "setup_warnings": setup})
@@ -242,15 +270,23 @@ def apply(
     mode: ModeOpt = "priority",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the values that would be set; change nothing.")] = False,
     state_file: StateOpt = None,
+    max_requeues: MaxRequeuesOpt = 1,
+    quantum_gpu_s: QuantumOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Plan, then set that order with `scontrol update` (previous values recorded first; `reset` undoes it)."""
+    """Plan, then set that order with `scontrol update` (previous values recorded first; `reset` undoes it).
+    A preemptive policy first requeues the running jobs it preempts (`scontrol requeue`)."""
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.slurm.apply import apply_order, check_mode
+        from gpuplan.slurm.preempt import is_preemptive
 
         check_mode(mode)
+        if is_preemptive(policy):
+            _preempt_pass(policy, quantum_gpu_s, max_requeues, _parts(partition), mode, state_file, dry_run,
+                          as_json)  # fmt: skip
+            return
         client = _client()
         parts = _parts(partition)
         _, p, setup = _make_plan(client, parts, policy, search, predict, mode)
@@ -267,6 +303,53 @@ def apply(
                    + ("" if dry_run else f"; previous values in {res.state_path}"))  # fmt: skip
         for jid, why in list(res.skipped.items())[:10]:
             typer.echo(f"  skipped {jid}: {why}")
+
+
+def _preempt_pass(policy: str, quantum_gpu_s: float | None, max_requeues: int, parts: tuple[str, ...],
+                  mode: str, state_file: Path | None, dry_run: bool, as_json: bool) -> None:  # fmt: skip
+    """`plan`/`apply` with a preemptive policy: one pass, carried out unless `dry_run`."""
+    from gpuplan.slurm.preempt import carry_out, preemptive_policy
+    from gpuplan.slurm.setup import setup_warnings
+
+    client = _client()
+    pol = preemptive_policy(policy, quantum_gpu_s)
+    res = carry_out(client, pol, partitions=parts, max_requeues=max_requeues, mode=mode, state_path=state_file,
+                    dry_run=dry_run)  # fmt: skip
+    setup = setup_warnings(client.config(), mode)
+    if as_json:
+        _emit({**res.as_dict(), "dry_run": dry_run, "setup_warnings": setup})
+        return
+    _warn(setup + res.plan.warnings)
+    for line in _preempt_lines(res, dry_run):
+        typer.echo(line)
+
+
+def _preempt_lines(res: Any, dry_run: bool) -> list[str]:
+    p = res.plan
+    verb = "would requeue" if dry_run else "requeued"
+    out = [f"policy {p.policy} (preemptive, by scontrol requeue; at most {p.max_requeues} per pass): "
+           f"{verb} {len(p.requeue) if dry_run else len(res.requeued)} running job(s)"]  # fmt: skip
+    for jid in p.requeue:
+        out.append(
+            f"  requeue {jid}: attained {p.attained_gpu_s.get(jid, 0.0):.0f} GPU-s, level {p.levels.get(jid)}"
+        )
+    for jid, err in res.failed.items():
+        out.append(
+            f"  requeue {jid} refused by Slurm: {err.strip().splitlines()[-1] if err.strip() else err}"
+        )
+    if p.deferred:
+        out.append(f"  left running by --max-requeues: {' '.join(p.deferred)}")
+    if p.starts:
+        out.append(f"  expected to start: {' '.join(p.starts)}")
+    for jid, why in list(p.protected.items())[:10]:
+        out.append(f"  never requeued {jid}: {why}")
+    shown = " ".join(p.order[:20]) + (" ..." if len(p.order) > 20 else "")
+    out.append(f"  pending order: {shown}")
+    a = res.apply
+    out.append(
+        f"{'would set' if dry_run else 'set'} {a.mode} on {len(a.changed)} job(s); skipped {len(a.skipped)}"
+    )
+    return out
 
 
 @slurm_app.command("reset")
@@ -293,17 +376,48 @@ def watch(
     mode: ModeOpt = "priority",
     state_file: StateOpt = None,
     iterations: Annotated[int | None, typer.Option("--iterations", min=1, help="Stop after this many looks (default: run until interrupted).")] = None,
+    max_requeues: MaxRequeuesOpt = 1,
+    quantum_gpu_s: QuantumOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Replan and reapply whenever the set of pending or running jobs changes (Ctrl-C stops)."""
+    """Replan and reapply whenever the set of pending or running jobs changes (Ctrl-C stops); a
+    preemptive policy makes a pass (requeues included) at every look, as levels change while jobs run."""
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.slurm.apply import check_mode
+        from gpuplan.slurm.preempt import is_preemptive, preemptive_policy
 
         check_mode(mode)
+        if is_preemptive(policy):
+            run_preempt_watch(_client(), _parts(partition), preemptive_policy(policy, quantum_gpu_s), max_requeues,
+                              mode, state_file, interval, iterations, as_json, time.sleep)  # fmt: skip
+            return
         run_watch(_client(), _parts(partition), policy, predict, mode, state_file, interval, iterations,
                   as_json, time.sleep)  # fmt: skip
+
+
+def run_preempt_watch(client: SlurmClient, parts: tuple[str, ...], policy: Any, max_requeues: int, mode: str,
+                      state_file: Path | None, interval: float, iterations: int | None, as_json: bool,
+                      sleep: Callable[[float], None]) -> int:  # fmt: skip
+    """The watch loop for a preemptive policy: one pass per look (sleep injected); returns the passes."""
+    from gpuplan.slurm.preempt import carry_out
+
+    n = 0
+    try:
+        while iterations is None or n < iterations:
+            if n:
+                sleep(interval)
+            n += 1
+            res = carry_out(client, policy, partitions=parts, max_requeues=max_requeues, mode=mode,
+                            state_path=state_file)  # fmt: skip
+            line = {"time_s": client.clock(), "requeued": res.requeued, "requeue_failed": res.failed,
+                    "deferred": res.plan.deferred, "changed": len(res.apply.changed), "order": res.plan.order[:10]}  # fmt: skip
+            typer.echo(json.dumps(line) if as_json else f"pass: requeued {' '.join(res.requeued) or 'none'}; "
+                       f"{len(res.apply.changed)} job(s) reordered")  # fmt: skip
+    except KeyboardInterrupt:
+        pass
+    return n
 
 
 def run_watch(client: SlurmClient, parts: tuple[str, ...], policy: str, predict: Path | None, mode: str,

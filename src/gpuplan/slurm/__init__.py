@@ -2,7 +2,8 @@
 
 `runner` is the only module that runs Slurm's commands; `parse` holds the pure parsers; `client`
 asks Slurm (one batched command per question); `planner` simulates the live queue with gpuplan's
-Scheduler; `apply` sets and restores priorities; `setup` says whether an order can take effect.
+Scheduler; `apply` sets and restores priorities; `preempt` carries out a preemptive policy by `scontrol requeue`;
+`setup` says whether an order can take effect.
 """
 
 from gpuplan.slurm.apply import ApplyResult, apply_order, default_state_path, reset_order

@@ -31,7 +31,9 @@ __all__ = [
     "apply_order",
     "check_mode",
     "default_state_path",
+    "load_state",
     "reset_order",
+    "save_state",
     "target_values",
 ]
 
@@ -71,7 +73,7 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def _load_state(path: Path) -> dict[str, Any]:
+def load_state(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"version": 1, "jobs": {}}
     try:
@@ -87,7 +89,7 @@ def _load_state(path: Path) -> dict[str, Any]:
     return data
 
 
-def _save_state(path: Path, data: dict[str, Any]) -> None:
+def save_state(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
@@ -113,8 +115,12 @@ def apply_order(
     state_path: Path | None = None,
     dry_run: bool = False,
     chunk: int = _CHUNK,
+    above: int = 0,
 ) -> ApplyResult:
     """Give the pending jobs of `order` priorities (or nice values) that make Slurm consider them in it.
+
+    `above`: a priority every planned job must exceed besides the pending jobs left alone (the
+    priorities of jobs about to be requeued, which come back pending with them).
 
     Raises:
         SlurmPermissionError: the caller may not change priorities (nothing stays changed).
@@ -134,12 +140,12 @@ def apply_order(
             result.skipped[jid] = q.why_unmanaged(client.clock()) or ""
         else:
             todo.append(q)
-    data = _load_state(path)
+    data = load_state(path)
     recorded = data["jobs"]
     others = [
         _original(q, recorded).get("priority", q.priority) for q in now.values() if q.job_id not in order
     ]
-    values = target_values([q.job_id for q in todo], mode, max(others, default=1))
+    values = target_values([q.job_id for q in todo], mode, max([*others, above], default=1))
     key = "Priority" if mode == "priority" else "Nice"
     if dry_run:
         result.changed = {q.job_id: v for q, v in zip(todo, values)}
@@ -147,7 +153,7 @@ def apply_order(
     for q in todo:
         recorded.setdefault(q.job_id, {"priority": q.priority, "nice": q.nice})
     data["mode"] = mode
-    _save_state(path, data)
+    save_state(path, data)
     changes = [(q.job_id, f"{key}={v}") for q, v in zip(todo, values)]
     done: list[tuple[str, str]] = []
     try:
@@ -215,7 +221,7 @@ def reset_order(client: SlurmClient, state_path: Path | None = None, dry_run: bo
     path = state_path or default_state_path()
     if not path.exists():
         raise GpuplanError(f"nothing to reset: no state file {path} (apply records one; pass --state FILE)")
-    data = _load_state(path)
+    data = load_state(path)
     mode = check_mode(str(data.get("mode", "priority")))
     key = "priority" if mode == "priority" else "nice"
     recorded: dict[str, Any] = data["jobs"]

@@ -17,7 +17,7 @@ from gpuplan.slurm.parse import (
     parse_sinfo,
     parse_squeue,
 )
-from gpuplan.slurm.runner import SlurmCommandError, SlurmRunner
+from gpuplan.slurm.runner import SlurmCommandError, SlurmPermissionError, SlurmRunner
 
 if TYPE_CHECKING:
     from gpuplan.slurm.planner import LiveState
@@ -91,6 +91,23 @@ class SlurmClient:
                 self.runner.run(["scontrol", "update", f"JobId={jid}", kv], retry=False)
             except SlurmCommandError as e:
                 if e.returncode is None or _controller_down(e.stderr):
+                    raise
+                outcome.errors[jid] = e.stderr or str(e)
+        return outcome
+
+    def requeue(self, job_ids: Sequence[str]) -> UpdateOutcome:
+        """`scontrol requeue JOBID` for each job, one process each so every error names its job.
+
+        Raises:
+            SlurmPermissionError: the caller may not requeue (root, SlurmUser or Operator needed).
+            SlurmCommandError: scontrol itself cannot run or the controller is unreachable.
+        """
+        outcome = UpdateOutcome()
+        for jid in job_ids:
+            try:
+                self.runner.run(["scontrol", "requeue", jid], retry=False)
+            except SlurmCommandError as e:
+                if e.returncode is None or _controller_down(e.stderr) or isinstance(e, SlurmPermissionError):
                     raise
                 outcome.errors[jid] = e.stderr or str(e)
         return outcome

@@ -37,7 +37,7 @@ __all__ = [
 SQUEUE_FIELDS = (
     "JobID", "ArrayJobID", "ArrayTaskID", "HetJobID", "Partition", "UserName", "State", "TimeLimit",
     "TimeUsed", "NumNodes", "tres-per-job", "tres-per-node", "PriorityLong", "Nice", "Reason",
-    "SubmitTime", "StartTime", "EligibleTime", "Dependency", "NodeList", "Name",
+    "SubmitTime", "StartTime", "EligibleTime", "Dependency", "NodeList", "Requeue", "Name",
 )  # fmt: skip
 SINFO_FIELDS = ("NodeList", "StateLong", "Gres", "GresUsed", "Partition")
 
@@ -80,6 +80,7 @@ class QueueJob:
     het_job_id: str | None = None
     dependency: str = ""
     eligible_s: float | None = None
+    requeue: bool | None = None  # Slurm may requeue it (squeue Requeue 1/0; None: not asked)
 
     @property
     def is_pending(self) -> bool:
@@ -244,6 +245,16 @@ def _int(text: str, default: int = 0) -> int:
     return default if t in _NO_VALUE else int(t)
 
 
+def _flag(text: str) -> bool | None:
+    """squeue's 0/1 columns: `1` -> True, `0` -> False, empty or N/A -> None."""
+    t = text.strip()
+    if t in _NO_VALUE:
+        return None
+    if t not in ("0", "1"):
+        raise ValueError(f"{t!r} is not 0 or 1")
+    return t == "1"
+
+
 def _opt(text: str) -> str | None:
     t = text.strip()
     return None if t in _NO_VALUE else t
@@ -254,7 +265,7 @@ _SQUEUE_HEADERS = {
     "PARTITION": "partition", "USER": "user", "STATE": "state", "TIME_LIMIT": "time_limit", "TIME": "elapsed",
     "NODES": "num_nodes", "TRES_PER_JOB": "tres_job", "TRES_PER_NODE": "tres_node", "PRIORITY": "priority",
     "NICE": "nice", "REASON": "reason", "SUBMIT_TIME": "submit", "START_TIME": "start", "NODELIST": "node_list",
-    "ELIGIBLE_TIME": "eligible", "DEPENDENCY": "dependency",
+    "ELIGIBLE_TIME": "eligible", "DEPENDENCY": "dependency", "REQUEUE": "requeue",
     "NAME": "name",
 }  # fmt: skip
 _REQUIRED = ("job_id", "state", "num_nodes", "priority")
@@ -296,7 +307,7 @@ def _queue_job(cells: list[str], index: dict[str, int], what: str, number: int) 
             start_s=parse_local_time(cell("start")), node_list=cell("node_list"),
             array_job_id=_opt(cell("array_job_id")) if task is not None else None, array_task=task,
             het_job_id=_opt(cell("het_job_id")), dependency=_opt(cell("dependency")) or "",
-            eligible_s=parse_local_time(cell("eligible")),
+            eligible_s=parse_local_time(cell("eligible")), requeue=_flag(cell("requeue")),
         )  # fmt: skip
     except (ValueError, InputError) as e:
         col = _bad_column(cells, index)
@@ -307,6 +318,7 @@ def _bad_column(cells: list[str], index: dict[str, int]) -> str:
     checks = {
         "time_limit": parse_limit_s, "elapsed": parse_limit_s, "num_nodes": _int, "priority": _priority,
         "nice": _int, "submit": parse_local_time, "start": parse_local_time, "eligible": parse_local_time,
+        "requeue": _flag,
     }  # fmt: skip
     for key, fn in checks.items():
         i = index.get(key)

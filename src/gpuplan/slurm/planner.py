@@ -416,9 +416,10 @@ def static_policy(name: str) -> str:
     pol = get_policy(name)
     if pol.preemptive:
         raise GpuplanError(
-            f"policy {name!r} preempts running jobs, which Slurm priorities cannot do (`gpuplan slurm` only "
-            "orders pending jobs; carrying out preemptions needs `scontrol suspend`/`requeue` and a "
-            "PreemptMode=SUSPEND|REQUEUE partition, docs/slurm.md); run it on `gpuplan agent` or in "
+            f"policy {name!r} preempts running jobs, which Slurm priorities alone cannot do: "
+            f"`gpuplan slurm plan|apply|watch --policy {name}` carry it out by `scontrol requeue` "
+            '(docs/slurm.md, "Preemptive policies"); this view orders pending jobs only; run it on '
+            "`gpuplan agent` or in "
             f"`gpuplan simulate`, or choose one of {', '.join(policy_names())} or best"
         )
     return pol.name
