@@ -112,7 +112,8 @@ def _squeue_text(n: int, now_s: float) -> str:
             "TRES-PER-JOB": "N/A", "TRES-PER-NODE": f"gres:gpu:{8 if running else (1, 2, 4, 8)[i % 4]}",
             "PRIORITYLONG": "1", "NICE": "0", "REASON": "None" if running else "Priority",
             "SUBMITTIME": stamp, "STARTTIME": stamp if running else "N/A", "ELIGIBLETIME": stamp,
-            "DEPENDENCY": "(null)", "NODELIST": f"node{i + 1}" if running else "", "NAME": f"job{i}",
+            "DEPENDENCY": "(null)", "NODELIST": f"node{i + 1}" if running else "", "REQUEUE": "1",
+            "NAME": f"job{i}",
         }  # fmt: skip
         lines.append("|".join(row[f] for f in fields) + "|")
     return "\n".join(lines) + "\n"
