@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# gpu_check.sh: the local agent on real GPUs (NVML), under 8 minutes.
+# gpu_check.sh: the local agent on real GPUs (NVML), under 9 minutes.
 #
 # Starts `gpuplan agent` on NVML with sharing on, in a private GPUPLAN_HOME, submits 10 PyTorch jobs of
 # different memory sizes (fractions of the GPU's memory) that share the GPU(s), waits for them, and
 # prints per job the declared and measured memory, the mean utilization, the wall time, and the
-# makespan; then the same as JSON. Needs: nvidia-smi, a CUDA build of PyTorch, gpuplan installed.
+# makespan; then the same as JSON. Then the suspend check (about 1.5 minutes; GPU_CHECK_SUSPEND=0 skips
+# it): the agent again under `las` with a 5 GPU-second quantum; a job holding a working set is suspended
+# (SIGSTOP) for a newcomer, and the GPU memory NVML shows for it while it is stopped is compared with
+# what the scheduler books for it (the claim of docs/agent.md, "Preemption", that a stopped CUDA process
+# keeps its memory). Needs: nvidia-smi, a CUDA build of PyTorch, gpuplan installed.
 #
 #   bash bench/gpu_check.sh                 # uses .venv/bin/python when present, else python3
 #   PYTHON=/path/to/python bash bench/gpu_check.sh
@@ -39,7 +43,7 @@ else
   say "$NGPUS GPU(s), $GPU_MEM_GB GiB each ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 fi
 
-export GPUPLAN_HOME="$(mktemp -d /tmp/gpuplan-gpu-check.XXXXXX)"
+export GPUPLAN_HOME="$(mktemp -d "${TMPDIR:-/tmp}/gpuplan-gpu-check.XXXXXX")"
 GP=("$PY" -m gpuplan.cli)
 cleanup() {
   "${GP[@]}" agent stop --kill-jobs >/dev/null 2>&1 || true
@@ -127,4 +131,59 @@ if rows and all(o["measured_peak_gb"] is None for o in out):
     print("note: no per-job memory was measured: NVML reports no processes here, or reports pids from another "
           "pid namespace (a container); per-GPU figures above are still real")
 print(json.dumps({"makespan_s": makespan, "jobs": out}, indent=1))
+EOF
+
+# -- the suspend check: a stopped CUDA process keeps its GPU memory (docs/agent.md, "Preemption") ------
+[ "${GPU_CHECK_SUSPEND:-1}" = 1 ] || exit 0
+"${GP[@]}" agent stop --kill-jobs >/dev/null 2>&1 || true
+export GPUPLAN_HOME="$GPUPLAN_HOME/suspend"
+QUANTUM=5; [ "$DRY" = 1 ] && QUANTUM=1
+"${GP[@]}" agent start --gpus "$BACKEND" --exclusive --policy las --quantum-gpu-s "$QUANTUM" --sample-interval 0.5 --grace 5 --json > /dev/null \
+  || die "the las agent did not start: $(tail -3 "$GPUPLAN_HOME/agent.log" 2>/dev/null)"
+WS="$("$PY" -c "print(round(0.2 * $GPU_MEM_GB, 1))")"; SMALL="$("$PY" -c "print(round(0.05 * $GPU_MEM_GB, 1))")"
+A="$("${GP[@]}" submit --mem "$("$PY" -c "print($WS + 1.5)")G" --preempt suspend --name held-long --json -- "$PY" "$JOB" "$WS" 90 | "$PY" -c "import json,sys; print(json.load(sys.stdin)['id'])")"
+attained() { "${GP[@]}" show "$1" --json | "$PY" -c "import json,sys; j=json.load(sys.stdin)['job']; print(j['state'], j.get('attained_gpu_s') or 0)"; }
+deadline=$(( $(date +%s) + 60 ))
+until "$PY" -c "import sys; s, a = sys.argv[1], float(sys.argv[2]); sys.exit(0 if s == 'running' and a > 2 * $QUANTUM else 1)" $(attained "$A"); do
+  [ "$(date +%s)" -lt "$deadline" ] || die "job $A did not run for two quanta within a minute: $(attained "$A")"
+  sleep 1
+done
+C="$("${GP[@]}" submit --mem "$("$PY" -c "print($SMALL + 1.5)")G" --preempt never --name newcomer --json -- "$PY" "$JOB" "$SMALL" 20 | "$PY" -c "import json,sys; print(json.load(sys.stdin)['id'])")"
+say "suspend check: job $A holds ${WS} GiB; newcomer $C; waiting for both to end (at most 3 minutes)"
+deadline=$(( $(date +%s) + 180 ))
+until [ "$("${GP[@]}" queue --json | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['jobs']))")" = 0 ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || { say "jobs still queued after 3 minutes; reporting what happened"; break; }
+  sleep 2
+done
+"$PY" - "$GPUPLAN_HOME" "$A" "$C" <<'EOF'
+import json, sys
+from pathlib import Path
+from gpuplan.agent.store import connect
+
+home, a, c = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+conn = connect(home / "agent.db", readonly=True)
+events = conn.execute("SELECT t_s, action, job_id FROM events WHERE uid = -1 ORDER BY t_s").fetchall()
+stop = next((t for t, act, j in events if j == a and act == "preempt:suspend"), None)
+back = next((t for t, act, j in events if j == a and act == "resume" and stop is not None and t > stop), None)
+def mem(lo, hi):
+    rows = conn.execute("SELECT MAX(mem_gb), AVG(util_pct), COUNT(*) FROM job_samples WHERE job_id = ? AND t_s > ? AND t_s < ?",
+                        (a, lo, hi)).fetchone()
+    return {"max_mem_gb": rows[0], "mean_util_pct": rows[1], "samples": rows[2]}
+booked = conn.execute("SELECT mem_gb, state, preemptions, suspended_s FROM jobs WHERE id = ?", (a,)).fetchone()
+c_start = conn.execute("SELECT start_s FROM jobs WHERE id = ?", (c,)).fetchone()[0]
+out = {
+    "suspended_at_s": stop, "resumed_at_s": back, "booked_gb": booked[0], "final_state": booked[1],
+    "preemptions": booked[2], "suspended_s": booked[3],
+    "before": mem(0.0, stop) if stop else None,
+    "while_suspended": mem(stop, back if back else float("inf")) if stop else None,
+    "newcomer_started_while_suspended": bool(stop and c_start and stop <= c_start and (back is None or c_start < back)),
+}
+w = out["while_suspended"]
+kept = w and w["max_mem_gb"] is not None
+print("suspend check:", "job suspended and resumed" if stop and back else "NO suspension seen (see events)")
+if kept:
+    print(f"  memory while stopped: {w['max_mem_gb']:.1f} GB (booked {booked[0]:.1f} GB per GPU), util {w['mean_util_pct']:.0f} %")
+else:
+    print("  no per-process memory while stopped (NVML lists no stopped process, or another pid namespace)")
+print(json.dumps({"suspend_check": out}, indent=1))
 EOF

@@ -425,3 +425,39 @@ def test_a_crash_during_a_preemptions_grace_requeues_the_victim_once(
     assert row_c.state == "running" and row_c.pid is not None and not _states(again, a)
     kinds = [(e["action"], e["job_id"]) for e in events_since(again.store.conn, 0.0) if e["uid"] == -1]
     assert kinds == [("start", a), ("preempt:requeue", a), ("start", c)], "A preempted once, C started once"
+
+
+def test_the_daemon_takes_its_quantum_from_the_config(tmp_path: Path) -> None:
+    """`gpuplan agent start --policy las --quantum-gpu-s 1`: a real daemon suspends a job that attained
+    more than one GPU-second for a newcomer, which runs beside it (its declared memory fits)."""
+    one = tmp_path / "one.toml"
+    one.write_text(
+        '[[nodes]]\nname = "n"\ngpus = 1\ngpu_model = "A100-80GB"\ngpu_mem_gb = 80\n', encoding="utf-8"
+    )
+    d = Daemon(tmp_path / "home", gpus=f"fake:{one}", policy="las", quantum_gpu_s=1.0)
+    try:
+        d.start()
+        a = d.submit("sleep 60", gpus=1, mem_gb=30.0, preempt="suspend")
+        started = d.wait_state(a, "running")
+        wait_until(lambda: d.job(a)["attained_gpu_s"] > 1.0, "A to attain its first quantum")
+        c = d.submit("sleep 60", gpus=1, mem_gb=40.0, preempt="suspend")
+        assert d.wait_state(a, "suspended")["preemptions"] == 1
+        assert d.wait_state(c, "running")["gpu_ids"] == started["gpu_ids"] == [0]
+    finally:
+        d.stop()
+    # the same daemon without the option keeps las's own quantum (an hour): nobody is preempted
+    assert AgentConfig(home=tmp_path).quantum_gpu_s is None
+
+
+def test_the_quantum_needs_a_preemptive_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from gpuplan.cli import app
+
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
+    for args, needle in (
+        (["--policy", "sjf", "--quantum-gpu-s", "60"], "policy 'sjf' does not preempt"),
+        (["--policy", "las", "--quantum-gpu-s", "0"], "must be > 0 GPU-seconds"),
+    ):
+        r = CliRunner().invoke(app, ["agent", "start", "--gpus", "fake:1xH200-141GB", *args])
+        assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -117,3 +117,26 @@ def test_slurm_article_bench_reports_every_seed_and_their_mean() -> None:
     means = _means([fig, {**fig, "gain": {"real": 0.3, "simulated": None}}])
     assert means["gain_real"] == 0.4 and means["gain_simulated"] is None  # a seed without a forecast
     assert means["slurm_order_real_s"] == 9.0
+
+
+def test_gpu_check_script_runs_dry() -> None:
+    """bench/gpu_check.sh waits for a GPU machine; its dry run (fake device set, sleep jobs) keeps it
+    from rotting: both parts run, the suspend check sees a suspension, the newcomer running meanwhile,
+    and the stopped job's memory as booked (the fake GPU reports its declared memory)."""
+    import os
+    import shutil
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="gc", dir="/tmp")  # the agent's socket path must stay short
+    env = {**os.environ, "GPU_CHECK_DRY": "1", "PYTHON": sys.executable, "TMPDIR": short}
+    try:
+        proc = subprocess.run(["bash", str(BENCH / "gpu_check.sh")], capture_output=True, text=True, env=env,
+                              timeout=240, check=False)  # fmt: skip
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "makespan:" in proc.stdout and "suspend check: job suspended and resumed" in proc.stdout
+    check = json.loads(proc.stdout[proc.stdout.rindex('{\n "suspend_check"') :])["suspend_check"]
+    assert check["newcomer_started_while_suspended"] is True and check["preemptions"] == 1
+    assert check["while_suspended"]["max_mem_gb"] == check["booked_gb"]
+    assert check["while_suspended"]["mean_util_pct"] == 0.0 and check["final_state"] == "done"

@@ -58,11 +58,21 @@ class AgentConfig:
     oom_retries: int = 1
     oom_factor: float = 1.25
     predict: list[str] = field(default_factory=list)
+    quantum_gpu_s: float | None = None  # preemptive policies: first level boundary (None: the policy's own)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__slots__}
         out["home"] = str(self.home)
         return out
+
+
+def _policy(config: AgentConfig) -> Policy | str:
+    """The configured policy: by name, or a preemptive one with its own first level boundary."""
+    if config.quantum_gpu_s is None:
+        return config.policy
+    from gpuplan.core.preemptive import preemptive_policy
+
+    return preemptive_policy(config.policy, config.quantum_gpu_s)
 
 
 @dataclass(slots=True)
@@ -120,7 +130,7 @@ class Agent:
         self._rank: dict[int, int] = {}
         self.engine = Engine(
             spec,
-            AgentPolicy(policy or config.policy, self._priority, self._rank),
+            AgentPolicy(policy or _policy(config), self._priority, self._rank),
             config.backfill,
             config.placer,
         )

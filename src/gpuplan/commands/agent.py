@@ -132,6 +132,7 @@ def start_cmd(
     oom_retries: Annotated[int, typer.Option("--oom-retries", min=0, help="Requeues after a CUDA out-of-memory exit.")] = 1,
     oom_factor: Annotated[float, typer.Option("--oom-factor", min=1.0, help="Memory of a requeued OOM job: observed peak x this.")] = 1.25,
     predict: Annotated[list[Path] | None, typer.Option("--predict", help="A duration model from `gpuplan predict fit` (repeatable); default: the node's own history.")] = None,
+    quantum_gpu_s: Annotated[float | None, typer.Option("--quantum-gpu-s", help="Preemptive policies: first level boundary in GPU-seconds (las quantum, tiresias threshold, gittins first grid point); default: their own (las 3600).")] = None,
     foreground: Annotated[bool, typer.Option("--foreground", help="Run in this process (logs on stderr) instead of in the background.")] = False,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -145,6 +146,10 @@ def start_cmd(
         from gpuplan.core.policies import get_policy
 
         get_policy(policy), get_backfill(backfill), get_placer(placer)  # unknown names: one line, now
+        if quantum_gpu_s is not None:
+            from gpuplan.core.preemptive import preemptive_policy
+
+            preemptive_policy(policy, quantum_gpu_s)  # a policy that does not preempt, a quantum <= 0
         if get_policy(policy).preemptive and sharing:
             from gpuplan.errors import GpuplanError
 
@@ -158,7 +163,7 @@ def start_cmd(
             home=paths.home, gpus=gpus, policy=policy, backfill=backfill, placer=placer, sharing=sharing,
             max_jobs_per_gpu=max_jobs_per_gpu, sample_interval_s=sample_interval, retention_s=retention * 86400,
             grace_s=grace, oom_retries=oom_retries, oom_factor=oom_factor,
-            predict=[str(p.resolve()) for p in predict or []],
+            predict=[str(p.resolve()) for p in predict or []], quantum_gpu_s=quantum_gpu_s,
         )  # fmt: skip
         if foreground:
             import logging

@@ -30,6 +30,7 @@ __all__ = [
     "Tiresias",
     "gittins_table",
     "gpu_bucket",
+    "preemptive_policy",
 ]
 
 _INF = math.inf
@@ -242,3 +243,29 @@ class Gittins(PreemptivePolicy):
     @property
     def fallback_jobs(self) -> int:
         return len(self._fallback)
+
+
+def preemptive_policy(name: str, quantum_gpu_s: float | None = None) -> Policy:
+    """The preemptive policy `name`, with its first level boundary at `quantum_gpu_s` GPU-seconds when
+    given (las: the quantum; tiresias: the queue threshold; gittins: the first grid point).
+
+    Raises:
+        GpuplanError: `name` is not preemptive; UnknownNameError: unknown.
+    """
+    from gpuplan.core.policies import get_policy
+    from gpuplan.errors import GpuplanError
+
+    pol = get_policy(name)
+    if not pol.preemptive:
+        raise GpuplanError(f"policy {name!r} does not preempt; preemptive ones: las, tiresias, gittins")
+    if quantum_gpu_s is None:
+        return pol
+    if quantum_gpu_s <= 0:
+        raise GpuplanError(f"--quantum-gpu-s {quantum_gpu_s:g}: must be > 0 GPU-seconds")
+    if isinstance(pol, Las):
+        return Las(quantum_gpu_s=quantum_gpu_s)
+    if isinstance(pol, Tiresias):
+        return Tiresias(thresholds_gpu_s=(quantum_gpu_s,))
+    if isinstance(pol, Gittins):
+        return Gittins(first_gpu_s=quantum_gpu_s)
+    return pol  # pragma: no cover - a preemptive policy registered elsewhere keeps its own parameters

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions
+from gpuplan.core.preemptive import preemptive_policy  # re-exported: slurm/apply and the CLI use it here
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
@@ -95,31 +96,6 @@ class PreemptPlan:
             "protected": self.protected, "unmanaged": self.unmanaged, "attained_gpu_s": self.attained_gpu_s,
             "levels": self.levels, "warnings": self.warnings, "note": LOST_WORK_NOTE,
         }  # fmt: skip
-
-
-def preemptive_policy(name: str, quantum_gpu_s: float | None = None) -> Policy:
-    """The preemptive policy `name`, with its first level boundary at `quantum_gpu_s` GPU-seconds when
-    given (las: the quantum; tiresias: the queue threshold; gittins: the first grid point).
-
-    Raises:
-        GpuplanError: `name` is not preemptive; UnknownNameError: unknown.
-    """
-    from gpuplan.core.preemptive import Gittins, Las, Tiresias
-
-    pol = get_policy(name)
-    if not pol.preemptive:
-        raise GpuplanError(f"policy {name!r} does not preempt; preemptive ones: las, tiresias, gittins")
-    if quantum_gpu_s is None:
-        return pol
-    if quantum_gpu_s <= 0:
-        raise GpuplanError(f"--quantum-gpu-s {quantum_gpu_s:g}: must be > 0 GPU-seconds")
-    if isinstance(pol, Las):
-        return Las(quantum_gpu_s=quantum_gpu_s)
-    if isinstance(pol, Tiresias):
-        return Tiresias(thresholds_gpu_s=(quantum_gpu_s,))
-    if isinstance(pol, Gittins):
-        return Gittins(first_gpu_s=quantum_gpu_s)
-    return pol  # pragma: no cover - a preemptive policy registered elsewhere keeps its own parameters
 
 
 def _protected_reason(q: QueueJob, state: LiveState) -> str | None:
