@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import pwd
 import signal
 import statistics
 import time
@@ -25,14 +24,12 @@ from gpuplan.agent import launcher
 from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
 from gpuplan.agent.gpus import GpuBackend, Snapshot, open_backend
 from gpuplan.agent.paths import AgentPaths
-from gpuplan.agent.protocol import AgentError
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_profile
 from gpuplan.core.policies import Policy
-from gpuplan.errors import GpuplanError
-from gpuplan.model import PREEMPT_MODES, ClusterSpec, Job
+from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces._fields import job_record
 
-__all__ = ["LIVENESS_S", "MUTATING_OPS", "Agent", "AgentConfig"]
+__all__ = ["LIVENESS_S", "Agent", "AgentConfig"]
 
 log = logging.getLogger("gpuplan.agent")
 
@@ -126,11 +123,11 @@ class Agent:
         self.backend = backend or open_backend(config.gpus, set_id=str(self.paths.home))
         self.devices = self.backend.devices()
         spec = node_spec(self.devices, config.sharing, config.max_jobs_per_gpu)
-        self._priority: dict[int, int] = {}
-        self._rank: dict[int, int] = {}
+        self.priority: dict[int, int] = {}
+        self.rank: dict[int, int] = {}
         self.engine = Engine(
             spec,
-            AgentPolicy(policy or _policy(config), self._priority, self._rank),
+            AgentPolicy(policy or _policy(config), self.priority, self.rank),
             config.backfill,
             config.placer,
         )
@@ -143,7 +140,7 @@ class Agent:
         self._next_prune_s = 0.0
         self._next_live_s = 0.0
         self._foreign_peak: dict[int, float] = {}
-        self._predictors = list(config.predict)
+        self.predictors = list(config.predict)
         self.recover()
 
     def _write_node_toml(self, spec: ClusterSpec) -> None:
@@ -183,22 +180,22 @@ class Agent:
                 run.exit_code = code
                 run.seg_start_s, run.run_before_s = row.seg_start_s or run.start_s, row.run_s
                 self.runs[row.id] = run
-                self.engine.seed_running(row.id, self._core_job(row), row.gpu_list, run.start_s)
+                self.engine.seed_running(row.id, self.core_job(row), row.gpu_list, run.start_s)
                 self._finalize(run, now, vanished=True)
         for row in self.store.jobs(["preempted"]):  # the agent died between an attempt's end and its requeue
             self._append_history(row.id)
-            self._requeue(row, row.mem_gb, "preempted; requeued", now)
+            self.requeue_job(row, row.mem_gb, "preempted; requeued", now)
         for row in self.store.jobs(["queued", "held"]):
-            self._priority[row.id] = row.priority
+            self.priority[row.id] = row.priority
             if row.plan_rank is not None:
-                self._rank[row.id] = row.plan_rank
-            if row.state == "queued" and self._deps_ok(row) is True:
+                self.rank[row.id] = row.plan_rank
+            if row.state == "queued" and self.deps_ok(row) is True:
                 self._queue_in_engine(row, now)
         self._write_pending_history()
 
     def _queue_in_engine(self, row: JobRow, now: float) -> None:
         """Queue a waiting job in the Scheduler with the GPU-service it attained before."""
-        self.engine.submit(row.id, self._core_job(row), now=row.stopped_at_s or row.submit_s)
+        self.engine.submit(row.id, self.core_job(row), now=row.stopped_at_s or row.submit_s)
         self.engine.restore_progress(
             row.id, row.service_gpu_s, row.run_since_promotion_s, row.preemptions, now
         )
@@ -225,7 +222,7 @@ class Agent:
             run.kill_at_s = now
         self.runs[row.id] = run
         self.store.update_job(row.id, pid=run.pid, pgid=pgid)
-        job = self._core_job(row)
+        job = self.core_job(row)
         log.info("re-adopted %s job %d (pgid %s) on GPUs %s", row.state, row.id, pgid, row.gpu_ids)
         run.suspended = row.state == "suspended"
         if run.stop_state and (run.suspended or run.stop_state == "preempt"):
@@ -247,7 +244,7 @@ class Agent:
         )
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _core_job(self, row: JobRow) -> Job:
+    def core_job(self, row: JobRow) -> Job:
         """The store row as the Scheduler's Job (its id is the store id)."""
         return Job(
             id=str(row.id),
@@ -262,7 +259,7 @@ class Agent:
             meta={"preempt": row.preempt},
         )
 
-    def _deps_ok(self, row: JobRow) -> bool | str:
+    def deps_ok(self, row: JobRow) -> bool | str:
         """True when the job may queue, False while its dependency runs, a reason when it never will."""
         if row.after_id is None:
             return True
@@ -275,7 +272,7 @@ class Agent:
             return f"dependency {row.after_id} ended {dep.state}"
         return False
 
-    def _estimate_s(self, name: str, command: str) -> float | None:
+    def estimate_s(self, name: str, command: str) -> float | None:
         """Median wall time of the last 20 completed runs with this name (else this command)."""
         for column, value in (("name", name), ("command", command)):
             if not value:
@@ -289,12 +286,12 @@ class Agent:
                 return float(statistics.median(r[0] for r in rows))
         return None
 
-    def _predict_s(self, job: Job) -> Job:
-        if not self._predictors:
+    def predict_s(self, job: Job) -> Job:
+        if not self.predictors:
             return job
         from gpuplan.predict import apply_model
 
-        for model in self._predictors:
+        for model in self.predictors:
             (job,) = apply_model([job], model)
         return job
 
@@ -373,9 +370,9 @@ class Agent:
                 run.time_limit_s is not None and not run.stop_state and run.pid is not None
                 and run.run_time_s(now) >= run.time_limit_s
             ):  # fmt: skip
-                self._stop(run, "timeout", now)
+                self.stop_run(run, "timeout", now)
 
-    def _stop(self, run: _Run, why: str, now: float) -> None:
+    def stop_run(self, run: _Run, why: str, now: float) -> None:
         """SIGTERM to the whole group now (then SIGCONT: a suspended group gets it too), SIGKILL after
         the grace period. A suspended job leaves the Scheduler at once; a job whose launch waits
         ends at once."""
@@ -438,7 +435,7 @@ class Agent:
         self.engine.withdraw(jid)  # back in the queue once its processes are gone (_finalize)
         self.store.update_job(jid, **progress)
         run.run_before_s = progress["run_s"]
-        self._stop(run, "preempt", now)
+        self.stop_run(run, "preempt", now)
         log.info("job %d preempted (%s): stopping it", jid, action)
 
     def _blocked(self, jid: int, gpus: tuple[int, ...]) -> bool:
@@ -543,9 +540,9 @@ class Agent:
         if state == "failed" and oom:
             self._maybe_requeue_oom(row, run)
         elif run.stop_state == "requeue":
-            self._requeue(row, row.mem_gb, "requeued by request", now)
+            self.requeue_job(row, row.mem_gb, "requeued by request", now)
         elif run.stop_state == "preempt":
-            self._requeue(row, row.mem_gb, f"preempted ({row.preempt}); requeued", now)
+            self.requeue_job(row, row.mem_gb, f"preempted ({row.preempt}); requeued", now)
 
     def _final_state(self, run: _Run, oom: bool) -> str:
         if run.stop_state in ("cancelled", "timeout"):
@@ -585,11 +582,11 @@ class Agent:
         if why is not None:
             self.store.update_job(row.id, reason=f"CUDA out of memory; raised memory {why}: not retried")
             return
-        self._requeue(
+        self.requeue_job(
             row, new_mem, f"CUDA out of memory at {seen:g} GB; requeued with {new_mem} GB", self.clock()
         )
 
-    def _requeue(self, row: JobRow, mem_gb: float | None, reason: str, now: float) -> None:
+    def requeue_job(self, row: JobRow, mem_gb: float | None, reason: str, now: float) -> None:
         """The job waits again as attempt + 1, with the GPU-service it attained (preemptive policies)."""
         self.store.update_job(
             row.id, state="queued", attempt=row.attempt + 1, mem_gb=mem_gb, start_s=None, end_s=None,
@@ -598,7 +595,7 @@ class Agent:
         )  # fmt: skip
         new = self.store.job(row.id)
         assert new is not None
-        if self._deps_ok(new) is True:
+        if self.deps_ok(new) is True:
             self._queue_in_engine(new, now)
 
     def _release_dependents(self, now: float) -> None:
@@ -610,9 +607,9 @@ class Agent:
                 continue
             job = self.store.job(jid)
             assert job is not None
-            ok = self._deps_ok(job)
+            ok = self.deps_ok(job)
             if ok is True:
-                self.engine.submit(jid, self._core_job(job))
+                self.engine.submit(jid, self.core_job(job))
             elif isinstance(ok, str):
                 self.store.update_job(jid, state="failed", end_s=now, reason=ok)
 
@@ -709,203 +706,12 @@ class Agent:
             self.engine.set_offline(g.index, g.lost)
             self.engine.set_foreign(g.index, foreign.get(g.index, 0.0))
 
-    # -- requests ----------------------------------------------------------------------------------
+    # -- requests (agent/requests.py answers them) -------------------------------------------------
     def handle(self, request: dict[str, Any], uid: int) -> dict[str, Any]:
-        """Answer one request; mutating ones are logged with the caller's uid. Never raises."""
-        op = request.get("op", "")
-        handler = _HANDLERS.get(op)
-        if handler is None:
-            return {"ok": False, "error": f"unknown op {op!r}; valid: {', '.join(sorted(_HANDLERS))}"}
-        try:
-            reply = handler(self, request, uid)
-        except (AgentError, GpuplanError, ValueError, KeyError, TypeError) as e:
-            return {"ok": False, "error": str(e)}
-        if op in MUTATING_OPS:
-            self.store.log_event(self.clock(), uid, op, reply.get("id"), json.dumps(_brief(request)))
-            log.info("uid %d: %s %s", uid, op, _brief(request))
-        return {"ok": True, **reply}
+        """Answer one client request (agent/requests.py); never raises."""
+        from gpuplan.agent.requests import handle
 
-    def op_submit(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        command = str(req["command"])
-        gpus = int(req.get("gpus", 1))
-        mem = req.get("mem_gb")
-        mem = None if mem is None else float(mem)
-        if not command.strip():
-            raise AgentError(
-                "submit: empty command; give it after --, e.g. gpuplan submit -- python train.py"
-            )
-        if gpus < 1:
-            raise AgentError(f"submit: --gpus {gpus} must be at least 1")
-        preempt = str(req.get("preempt") or "suspend")
-        if preempt not in PREEMPT_MODES:
-            raise AgentError(f"submit: --preempt {preempt!r}: valid: {', '.join(PREEMPT_MODES)}")
-        why = self.engine.never_fits(gpus, mem)
-        if why is not None:
-            raise AgentError(f"job refused: it can never run on this node: it {why}")
-        after = req.get("after_id")
-        if after is not None and self.store.job(int(after)) is None:
-            raise AgentError(f"submit: --after {after}: no such job")
-        now = self.clock()
-        name = str(req.get("name") or "")
-        limit = req.get("time_limit_s")
-        probe = Job(id="new", submit_s=now, gpus=gpus, mem_gb=mem, requested_s=limit, user=_user(uid),
-                    name=name, command=command)  # fmt: skip
-        est = self._predict_s(probe).est_duration_s if self._predictors else None
-        if est is None:
-            est = self._estimate_s(name, command)
-        jid = self.store.add_job(
-            name=name, user=str(req.get("user") or _user(uid)), uid=uid, command=command,
-            cwd=str(req.get("cwd") or "/"), env_json=json.dumps(req.get("env") or {}), gpus=gpus,
-            mem_gb=mem, declared_mem_gb=mem, time_limit_s=limit, est_duration_s=est,
-            priority=int(req.get("priority", 0)), after_id=after,
-            state="held" if req.get("hold") else "queued", submit_s=now, preempt=preempt,
-        )  # fmt: skip
-        self._priority[jid] = int(req.get("priority", 0))
-        row = self.store.job(jid)
-        assert row is not None
-        if row.state == "queued" and self._deps_ok(row) is True:
-            self.engine.submit(jid, self._core_job(row), now=now)
-        return {"id": jid}
-
-    def _jobs_arg(self, req: dict[str, Any]) -> list[JobRow]:
-        ids = req.get("ids") or ([req["id"]] if "id" in req else [])
-        if not ids:
-            raise AgentError("give at least one job id")
-        rows = []
-        for i in ids:
-            row = self.store.job(int(i))
-            if row is None:
-                raise AgentError(f"no job {i} (see `gpuplan queue`)")
-            rows.append(row)
-        return rows
-
-    def op_cancel(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        now = self.clock()
-        done = []
-        for row in self._jobs_arg(req):
-            if row.state in FINAL_STATES:
-                raise AgentError(f"job {row.id} already ended ({row.state})")
-            if row.state in ("running", "suspended"):
-                run = self.runs.get(row.id)
-                if run is not None:
-                    self._stop(run, "cancelled", now)
-            else:
-                if self.engine.is_waiting(row.id):
-                    self.engine.withdraw(row.id)
-                self.store.update_job(row.id, state="cancelled", end_s=now, reason="cancelled while waiting")
-            done.append(row.id)
-        return {"ids": done}
-
-    def op_hold(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        rows = self._jobs_arg(req)
-        for row in rows:
-            if row.state not in ("queued", "held"):
-                raise AgentError(f"job {row.id} is {row.state}: only waiting jobs can be held")
-        for row in rows:
-            if self.engine.is_waiting(row.id):
-                self.engine.withdraw(row.id)
-            self.store.update_job(row.id, state="held")
-        return {"ids": [r.id for r in rows]}
-
-    def op_release(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        rows = self._jobs_arg(req)
-        for row in rows:
-            if row.state != "held":
-                raise AgentError(f"job {row.id} is {row.state}, not held")
-        for row in rows:
-            self.store.update_job(row.id, state="queued")
-            if self._deps_ok(row) is True:
-                self.engine.submit(row.id, self._core_job(row))
-        return {"ids": [r.id for r in rows]}
-
-    def op_requeue(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        now = self.clock()
-        rows = self._jobs_arg(req)
-        for row in rows:
-            if row.state in ("queued", "held"):
-                raise AgentError(f"job {row.id} is already waiting ({row.state})")
-        for row in rows:
-            run = self.runs.get(row.id)
-            if row.state in ("running", "suspended") and run is not None:
-                self._stop(run, "requeue", now)
-            elif row.state in FINAL_STATES:
-                self._requeue(row, row.mem_gb, "requeued by request", now)
-        return {"ids": [r.id for r in rows]}
-
-    def op_apply(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        """Waiting jobs take the plan's order (plan ids match job ids, else job names)."""
-        order = [str(x) for x in req.get("order", [])]
-        waiting = self.store.jobs(["queued", "held"])
-        by_id = {str(r.id): r for r in waiting}
-        by_name: dict[str, list[JobRow]] = {}
-        for r in waiting:
-            by_name.setdefault(r.name, []).append(r)
-        matched, unmatched = [], []
-        for rank, pid in enumerate(order):
-            row = by_id.get(pid) or (by_name[pid][0] if len(by_name.get(pid, [])) == 1 else None)
-            if row is None or row.id in matched:
-                unmatched.append(pid)
-                continue
-            matched.append(row.id)
-            self._rank[row.id] = rank
-            self.store.update_job(row.id, plan_rank=rank)
-            if self.engine.is_waiting(row.id):
-                self.engine.withdraw(row.id)
-                self.engine.submit(row.id, self._core_job(row))
-        return {"matched": matched, "unmatched": unmatched}
-
-    def op_queue(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        now = self.clock()
-        expected = {p.jid: p.start_s for p in self.engine.projection(now)}
-        rows = self.store.jobs(["running", "suspended", "queued", "held"])
-        jobs = []
-        for r in rows:
-            out = _job_json(r, now)
-            out["expected_start_s"] = expected.get(r.id) if r.state in ("queued", "suspended") else None
-            jobs.append(out)
-        order = {jid: i for i, jid in enumerate(self.engine.waiting_jids())}
-        jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))
-        return {"now_s": now, "jobs": jobs}
-
-    def op_show(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        (row,) = self._jobs_arg(req)
-        prof = job_profile(self.store.conn, row.id)
-        d = self.paths.job_dir(row.id)
-        return {
-            "job": _job_json(row, self.clock()),
-            "profile": {
-                "attempt": prof.attempt, "samples": prof.samples, "mean_util_pct": prof.mean_util_pct,
-                "peak_mem_gb_per_gpu": {str(k): v for k, v in prof.peak_mem_gb.items()},
-            },
-            "stdout": str(d / "stdout"), "stderr": str(d / "stderr"),
-        }  # fmt: skip
-
-    def op_status(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        c = self.config
-        return {
-            "pid": os.getpid(), "home": str(self.paths.home), "backend": c.gpus,
-            "gpus": [{"index": d.index, "name": d.name, "mem_total_gb": d.mem_total_gb} for d in self.devices],
-            "offline_gpus": sorted(self.engine.offline), "policy": c.policy, "backfill": c.backfill,
-            "placer": c.placer, "sharing": c.sharing, "waiting": self.engine.waiting,
-            "held": len(self.store.jobs(["held"])),
-            "running": sum(1 for r in self.runs.values() if not r.suspended),
-            "suspended": sum(1 for r in self.runs.values() if r.suspended),
-            "preemptive": self.engine.preemptive, "preemptions": self._preemptions_total(),
-        }  # fmt: skip
-
-    def _preemptions_total(self) -> int:
-        row = self.store.conn.execute("SELECT COALESCE(SUM(preemptions), 0) FROM jobs").fetchone()
-        return int(row[0])
-
-    def op_stop(self, req: dict[str, Any], uid: int) -> dict[str, Any]:
-        self.stopping = True
-        if req.get("kill_jobs"):
-            self.kill_jobs_on_stop = True
-            now = self.clock()
-            for run in list(self.runs.values()):
-                if not run.stop_state:
-                    self._stop(run, "cancelled", now)
-        return {"pid": os.getpid(), "running": len(self.runs)}
+        return handle(self, request, uid)
 
     @property
     def next_sample_s(self) -> float:
@@ -922,37 +728,3 @@ class Agent:
     def close(self) -> None:
         self.store.close()
         self.backend.close()
-
-
-_HANDLERS: dict[str, Callable[[Agent, dict[str, Any], int], dict[str, Any]]] = {
-    "submit": Agent.op_submit,
-    "cancel": Agent.op_cancel,
-    "hold": Agent.op_hold,
-    "release": Agent.op_release,
-    "requeue": Agent.op_requeue,
-    "apply": Agent.op_apply,
-    "queue": Agent.op_queue,
-    "show": Agent.op_show,
-    "status": Agent.op_status,
-    "stop": Agent.op_stop,
-}
-MUTATING_OPS = {"submit", "cancel", "hold", "release", "requeue", "apply", "stop"}
-
-
-def _job_json(row: JobRow, now: float) -> dict[str, Any]:
-    """A job row for clients, with its attained GPU-service and run time up to `now`."""
-    out = row.to_json()
-    out["attained_gpu_s"] = row.attained_gpu_s(now)
-    out["run_time_s"] = row.run_time_s(now)
-    return out
-
-
-def _brief(request: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in request.items() if k not in ("env", "op")}
-
-
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)

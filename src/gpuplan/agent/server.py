@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from gpuplan.agent.daemon import LIVENESS_S, MUTATING_OPS, Agent, AgentConfig
+from gpuplan.agent.daemon import LIVENESS_S, Agent, AgentConfig
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.protocol import AgentError, bind_socket, peer_uid, read_request, send_reply
+from gpuplan.agent.requests import MUTATING_OPS
 from gpuplan.errors import GpuplanError
 
 __all__ = ["main", "run_agent", "serve"]
