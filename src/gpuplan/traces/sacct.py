@@ -16,6 +16,9 @@ parses each distinct cell text once (TRES strings, limits and states repeat); a 
 read again row by row, so every error names its line. Large plain files first go through pyarrow, which
 splits the rows and folds the steps, and which hands the file to the exact reader at the first thing it
 cannot vouch for. See docs/formats.md, "Speed", for both and for measured times.
+
+The cell parsers are in traces/sacct_values.py, the job set every sacct reader fills in
+traces/sacct_jobs.py, the Arrow path in traces/sacct_arrow.py, the `--json` reader in traces/sacct_json.py.
 """
 
 from __future__ import annotations
@@ -25,19 +28,15 @@ import gzip
 import re
 import sys
 import zlib
-from array import array
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from itertools import repeat
 from pathlib import Path
 from typing import IO, Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import JOB_FIELDS, MAX_GPUS, MAX_MEM_GB, MAX_TIME_S, REPORTED_FIELDS
 from gpuplan.traces._rows import HEAD_BYTES, clip, ignored_option_warnings
 from gpuplan.traces.base import (
     ReadOptions,
@@ -46,6 +45,28 @@ from gpuplan.traces.base import (
     TraceResult,
     TruncatedTraceError,
     register_reader,
+)
+from gpuplan.traces.sacct_jobs import _Collector
+from gpuplan.traces.sacct_values import (
+    _EXPECT_TIME,
+    _EXPECT_TRES,
+    _JOBID_RE,
+    _NO_LIMIT,
+    _TRES_RE,
+    _Alloc,
+    _alloc,
+    _Bad,
+    _duration,
+    _exit_code,
+    _limit,
+    _optional_count,
+    _optional_size,
+    _state,
+    _time,
+    _usage,
+    parse_duration,
+    parse_size,
+    parse_tres,
 )
 
 __all__ = [
@@ -103,240 +124,8 @@ STATE_MEANINGS: dict[str, str] = {
 _CPU_ONLY = "no GPUs (CPU-only job)"
 _SHARES_ONLY = "GPU shares only (gres/shard or gres/mps, no whole GPU)"
 _ACTIVE_STATES = frozenset({"RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "COMPLETING", "CONFIGURING"})
-_NO_TIME = frozenset({"", "None", "Unknown", "N/A", "NONE", "UNKNOWN"})
-_NO_LIMIT = {"UNLIMITED": "UNLIMITED", "INFINITE": "UNLIMITED", "Partition_Limit": "Partition_Limit"}
 _NO_NODES = frozenset({"", "None assigned", "(null)"})
-_EPOCH = datetime(1970, 1, 1)
-_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
-_GIB = float(1 << 30)
-_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 _MEMO_LIMIT = 1 << 16
-_MAX_IDS_SHOWN = 5
-_MAX_SAMPLES = 5
-
-# Numbers have at most 15 digits: int() refuses 4300 digits and float() overflows long before.
-_DURATION_RE = re.compile(r"(?:(?:(\d{1,9})-)?(\d{1,12}):)?(\d{1,12}):(\d{1,12})(?:\.(\d{1,6}))?", re.ASCII)
-_JOBID_RE = re.compile(
-    r"(\d{1,15})(?:_(\d{1,15}|\[[0-9,%:\-]+\]))?(?:\+(\d{1,15}))?(?:\.([A-Za-z0-9_]+(?:\+\d+)?))?", re.ASCII
-)
-_TRES_RE = re.compile(r"[^=,\s]+=[^=,\s]+(?:,[^=,\s]+=[^=,\s]+)*", re.ASCII)
-_SIZE_RE = re.compile(r"(\d{1,15}(?:\.\d{1,9})?)([KMGTP]?)", re.ASCII)
-_COUNT_RE = re.compile(r"\d{1,15}", re.ASCII)
-_STATE_RE = re.compile(r"([A-Z][A-Z_]*)(?: by (\d+))?", re.ASCII)
-_EXIT_RE = re.compile(r"\d+:\d+", re.ASCII)
-
-_EXPECT_DURATION = "a duration [D-]HH:MM:SS, MM:SS or MM:SS.mmm (minutes and seconds below 60)"
-_EXPECT_LIMIT = f"{_EXPECT_DURATION}, UNLIMITED or Partition_Limit"
-_EXPECT_TIME = "a time such as 2026-11-30T00:38:02 (read as UTC), None or Unknown"
-_EXPECT_TRES = "TRES items NAME=VALUE separated by commas, e.g. billing=1,cpu=1,gres/gpu=2,node=1"
-_EXPECT_COUNT = "a whole number >= 0"
-_EXPECT_SIZE = "a size such as 218280K, 1.50G or 0 (units K, M, G, T, P; none means bytes)"
-# Beyond these a value is a typing or unit mistake, not a job (the same bounds as every other reader).
-_MAX_EPOCH_S = 4_102_444_800.0  # 2100-01-01T00:00:00 UTC
-_EXPECT_AT_MOST_DURATION = "a duration of at most 100 years (36524 days)"
-_EXPECT_AT_MOST_TIME = "a time before the year 2100"
-_EXPECT_AT_MOST_GPUS = f"at most {MAX_GPUS:,} GPUs per job"
-_EXPECT_AT_MOST_MEM = (
-    f"at most 10 TB ({MAX_MEM_GB:.0f} GB) of GPU memory per GPU (gres/gpumem is the job's total)"
-)
-
-
-class _Bad(Exception):
-    """A bad cell: its value, what was expected and a short reason; the caller adds file, line, column."""
-
-    def __init__(self, value: object, expected: str, what: str) -> None:
-        super().__init__(what)
-        self.value = value
-        self.expected = expected
-        self.what = what
-
-
-# ---- value parsers (pure; each raises _Bad) -------------------------------------------------------
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Slurm duration: `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`, each with an optional `.mmm`.
-
-    Raises:
-        ValueError: any other text, a negative duration, or minutes/seconds of 60 or more.
-    """
-    try:
-        return _duration(text)
-    except _Bad as e:
-        raise ValueError(f"{text!r}: {e.what} (expected {e.expected})") from None
-
-
-def _duration(text: str) -> float:
-    if len(text) == 8 and text[2] == ":" == text[5]:  # HH:MM:SS, as sacct prints Elapsed
-        digits = text[:2] + text[3:5] + text[6:]
-        if digits.isascii() and digits.isdigit() and text[3:5] < "60" and text[6:] < "60":
-            return float(int(text[:2]) * 3600 + int(text[3:5]) * 60 + int(text[6:]))
-    s = text.strip()
-    m = _DURATION_RE.fullmatch(s)
-    if m is None:
-        raise _Bad(text, _EXPECT_DURATION, "negative" if s.startswith("-") else "not a duration")
-    days, hours, minutes, seconds, frac = m.groups()
-    if int(minutes) >= 60 or int(seconds) >= 60 or (days is not None and int(hours) >= 24):
-        raise _Bad(text, _EXPECT_DURATION, "out of range")
-    total = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
-    if total > MAX_TIME_S:
-        raise _Bad(text, _EXPECT_AT_MOST_DURATION, "absurd duration")
-    return total + float(f"0.{frac}") if frac else float(total)
-
-
-def _limit(text: str) -> float | None:
-    s = text.strip()
-    if not s or s in _NO_LIMIT:
-        return None
-    try:
-        return _duration(s)
-    except _Bad as e:
-        raise _Bad(text, _EXPECT_LIMIT, e.what) from None
-
-
-def _time(text: str) -> float | None:
-    if len(text) == 19 and text[10] == "T" and "1970" <= text[:4] < "2100":  # as sacct prints, no zone
-        try:
-            return (datetime.fromisoformat(text) - _EPOCH).total_seconds()
-        except (ValueError, TypeError):
-            pass  # the general path says what is wrong
-    s = text.strip()
-    if s in _NO_TIME:
-        return None
-    if s.isascii() and s.isdigit() and len(s) <= 15:  # SLURM_TIME_FORMAT=%s
-        value = float(int(s))
-    else:
-        try:
-            dt = datetime.fromisoformat(s)
-            value = (dt - (_EPOCH if dt.tzinfo is None else _EPOCH_UTC)).total_seconds()
-        except (ValueError, OverflowError):
-            raise _Bad(text, _EXPECT_TIME, "not a time") from None
-    if value < 0:
-        raise _Bad(text, _EXPECT_TIME + ", not before 1970", "before 1970")
-    if value >= _MAX_EPOCH_S:
-        raise _Bad(text, _EXPECT_AT_MOST_TIME, "absurd time")
-    return value
-
-
-def _count(text: str, expected: str = _EXPECT_COUNT) -> int:
-    s = text.strip()
-    if _COUNT_RE.fullmatch(s):
-        return int(s)
-    raise _Bad(text, expected, "negative" if s.startswith("-") and s[1:].isdigit() else "not a whole number")
-
-
-def _optional_count(text: str) -> int | None:
-    return _count(text) if text.strip() else None
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a Slurm size such as `218280K`, `62.50G` or `0` (no unit means bytes).
-
-    Raises:
-        ValueError: any other text.
-    """
-    try:
-        return _size(text)
-    except _Bad as e:
-        raise ValueError(f"{text!r}: {e.what} (expected {e.expected})") from None
-
-
-def _size(text: str) -> int:
-    s = text.strip()
-    m = _SIZE_RE.fullmatch(s)
-    if m is None:
-        raise _Bad(text, _EXPECT_SIZE, "negative" if s.startswith("-") else "not a size")
-    return round(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
-
-
-def _optional_size(text: str) -> int | None:
-    return _size(text) if text.strip() else None
-
-
-def parse_tres(text: str) -> dict[str, str]:
-    """The items of a TRES string such as `billing=1,cpu=1,gres/gpu=2,node=1`, in order.
-
-    Raises:
-        ValueError: an item without '=' or with an empty name or value.
-    """
-    try:
-        return _tres_items(text)
-    except _Bad as e:
-        raise ValueError(f"{text!r}: {e.what} (expected {e.expected})") from None
-
-
-def _tres_items(text: str) -> dict[str, str]:
-    s = text.strip()
-    if not s:
-        return {}
-    if _TRES_RE.fullmatch(s) is None:
-        raise _Bad(text, _EXPECT_TRES, "bad TRES")
-    return dict(item.split("=", 1) for item in s.split(","))
-
-
-@dataclass(slots=True, frozen=True)
-class _Alloc:
-    """The GPU and node counts of an AllocTRES/ReqTRES string."""
-
-    empty: bool
-    gpus: int
-    nodes: int | None
-    gpu_types: tuple[tuple[str, int], ...]
-    shares: bool  # gres/shard or gres/mps without a whole GPU
-
-
-def _alloc(text: str) -> _Alloc:
-    items = _tres_items(text)
-    untyped: int | None = None
-    typed: list[tuple[str, int]] = []
-    nodes: int | None = None
-    shares = False
-    for name, value in items.items():
-        if name == "gres/gpu":
-            untyped = _count(value, _EXPECT_TRES + " (GPU counts are whole numbers >= 0)")
-        elif name.startswith("gres/gpu:"):
-            typed.append((name[9:], _count(value, _EXPECT_TRES + " (GPU counts are whole numbers >= 0)")))
-        elif name == "node":
-            nodes = _count(value, _EXPECT_TRES + " (node counts are whole numbers >= 0)")
-        elif name.split(":", 1)[0] in ("gres/shard", "gres/mps"):
-            shares = shares or value.strip() not in ("0", "")
-    # Slurm prints the total and each type (gres/gpu=2,gres/gpu:a100=2): the total wins.
-    gpus = untyped if untyped is not None else sum(n for _, n in typed)
-    if gpus > MAX_GPUS:
-        raise _Bad(text, _EXPECT_AT_MOST_GPUS, "absurd GPU count")
-    return _Alloc(not items, gpus, nodes, tuple(typed), shares)
-
-
-def _usage(text: str) -> tuple[int | None, float | None]:
-    """(gres/gpumem in bytes, gres/gpuutil in percent) of a TRESUsageInMax string, None when absent."""
-    items = _tres_items(text)
-    mem = items.get("gres/gpumem")
-    util = items.get("gres/gpuutil")
-    mem_bytes = _size(mem) if mem is not None else None
-    if util is None:
-        return mem_bytes, None
-    try:
-        pct = float(util)
-    except ValueError:
-        pct = -1.0
-    if not 0 <= pct < float("inf"):
-        raise _Bad(text, _EXPECT_TRES + " (gres/gpuutil a percent >= 0)", "bad gres/gpuutil")
-    return mem_bytes, pct
-
-
-def _state(text: str) -> tuple[str, str]:
-    s = text.strip()
-    m = _STATE_RE.fullmatch(s)
-    if m is None:
-        raise _Bad(text, "a Slurm job state such as COMPLETED, FAILED or 'CANCELLED by 0'", "not a state")
-    return m.group(1), s
-
-
-def _exit_code(text: str) -> str:
-    s = text.strip()
-    if s and _EXIT_RE.fullmatch(s) is None:
-        raise _Bad(text, "CODE:SIGNAL, e.g. 0:0, 3:0 or 0:11", "not an exit code")
-    return s
 
 
 @contextmanager
@@ -430,195 +219,6 @@ _MISSING_COLUMN_NOTES = {
     "TRESUsageInMax": "mem_gb and gpu_util_pct unknown",
     "AllocNodes": "node count taken from TRES node=",
 }
-
-
-class _Collector:
-    """The jobs of one file: unique ids, rejected rows counted per reason, jobs left out, usage folding.
-
-    It follows `RowSink` (same skipped counts, samples and missing fields) without its per-field scans
-    of every job, which cost seconds on a million jobs.
-    """
-
-    def __init__(self, path: Path, skip_bad: bool, usage_column: str = "TRESUsageInMax") -> None:
-        self.path = path
-        self.usage_column = usage_column  # where the GPU memory peaks come from, for errors
-        self.skip_bad = skip_bad
-        self.jobs: list[Job] = []
-        self.skipped: Counter[str] = Counter()
-        self.samples: list[str] = []
-        self.seen: set[str] = set()
-        self.places = array("q")  # the line (text) or record index (JSON) of each kept job
-        self.index: dict[str, int] | None = None  # job id -> position in jobs, built at the first duplicate
-        # Peaks over each job's rows, by job id: MaxRSS bytes, gres/gpumem bytes, gres/gpuutil percent.
-        self.rss: dict[str, int] = {}
-        self.gpumem: dict[str, int] = {}
-        self.gpuutil: dict[str, float] = {}
-        self.left_out: dict[str, list[str]] = {}
-        self.dropped: set[str] = set()  # ids of rows skipped or left out, so their steps are not orphans
-        self.never_started = 0
-        self.remainders = 0
-        self.active = 0
-        self.gave_mem = self.gave_util = False
-
-    def keep(self, job: Job, where: int) -> int | None:
-        """Keep the job; when its id was seen before, keep nothing and return where it was first.
-
-        A set and an array of line numbers, rather than a dict of ids to lines: a million jobs, much less
-        memory, and memory is most of the time on a machine where page faults are slow.
-        """
-        if job.id in self.seen:
-            if self.index is None:
-                self.index = {j.id: k for k, j in enumerate(self.jobs)}
-            return self.places[self.index[job.id]]
-        self.seen.add(job.id)
-        if self.index is not None:
-            self.index[job.id] = len(self.jobs)
-        self.jobs.append(job)
-        self.places.append(where)
-        self.count_unfinished(job)
-        return None
-
-    def count_unfinished(self, job: Job) -> None:
-        """Count a kept job that never started or is still running, for the notes."""
-        if "never_started" in job.meta:
-            self.never_started += 1
-            self.remainders += "array_pending_remainder" in job.meta
-        elif "elapsed_s" in job.meta:
-            self.active += 1
-
-    def reject(self, error: InputError) -> None:
-        """Count a bad row under its reason, or raise it when skip_bad is off."""
-        if not self.skip_bad:
-            raise error
-        self.skipped[error.reason] += 1
-        if len(self.samples) < _MAX_SAMPLES:
-            self.samples.append(f"skipped {error}")
-
-    def leave_out(self, reason: str, job_id: str) -> None:
-        """Count a job that is valid but has no place in a GPU trace (not an error, even without skip_bad)."""
-        self.left_out.setdefault(reason, []).append(job_id)
-        self.dropped.add(job_id)
-
-    def add_usage(self, job_id: str, rss: int | None, gpumem: int | None, gpuutil: float | None) -> None:
-        """Fold one row's usage into its job's peaks."""
-        pairs: tuple[tuple[dict[str, Any], float | None], ...] = (
-            (self.rss, rss),
-            (self.gpumem, gpumem),
-            (self.gpuutil, gpuutil),
-        )
-        for peaks, value in pairs:
-            if value is not None and value > peaks.get(job_id, -1):
-                peaks[job_id] = value
-
-    def add_usage_columns(
-        self, keys: list[str], rss: list[int | None] | None, gpu: list[tuple[int | None, float | None]] | None
-    ) -> None:
-        """Fold a chunk's usage: per row its job id, MaxRSS and (gpumem, gpuutil)."""
-        if rss is not None:
-            peaks = self.rss
-            for key, value in zip(keys, rss):
-                if value is not None and value > peaks.get(key, -1):
-                    peaks[key] = value
-        if gpu is not None:
-            for key, (gpumem, gpuutil) in zip(keys, gpu):
-                self.add_usage(key, None, gpumem, gpuutil)
-
-    def result(self, fmt: str, notes: list[str]) -> TraceResult:
-        """The TraceResult; jobs left out are counted in `skipped` under their reason.
-
-        Raises:
-            TraceError: no GPU job at all.
-        """
-        orphans = self._fold_usage()
-        left = {reason: len(ids) for reason, ids in self.left_out.items()}
-        if not self.jobs:
-            self._no_jobs(left)
-        for reason, ids in self.left_out.items():
-            shown = ", ".join(ids[:_MAX_IDS_SHOWN]) + (", ..." if len(ids) > _MAX_IDS_SHOWN else "")
-            notes.append(f"{len(ids)} job(s) left out, {reason}: {shown} (counted in `skipped`)")
-        if orphans:
-            notes.append(f"{orphans} job(s) with step rows but no allocation row: their usage is ignored")
-        if self.never_started:
-            notes.append(
-                f"{self.never_started} job(s) never started (cancelled or pending; {self.remainders} pending "
-                "array remainder(s)): kept with duration_s None and meta never_started, not runnable history"
-            )
-        rejected = sum(self.skipped.values())
-        notes += self.samples
-        if rejected > len(self.samples):
-            notes.append(
-                f"... {rejected - len(self.samples)} more skipped rows; counts per reason in `skipped`"
-            )
-        censored = []
-        if self.active:
-            censored.append(
-                f"{self.active} job(s) still running or suspended: duration_s None, meta elapsed_s is a lower bound"
-            )
-        skipped = dict(self.skipped) | left
-        return TraceResult(self.jobs, skipped, notes, str(self.path), fmt, self._missing(), censored=censored)
-
-    def _no_jobs(self, left: dict[str, int]) -> None:
-        if left:
-            rejected = f", {dict(self.skipped)} rejected" if self.skipped else ""
-            raise TraceError(f"{self.path}: the trace holds no GPU job ({left}{rejected})")
-        total = sum(self.skipped.values())
-        why = f"all {total} rows were skipped: {dict(self.skipped)}" if total else "no job rows"
-        raise TraceError(f"{self.path}: the trace holds no valid job ({why})")
-
-    def _fold_usage(self) -> int:
-        """Apply the usage peaks to the jobs; returns how many jobs had usage rows but no allocation row."""
-        rss, gpumem, gpuutil = self.rss, self.gpumem, self.gpuutil
-        if not (rss or gpumem or gpuutil):
-            return 0
-        absurd: list[int] = []
-        for k, job in enumerate(self.jobs):
-            if rss and job.id in rss:
-                job.meta["max_rss_gb"] = rss.pop(job.id) / _GIB
-            if gpumem and job.id in gpumem:
-                # gres/gpumem is taken as the job's total over its GPUs (docs/formats.md)
-                total_gb = gpumem.pop(job.id) / _GIB
-                if total_gb / max(1, job.gpus) > MAX_MEM_GB:
-                    absurd.append(k)
-                    self._absurd_memory(k, total_gb)
-                    continue
-                job.meta["gpumem_max_gb"] = total_gb
-                job.mem_gb = total_gb / job.gpus
-                self.gave_mem = True
-            if gpuutil and job.id in gpuutil:
-                util = gpuutil.pop(job.id)
-                job.meta["gpuutil_max_pct"] = util
-                job.gpu_util_pct = min(100.0, util / job.gpus)
-                self.gave_util = True
-        for k in reversed(absurd):  # only with skip_bad: else the first one raised
-            self.dropped.add(self.jobs[k].id)
-            del self.jobs[k]
-            del self.places[k]
-        return len((rss.keys() | gpumem.keys() | gpuutil.keys()) - self.dropped)
-
-    def _absurd_memory(self, k: int, total_gb: float) -> None:
-        """Reject job k, whose steps' gres/gpumem is beyond any GPU (raised unless skip_bad)."""
-        job = self.jobs[k]
-        value = f"gres/gpumem={total_gb:.0f}G over {job.gpus} GPU(s) of job {job.id} (its step rows)"
-        json = self.usage_column != "TRESUsageInMax"  # JSON places are record indexes, not lines
-        line, column = (
-            (None, f"jobs[{self.places[k]}].{self.usage_column}")
-            if json
-            else (self.places[k], self.usage_column)
-        )
-        error = InputError(str(self.path), line, column, value, _EXPECT_AT_MOST_MEM, "absurd GPU memory")
-        self.reject(error)
-
-    def _missing(self) -> list[str]:
-        """Reported fields no job gives; each scan stops at the first job that has a value."""
-        never = {"est_duration_s", "est_mem_gb"}  # sacct has no estimates; GPU usage comes from folding
-        never |= {
-            f for f, given in (("mem_gb", self.gave_mem), ("gpu_util_pct", self.gave_util)) if not given
-        }
-        return [
-            f
-            for f in JOB_FIELDS
-            if f in REPORTED_FIELDS and (f in never or all(getattr(j, f) in (None, "") for j in self.jobs))
-        ]
 
 
 _CHUNK_BYTES = 1 << 20

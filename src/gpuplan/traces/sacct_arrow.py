@@ -12,15 +12,19 @@ from typing import Any
 from gpuplan.errors import InputError
 from gpuplan.traces.base import ReadOptions, TraceError, TraceResult
 from gpuplan.traces.sacct import (
-    _JOBID_RE,
-    _MAX_EPOCH_S,
-    _NO_TIME,
-    _Bad,
-    _Collector,
     _columns,
     _is_gzip,
     _text_notes,
     _TextParser,
+)
+from gpuplan.traces.sacct_jobs import (
+    _Collector,
+)
+from gpuplan.traces.sacct_values import (
+    _JOBID_RE,
+    _MAX_EPOCH_S,
+    _NO_TIME,
+    _Bad,
 )
 
 __all__ = ["MIN_BYTES", "Fallback", "read_arrow", "worth_it"]

@@ -29,19 +29,23 @@ from gpuplan.traces.base import (
 from gpuplan.traces.sacct import (
     _ACTIVE_STATES,
     _CPU_ONLY,
+    _NO_NODES,
+    _SHARES_ONLY,
+    SACCT_JSON_COMMAND,
+    _gc_paused,
+    _head_text,
+    _open_binary,
+)
+from gpuplan.traces.sacct_jobs import (
+    _Collector,
+)
+from gpuplan.traces.sacct_values import (
     _EXPECT_AT_MOST_DURATION,
     _EXPECT_AT_MOST_GPUS,
     _EXPECT_AT_MOST_TIME,
     _MAX_EPOCH_S,
-    _NO_NODES,
-    _SHARES_ONLY,
-    SACCT_JSON_COMMAND,
     _Alloc,
     _Bad,
-    _Collector,
-    _gc_paused,
-    _head_text,
-    _open_binary,
     _state,
 )
 
