@@ -140,6 +140,24 @@ def _instant_jobs_ended(case: Case, drive: _Drive, after: float, until: float) -
     )
 
 
+def _assert_first_reservations_kept(case: Case, drive: _Drive, first: dict[int, tuple[float, float]]) -> None:
+    """Each job started no later than its first reservation (`first`: job -> (reservation, when made)),
+    unless a job ranked before it arrived meanwhile or a zero-length job ended early."""
+    for j, (t, when) in first.items():
+        if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
+            event("a job ranked before arrived: no claim")
+            continue
+        if drive.starts[j] > t and _instant_jobs_ended(case, drive, when, drive.starts[j]):
+            event("a zero-length job ended an instant before its booking: no claim")
+            continue
+        assert drive.starts[j] <= t, (case.jobs[j].id, drive.starts[j], "first reserved", t, "at", when)
+        event(
+            "started before its first reservation"
+            if drive.starts[j] < t
+            else "started at its first reservation"
+        )
+
+
 def _ranked_arrivals(case: Case, drive: _Drive, j: int, after: float, until: float) -> bool:
     """Whether a job ranked before j arrived in (after, until]."""
     pol, t0 = get_policy(case.policy), min(x.submit_s for x in case.jobs)
@@ -241,19 +259,7 @@ def test_conservative_keeps_first_reservations_and_misses_no_start(case: Case) -
             assert not fits_now, (
                 f"job {job.id} fits now on {fits_now[0]} and ends by every earlier reservation, waits at {p.now}"
             )
-    for j, (t, when) in first.items():
-        if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
-            event("a job ranked before arrived: no claim")
-            continue
-        if drive.starts[j] > t and _instant_jobs_ended(case, drive, when, drive.starts[j]):
-            event("a zero-length job ended an instant before its booking: no claim")
-            continue
-        assert drive.starts[j] <= t, (jobs[j].id, drive.starts[j], "first reserved", t, "at", when)
-        event(
-            "started before its first reservation"
-            if drive.starts[j] < t
-            else "started at its first reservation"
-        )
+    _assert_first_reservations_kept(case, drive, first)
 
 
 def _as_recorded(case: Case) -> Case:
@@ -281,16 +287,4 @@ def test_conservative_keeps_first_reservations_on_sharing_clusters(case: Case) -
     for p in drive.passes:
         for j, t in p.reserved.items():
             first.setdefault(j, (t, p.now))
-    for j, (t, when) in first.items():
-        if _ranked_arrivals(case, drive, j, when, drive.starts[j]):
-            event("a job ranked before arrived: no claim")
-            continue
-        if drive.starts[j] > t and _instant_jobs_ended(case, drive, when, drive.starts[j]):
-            event("a zero-length job ended an instant before its booking: no claim")
-            continue
-        assert drive.starts[j] <= t, (jobs[j].id, drive.starts[j], "first reserved", t, "at", when)
-        event(
-            "started before its first reservation"
-            if drive.starts[j] < t
-            else "started at its first reservation"
-        )
+    _assert_first_reservations_kept(case, drive, first)
