@@ -281,7 +281,7 @@ _CONSERVATIVE_SHARING = cases(estimates="exact", clusters=sharing_clusters(), ba
 def test_conservative_keeps_first_reservations_on_sharing_clusters(case: Case) -> None:
     # per GPU with memory (core/gpu_plan.py): a reservation keeps its GPUs from pass to pass, so with
     # exact estimates a job starts no later than the first reservation it got
-    jobs, drive = case.jobs, _drive(case)
+    drive = _drive(case)
     assert drive.starts == {i: r.start_s for i, r in _by_index(case).items()}
     first: dict[int, tuple[float, float]] = {}
     for p in drive.passes:
