@@ -7,6 +7,7 @@ if it were endless.
 
 from __future__ import annotations
 
+import importlib
 import math
 from abc import ABC, abstractmethod
 
@@ -21,6 +22,7 @@ __all__ = [
     "policy_names",
     "preemptive_policy_names",
     "register_policy",
+    "usage_policy_names",
 ]
 
 _INF = math.inf
@@ -47,6 +49,7 @@ class Policy(ABC):
     description: str = ""
     needs_duration: bool = False
     preemptive: bool = False  # ranks change over time and running jobs may be preempted (core/preemptive.py)
+    usage_ranked: bool = False  # users ranked by their decayed GPU-time first (core/fairshare.py)
 
     @abstractmethod
     def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
@@ -147,6 +150,14 @@ class Article(Policy):
 
 
 _POLICIES: dict[str, type[Policy]] = {}
+# Policies in their own core modules, which import this one: loaded on the first look at the registry
+# (by name, so this module imports none of them and no import cycle forms).
+_BUILTIN_MODULES = ["gpuplan.core.fairshare"]
+
+
+def _load_builtins() -> None:
+    while _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES.pop())
 
 
 def register_policy(cls: type[Policy]) -> type[Policy]:
@@ -161,16 +172,25 @@ for _cls in (Fifo, ShortestFirst, LongestFirst, SmallGpusFirst, LargeGpusFirst, 
 
 def policy_names() -> list[str]:
     """The ordering policies (static keys): what `--policy all` runs and `gpuplan plan` searches from."""
-    return [n for n, cls in _POLICIES.items() if not cls.preemptive]
+    _load_builtins()
+    return [n for n, cls in _POLICIES.items() if not cls.preemptive and not cls.usage_ranked]
+
+
+def usage_policy_names() -> list[str]:
+    """The policies that rank users by their usage (fairshare): keys change as jobs run; named explicitly."""
+    _load_builtins()
+    return [n for n, cls in _POLICIES.items() if cls.usage_ranked]
 
 
 def preemptive_policy_names() -> list[str]:
     """The preemptive policies (las, tiresias, gittins): ranks change as jobs run; named explicitly."""
+    _load_builtins()
     return [n for n, cls in _POLICIES.items() if cls.preemptive]
 
 
 def get_policy(name: str) -> Policy:
     """A policy by name. Raises UnknownNameError listing the valid names."""
+    _load_builtins()
     try:
         return _POLICIES[name]()
     except KeyError:

@@ -15,9 +15,11 @@ from sortedcontainers import SortedList
 
 from gpuplan.core.backfill import Backfill, get_backfill
 from gpuplan.core.booking import fits_empty_cluster, never_fits_message
+from gpuplan.core.fairshare import FairQueue, UsageLedger
 from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
+from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.errors import JobNeverFitsError, ScheduleError
@@ -45,6 +47,7 @@ class Scheduler:
         backfill: Backfill | str = "easy",
         placer: Placer | str = "first-fit",
         oracle: bool = False,
+        quotas: Quotas | None = None,
     ) -> None:
         self.spec = spec
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
@@ -55,10 +58,19 @@ class Scheduler:
         self._empty = ClusterState(spec)
         self._fits_empty: dict[tuple[int, float | None, bool], bool] = {}
         self._slots: dict[int, JobSlot] = {}
-        self._queue: SortedList = SortedList()  # (policy key..., jid, slot)
+        self._ledger: UsageLedger | None = None
+        self._queue: SortedList | FairQueue = SortedList()  # (policy key..., jid, slot)
+        if self.policy.usage_ranked:
+            self._ledger = UsageLedger(self.policy.half_life_s)  # type: ignore[attr-defined]
+            self._queue = FairQueue(self._ledger)
+        self._quotas: Quotas | None = None
+        self._use = QuotaUse()
+        self._in_pass = False
         self._running: SortedList = SortedList()  # (expected end, jid, slot)
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
         self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
+        if quotas is not None:
+            self.set_quotas(quotas)
 
     # -- the clock-independent API -------------------------------------------------------------
     def submit(
@@ -83,6 +95,10 @@ class Scheduler:
             )
         if not fits:
             raise JobNeverFitsError(never_fits_message(self.spec, job, mem))
+        if self._quotas is not None:
+            why = self._quotas.never_fits(job.user, job.gpus)
+            if why is not None:
+                raise QuotaNeverFitsError(f"job {job.id!r}: {why}")
         slot = self._new_slot(jid, job, mem)
         self._version += 1
         key = (*self.policy.key(job, jid, self.oracle), jid)
@@ -109,9 +125,15 @@ class Scheduler:
         """
         if self._pre is not None:
             raise ScheduleError(f"policy {self.policy.name!r} preempts jobs: drive it with decide(now)")
+        if self._ledger is not None and self._queue.rerank(now):  # type: ignore[union-attr]
+            self._version += 1  # the users' order moved: a pass that stood may not stand
         if not self._queue or (not self._state.sharing and self._state.idle_total == 0):
             return []  # nothing can start on a full exclusive cluster, whatever the mode
-        started = self.backfill.select(self, now)
+        self._in_pass = self._quotas is not None
+        try:
+            started = self.backfill.select(self, now)
+        finally:
+            self._in_pass = False
         for st in started:
             self._queue.remove((*self._slots[st.jid].key, self._slots[st.jid]))
         return started
@@ -147,6 +169,7 @@ class Scheduler:
         if self._pre is not None:
             self._pre.leave(slot)
         run_s = max(now - slot.start_s, 0.0)
+        self._unbook_user(slot, now)
         slot.service_gpu_s += slot.gpus * run_s
         slot.run_since_promotion_s += run_s
         self._running.remove((slot.expected_end_s, jid, slot))
@@ -222,7 +245,16 @@ class Scheduler:
         self._version += 1
         self._running.remove((slot.expected_end_s, jid, slot))
         self._state.release(slot.alloc, slot.mem_gb)
+        self._unbook_user(slot, now)
         return slot
+
+    def _unbook_user(self, slot: JobSlot, now: float | None) -> None:
+        """A run ended or was preempted: its user's quota use drops, its GPU-time is charged."""
+        self._use.remove(slot.job.user, slot.gpus)
+        if self._ledger is not None:
+            if now is None:  # the clock did not say: the plan's end, or nothing when unknown
+                now = slot.expected_end_s if slot.expected_end_s < _INF else slot.start_s
+            self._ledger.stop(slot.jid, now)  # type: ignore[arg-type]
 
     def withdraw(self, jid: int) -> JobSlot:
         """A waiting job leaves the queue (cancelled, or held); returns its record.
@@ -297,6 +329,55 @@ class Scheduler:
         self._state.set_offline(gpu, offline)
         self._version += 1
 
+    def set_quotas(self, quotas: Quotas | None) -> None:
+        """Per-user limits from now on (None: none). Jobs already running keep running; a waiting job
+        that can never start under the new limits waits with that reason (`quota_reason`).
+
+        Raises:
+            ScheduleError: the policy is preemptive (its pass does not apply quotas).
+        """
+        if quotas is not None and quotas.is_empty:
+            quotas = None
+        if quotas is not None and self._pre is not None:
+            raise ScheduleError(
+                f"policy {self.policy.name!r} preempts jobs: per-user quotas apply to the other policies"
+            )
+        self._quotas = quotas
+        self._version += 1
+
+    @property
+    def quotas(self) -> Quotas | None:
+        return self._quotas
+
+    def quota_reason(self, jid: int) -> str | None:
+        """Why a waiting job may not start now under its user's quota ("quota: alice uses 4 of 4
+        GPUs"), or None (no quota holds it back; a running job: None). The forecast and the agent's
+        queue call this one function."""
+        slot = self._slots.get(jid)
+        if self._quotas is None or slot is None or slot.is_running:
+            return None
+        return self._use.reason(self._quotas, slot.job.user, slot.gpus)
+
+    def user_usage(self, now: float) -> dict[str, float]:
+        """Decayed GPU-seconds per user at `now` under a fair-share policy (charged runs and running
+        jobs up to now); empty for the other policies."""
+        return {} if self._ledger is None else self._ledger.snapshot(now)
+
+    def charged_usage(self, now: float) -> dict[str, float]:
+        """The charged part of `user_usage` (ended runs only): what a clock persists, since the running
+        jobs it re-adopts after a restart count again from their start."""
+        return {} if self._ledger is None else self._ledger.charged_snapshot(now)
+
+    def restore_usage(self, usage_gpu_s: dict[str, float], at_s: float) -> None:
+        """Seed the users' charged usage (decayed GPU-seconds as of `at_s`), e.g. from a restarted
+        agent's store; a no-op for policies that do not rank by usage."""
+        if self._ledger is None:
+            return
+        for user, value in usage_gpu_s.items():
+            self._ledger.charge(user, float(value), at_s)
+        self._version += 1
+        self._queue.rerank(at_s)  # type: ignore[union-attr]
+
     def hold_external(self, gpu: int, mem_gb: float) -> None:
         """Memory held on a GPU by processes the scheduler did not start: see `ClusterState.hold_external`."""
         self._state.hold_external(gpu, mem_gb)
@@ -330,7 +411,16 @@ class Scheduler:
         """Waiting jobs in policy order (a preemptive policy's: level, then key, as of its last pass)."""
         if self._pre is not None:
             return (self._slots[e[-1]] for e in self._pre.waiting)  # type: ignore[index]
+        if self._in_pass:  # during a pass, jobs over their user's quota are passed by
+            return self._within_quota(map(_LAST, self._queue))
         return map(_LAST, self._queue)
+
+    def _within_quota(self, slots: Iterator[JobSlot]) -> Iterator[JobSlot]:
+        quotas, reason = self._quotas, self._use.reason
+        assert quotas is not None
+        for slot in slots:  # lazy: a job started earlier in this pass counts for the next ones
+            if reason(quotas, slot.job.user, slot.gpus) is None:
+                yield slot
 
     def waiting_jids(self) -> Iterator[int]:
         """Handles of the waiting jobs in policy order."""
@@ -373,3 +463,6 @@ class Scheduler:
         slot.start_s = start_s
         slot.expected_end_s = end_s
         self._running.add((end_s, slot.jid, slot))
+        self._use.add(slot.job.user, slot.gpus)
+        if self._ledger is not None:
+            self._ledger.start(slot.jid, slot.job.user, slot.gpus, start_s)

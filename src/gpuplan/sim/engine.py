@@ -417,7 +417,7 @@ class _Run:
         if self.estimator is not None:
             self.estimator.observe(self.jobs[jid], now - self.start_t[jid])
         job = self.jobs[jid]
-        gpus = self.sched.finish(jid).alloc
+        gpus = self.sched.finish(jid, now).alloc
         self.records.append(
             JobRecord(job.id, job.submit_s - self.t0, self.start_t.pop(jid), now, gpus, job.mem_gb, job.name)
         )
