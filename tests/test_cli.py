@@ -296,7 +296,7 @@ def test_policies_one_line_each() -> None:
 
 def test_policies_json() -> None:
     data = json.loads(_ok(_invoke("policies", "--json")).stdout)
-    assert [p["name"] for p in data["policies"]] == [*POLICIES, *PREEMPTIVE]
+    assert [p["name"] for p in data["policies"]] == [*POLICIES, *PREEMPTIVE, "fairshare"]
     assert [p["name"] for p in data["policies"] if p["preemptive"]] == PREEMPTIVE
     assert [b["name"] for b in data["backfill"]] == BACKFILLS
     assert set(PLACERS) <= {p["name"] for p in data["placers"]}

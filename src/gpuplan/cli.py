@@ -129,9 +129,10 @@ def simulate(
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import backfill_names
         from gpuplan.core.placement import get_placer
-        from gpuplan.core.policies import policy_names, preemptive_policy_names
+        from gpuplan.core.policies import policy_names, preemptive_policy_names, usage_policy_names
 
-        policies = _names(policy, [*policy_names(), *preemptive_policy_names()], "policy", policy_names())
+        every = [*policy_names(), *preemptive_policy_names(), *usage_policy_names()]
+        policies = _names(policy, every, "policy", policy_names())
         backfills = _names(backfill, backfill_names(), "backfill mode")
         source = _names(estimates, list(ESTIMATE_SOURCES), "estimate source")[0]
         cost = _preemption_cost(restart_overhead, checkpoint_every)
@@ -197,6 +198,8 @@ def _emit(
         _print_table(results, subtitle)
         for n in notes:
             typer.echo(n)
+        for line in _user_lines(results):
+            typer.echo(line)
     if out is not None:
         path = _report(results, out, "gpuplan: policies compared", subtitle, notes)
         if not as_json:
@@ -204,6 +207,29 @@ def _emit(
 
 
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan.py)
+
+
+def _user_lines(results: Sequence[SimResult], most: int = 8) -> list[str]:
+    """Per run with users: Jain's index and the figures of the users with the most GPU-hours."""
+    from gpuplan.sim.fairness import jain_index
+
+    lines = []
+    for r in results:
+        users = r.user_figures()
+        if not users:
+            continue
+        jain = jain_index([u["mean_bounded_slowdown"] for u in users])
+        top = sorted(users, key=lambda u: -u["gpu_hours"])[:most]
+        cells = "; ".join(
+            f"{u['user']} {u['jobs']} jobs, {u['gpu_hours']:.1f} GPU-h, wait {u['mean_wait_s'] / 3600:.2f} h, "
+            f"bsld {u['mean_bounded_slowdown']:.1f}"
+            for u in top
+        )
+        more = f"; {len(users) - most} more users (--json)" if len(users) > most else ""
+        lines.append(
+            f"{r.label}: Jain's index {jain:.3f} over {len(users)} users (mean bounded slowdowns): {cells}{more}"
+        )
+    return lines
 
 
 def _summaries(results: Sequence[SimResult]) -> list[dict[str, Any]]:
@@ -381,7 +407,7 @@ def policies(as_json: JsonOpt = False) -> None:
     """List ordering policies, backfill modes and placers, one line each."""
     from gpuplan.core.backfill import backfill_classes
     from gpuplan.core.placement import get_placer, placer_names
-    from gpuplan.core.policies import get_policy, policy_names, preemptive_policy_names
+    from gpuplan.core.policies import get_policy, policy_names, preemptive_policy_names, usage_policy_names
 
     rows: dict[str, list[dict[str, Any]]] = {
         "policies": [
@@ -391,7 +417,7 @@ def policies(as_json: JsonOpt = False) -> None:
                 "preemptive": get_policy(n).preemptive,
                 "description": get_policy(n).description,
             }
-            for n in [*policy_names(), *preemptive_policy_names()]
+            for n in [*policy_names(), *preemptive_policy_names(), *usage_policy_names()]
         ],
         "backfill": [{"name": n, "description": c.description} for n, c in backfill_classes().items()],
         "placers": [{"name": n, "description": get_placer(n).description} for n in placer_names()],

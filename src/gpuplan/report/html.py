@@ -40,6 +40,7 @@ from gpuplan.report.theme import (
     json_script,
 )
 from gpuplan.sim.compare import best_run, contenders, fifo_baseline, no_winner_reason, same_runs
+from gpuplan.sim.fairness import jain_index
 from gpuplan.sim.result import SimResult
 
 __all__ = [
@@ -173,6 +174,7 @@ def render_report(
         [
             _header(title, subtitle, notes),
             _section("Summary", parts.summary_html),
+            *([_section("Per user", users)] if (users := _users_table(parts.data)) else []),
             _section("Makespan and utilization", figure_block("fig-compare", parts.compare)),
             _section("Utilization over time", figure_block("fig-util", parts.util)),
             _section("Gantt per run", gantt_section(parts.runs, parts.data, parts.best)),
@@ -278,6 +280,8 @@ def _run_entry(
         "uses_true_durations": r.uses_true_durations,
         "estimates": r.estimates.as_dict(),
         "metrics": {k: _finite(v) for k, v in r.metrics.as_dict().items()},
+        "users": (users := r.user_figures()),
+        "jain_index": jain_index([u["mean_bounded_slowdown"] for u in users]),
     }
 
 
@@ -345,6 +349,38 @@ def _summary_table(data: dict[str, Any]) -> str:
         )
     table = f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     return table + legend
+
+
+USERS_MAX_ROWS = 20
+"""Per run, the users with the most GPU-hours the per-user table shows (the data holds them all)."""
+
+
+def _users_table(data: dict[str, Any]) -> str:
+    """Per-user figures of every run and Jain's index over users ("" when no job names a user)."""
+    rows = []
+    for entry in data["runs"]:
+        users = sorted(entry["users"], key=lambda u: -u["gpu_hours"])
+        for k, u in enumerate(users[:USERS_MAX_ROWS]):
+            jain = _num(entry["jain_index"], 3) if k == 0 else ""
+            run = html.escape(entry["label"]) if k == 0 else ""
+            cells = [run, jain, html.escape(u["user"]), str(u["jobs"]), _num(u["gpu_hours"], 1),
+                     _hours(u["mean_wait_s"]), _num(u["mean_bounded_slowdown"], 1)]  # fmt: skip
+            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        if len(users) > USERS_MAX_ROWS:
+            rows.append(
+                f'<tr><td></td><td></td><td colspan="5">… {len(users) - USERS_MAX_ROWS} more users</td></tr>'
+            )
+    if not rows:
+        return ""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("Run", "Jain's index", "User", "Jobs", "GPU-h", "Mean wait h", "Mean bounded slowdown")
+    )
+    legend = (
+        "<p class=\"legend\">Jain's index over the users' mean bounded slowdowns: 1 when every user's "
+        "jobs were slowed alike, 1/n when one user's were slowed and the others' not.</p>"
+    )
+    return f'<table class="summary users"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{legend}'
 
 
 def _run_row(rank: int, entry: dict[str, Any]) -> str:

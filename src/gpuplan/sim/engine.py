@@ -419,7 +419,16 @@ class _Run:
         job = self.jobs[jid]
         gpus = self.sched.finish(jid, now).alloc
         self.records.append(
-            JobRecord(job.id, job.submit_s - self.t0, self.start_t.pop(jid), now, gpus, job.mem_gb, job.name)
+            JobRecord(
+                job.id,
+                job.submit_s - self.t0,
+                self.start_t.pop(jid),
+                now,
+                gpus,
+                job.mem_gb,
+                job.name,
+                job.user,
+            )
         )
         self.done += 1
         if self.progress is not None and self.done % 2000 == 0:

@@ -36,7 +36,7 @@ def run_matrix(
     `estimates` "history": every run learns its estimates online from its own finished jobs."""
     from gpuplan._progress import LazyProgress
     from gpuplan.core.estimates import OnlineEstimator
-    from gpuplan.core.policies import preemptive_policy_names
+    from gpuplan.core.policies import get_policy, preemptive_policy_names
     from gpuplan.sim.bounds import lower_bound
     from gpuplan.sim.engine import as_policy, queue_order, simulate
 
@@ -46,7 +46,13 @@ def run_matrix(
     # (e.g. sjf and fifo when no job has an estimate): simulate it once (static keys only).
     preemptive = set(preemptive_policy_names())
     static = estimates != "history"
-    orders = {p: queue_order(jobs, p, oracle) for p in policies if p not in preemptive} if static else {}
+    # fairshare's ranks move with the users' usage: never a twin of a static order
+    ranked = {p for p in policies if get_policy(p).usage_ranked}
+    orders = (
+        {p: queue_order(jobs, p, oracle) for p in policies if p not in preemptive and p not in ranked}
+        if static
+        else {}
+    )
     simulated: dict[tuple[bytes, str], SimResult] = {}
     pairs = [(p, b) for p in policies if p not in preemptive for b in backfills]
     pairs += [(p, "none") for p in policies if p in preemptive]

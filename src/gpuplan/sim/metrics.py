@@ -6,11 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpuplan.sim.fairness import BSLD_BOUND_S
 from gpuplan.sim.result import JobRecord, Metrics
 
 __all__ = ["BSLD_BOUND_S", "compute_metrics", "occupied_gpu_seconds"]
-
-BSLD_BOUND_S = 10.0  # bounded slowdown: run times below this count as this
 
 
 def occupied_gpu_seconds(timeline: Sequence[tuple[float, int]], until_s: float) -> float:

@@ -130,6 +130,7 @@ class PreemptiveRun:
                 slot.alloc,
                 job.mem_gb,
                 job.name,
+                job.user,
             )
         )
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuplan.model import ClusterSpec
+from gpuplan.sim.fairness import jain_index, user_figures
 
 __all__ = ["PLAN_POLICY", "EstimateUse", "JobRecord", "Metrics", "SimResult"]
 
@@ -23,6 +24,7 @@ class JobRecord:
     gpus: tuple[int, ...]  # global GPU indices, see SimResult.gpu_labels
     mem_gb: float | None = None
     name: str = ""
+    user: str = ""
 
 
 @dataclass(slots=True)
@@ -157,5 +159,11 @@ class SimResult:
             "uses_true_durations": self.uses_true_durations,
             "spanned_jobs": self.spanned_jobs,
             "estimates": self.estimates.as_dict(),
+            "users": (users := self.user_figures()),
+            "jain_index": jain_index([u["mean_bounded_slowdown"] for u in users]),
             "cluster": self.cluster.as_dict(),
         }
+
+    def user_figures(self) -> list[dict[str, Any]]:
+        """Per-user figures of the run (`sim.metrics.user_figures`); empty when no job names a user."""
+        return user_figures(self.records)
