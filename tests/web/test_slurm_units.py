@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from promlint import lint_problems
 from typer.testing import CliRunner
 
 from gpuplan.cli import app as cli_app
@@ -253,6 +254,7 @@ def test_slurm_pages_metrics_and_read_only(served: tuple[TestClient, SlurmSource
     assert count == 4.0  # the running jobs; a pending job's StartTime is Slurm's guess, not a start
     assert all(not m.get(name) for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"))
     assert [s.value for s in m["gpuplan_fake_devices"]] == [0.0]
+    assert lint_problems(client.get("/metrics").text) == []  # promtool's rules (tests/web/promlint.py)
 
 
 def test_sse_sends_the_version(served: tuple[TestClient, SlurmSource]) -> None:

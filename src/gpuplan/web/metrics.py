@@ -3,8 +3,10 @@
 Per-GPU gauges keep the DCGM exporter's names, units and labels where they mean the same
 (`DCGM_FI_DEV_GPU_UTIL` %, `DCGM_FI_DEV_FB_USED` / `_FREE` MiB, `DCGM_FI_DEV_POWER_USAGE` W,
 `DCGM_FI_DEV_GPU_TEMP` °C; labels `gpu`, `UUID`, `modelName`, `Hostname`), so dashboards built
-for dcgm-exporter read them. What DCGM lacks is under `gpuplan_`: per-process and per-job GPU
-memory and utilization, queue length, jobs by state, and a histogram of queue wait.
+for dcgm-exporter read them. Those camelCase labels are why `promtool check metrics` exits 3 on
+the DCGM series; they stay, being dcgm-exporter's own. What DCGM lacks is under `gpuplan_`, with
+snake_case labels (`uuid`, `model_name`, `hostname`) that pass promtool's lint: per-process and
+per-job GPU memory and utilization, queue length, jobs by state, and a histogram of queue wait.
 Grafana dashboard on these names: docs/grafana-dashboard.json.
 A reading the device does not give is left out for that GPU only.
 """
@@ -41,8 +43,9 @@ DCGM_SERIES: dict[str, tuple[str, Callable[[GpuStatus], float | None]]] = {
     "DCGM_FI_DEV_POWER_USAGE": ("Power draw (in W).", lambda g: g.power_w),
     "DCGM_FI_DEV_GPU_TEMP": ("GPU temperature (in C).", lambda g: g.temp_c),
 }
-_GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
-_PROC_LABELS = ("gpu", "UUID", "pid", "job_id", "user")
+_GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")  # dcgm-exporter's names: DCGM_FI_* only
+_OWN_GPU_LABELS = ("gpu", "uuid", "model_name", "hostname")  # gpuplan_* series: snake_case (promtool)
+_PROC_LABELS = ("gpu", "uuid", "pid", "job_id", "user")
 _JOB_LABELS = ("job_id", "user", "name")
 STATES = ("running", "suspended", "held", "waiting")
 
@@ -67,7 +70,9 @@ class LiveCollector(Collector):
         readable.add_metric([], 0.0 if rows is None else 1.0)
         yield readable
         yield from _gpu_metrics(snap.gpus)
-        lost = GaugeMetricFamily("gpuplan_gpu_lost", "1 when the GPU stopped answering.", labels=_GPU_LABELS)
+        lost = GaugeMetricFamily(
+            "gpuplan_gpu_lost", "1 when the GPU stopped answering.", labels=_OWN_GPU_LABELS
+        )
         for g in snap.gpus:
             lost.add_metric([str(g.index), g.uuid, g.model, g.node], 1.0 if g.lost else 0.0)
         yield lost
