@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuplan.agent import launcher
 from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
-from gpuplan.agent.gpus import GpuBackend, Snapshot, open_backend
+from gpuplan.agent.gpus import GpuBackend, ProcReading, Snapshot, open_backend
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_profile
 from gpuplan.core.policies import Policy
@@ -140,6 +140,7 @@ class Agent:
         self._next_prune_s = 0.0
         self._next_live_s = 0.0
         self._foreign_peak: dict[int, float] = {}
+        self.external: list[ProcReading] = []  # GPU processes the agent did not start, as last sampled
         self.predictors = list(config.predict)
         self.recover()
 
@@ -678,6 +679,7 @@ class Agent:
             return
         by_pgid = {run.pgid: run for run in self.runs.values() if run.pgid is not None}
         job_rows = []
+        external: list[ProcReading] = []
         foreign: dict[int, float] = {}
         for p in snap.procs:
             run = by_pgid.get(p.pgid) if p.pgid is not None else None
@@ -687,9 +689,12 @@ class Agent:
                     run.peak_gb[p.gpu] = max(run.peak_gb.get(p.gpu, 0.0), p.mem_gb)
                     if self.engine.preemptive and self.engine.is_running(run.jid):
                         self.engine.observe_mem(run.jid, run.peak_gb[p.gpu])
-            elif p.pgid is not None and p.mem_gb:
-                self._foreign_peak[p.pid] = max(self._foreign_peak.get(p.pid, 0.0), p.mem_gb)
-                foreign[p.gpu] = foreign.get(p.gpu, 0.0) + self._foreign_peak[p.pid]
+            elif p.pgid is not None:
+                external.append(p)
+                if p.mem_gb:
+                    self._foreign_peak[p.pid] = max(self._foreign_peak.get(p.pid, 0.0), p.mem_gb)
+                    foreign[p.gpu] = foreign.get(p.gpu, 0.0) + self._foreign_peak[p.pid]
+        self.external = external
         live_pids = {p.pid for p in snap.procs}
         self._foreign_peak = {pid: v for pid, v in self._foreign_peak.items() if pid in live_pids}
         self._apply_gpu_health(snap, foreign)

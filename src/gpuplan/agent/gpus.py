@@ -13,7 +13,11 @@ Two backends behind `GpuBackend`:
   process of the current user whose environment holds `GPUPLAN_FAKE_SET=<set id>`,
   `CUDA_VISIBLE_DEVICES` and `GPUPLAN_FAKE_MEM_GB` (the agent sets them through `job_env`), counted
   once per process group. So real processes (`sleep`) exercise the whole path with no GPU. Named failure
-  scenarios: `lost=3` (GPU 3 is lost), `unsupported=power+temp_c+proc_util` (those fields read None).
+  scenarios: `lost=3` (GPU 3 is lost), `unsupported=power+temp_c+proc_util` (those fields read None),
+  `external=0:60:alice+3:10` (processes the agent did not start: 60 GB on GPU 0 owned by alice, 10 GB
+  on GPU 3 owned by the agent's user; each a reading with a pid of its own, as another program's).
+
+Every process reading names its owner (`ProcReading.user`, from /proc/PID's owner).
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ class ProcReading:
     mem_gb: float | None
     util_pct: float | None = None
     pgid: int | None = None
+    user: str = ""  # the owner's name (its uid when it has none; "" when out of sight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +248,7 @@ class NvmlBackend(GpuBackend):
         for p in running:
             used = getattr(p, "usedGpuMemory", None)
             mem = used / _GIB if isinstance(used, int) and used >= 0 else None
-            out.append(ProcReading(p.pid, index, mem, util.get(p.pid), _pgid(p.pid)))
+            out.append(ProcReading(p.pid, index, mem, util.get(p.pid), _pgid(p.pid), proc_user(p.pid)))
         return out
 
     def _proc_util(self, index: int, h: Any) -> dict[int, float]:
@@ -264,6 +269,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def proc_user(pid: int, proc_root: Path = Path("/proc")) -> str:
+    """The owner of a process by name (its uid when the name is unknown; "" when it is gone)."""
+    import pwd
+
+    try:
+        uid = os.stat(proc_root / str(pid)).st_uid
+    except OSError:
+        return ""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -280,6 +299,9 @@ class FakeScenario:
 
     lost: set[int] = field(default_factory=set)
     unsupported: set[str] = field(default_factory=set)
+    external: list[tuple[int, float, str]] = field(default_factory=list)  # (gpu, mem_gb, user)
+
+    EXTERNAL_PID_BASE = 4_000_000  # above Linux's pid_max: never a real process of this host
 
 
 class FakeBackend(GpuBackend):
@@ -331,9 +353,18 @@ class FakeBackend(GpuBackend):
             env["GPUPLAN_FAKE_UTIL_PCT"] = f"{util_pct:g}"
         return env
 
+    def _external(self) -> list[ProcReading]:
+        """The scenario's injected processes (`external=GPU:MEM_GB[:USER]`), 0 % utilization."""
+        me = proc_user(os.getpid())
+        base = FakeScenario.EXTERNAL_PID_BASE
+        return [
+            ProcReading(base + k, gpu, mem, 0.0, base + k, user or me)
+            for k, (gpu, mem, user) in enumerate(self.scenario.external)
+        ]
+
     def snapshot(self) -> Snapshot:
         now = time.time()
-        procs = [p for p in self._scan() if p.gpu < len(self._devices)]
+        procs = [p for p in [*self._scan(), *self._external()] if p.gpu < len(self._devices)]
         off = self.scenario.unsupported
         gpus = []
         for dev in self._devices:
@@ -390,8 +421,9 @@ class FakeBackend(GpuBackend):
                 old = seen.get((pgid, g))
                 if old is None or pid < old.pid:
                     seen[(pgid, g)] = ProcReading(
-                        pid, g, max(mem, old.mem_gb or 0.0) if old else mem, util, pgid
-                    )
+                        pid, g, max(mem, old.mem_gb or 0.0) if old else mem, util, pgid,
+                        proc_user(pid, self._proc_root),
+                    )  # fmt: skip
         readings = [replace(p, util_pct=0.0) if p.pgid in stopped else p for p in seen.values()]
         return sorted(readings, key=lambda p: (p.gpu, p.pid))
 
@@ -447,11 +479,31 @@ def _parse_scenario(options: list[str], text: str, n_gpus: int) -> FakeScenario:
                     f"--gpus fake:{text}: unknown field(s) {unknown}; valid: {', '.join(FAKE_FIELDS)}"
                 )
             scenario.unsupported = names
+        elif key.strip() == "external":
+            scenario.external = [_external_proc(v, text, n_gpus) for v in items]
         else:
             raise GpuBackendError(
-                f"--gpus fake:{text}: unknown option {opt!r}; valid: lost=I+J, unsupported=FIELD+FIELD"
+                f"--gpus fake:{text}: unknown option {opt!r}; valid: lost=I+J, unsupported=FIELD+FIELD, "
+                "external=GPU:MEM_GB[:USER]+..."
             )
     return scenario
+
+
+def _external_proc(item: str, text: str, n_gpus: int) -> tuple[int, float, str]:
+    """One `GPU:MEM_GB[:USER]` of `external=`."""
+    gpu_s, _, rest = item.partition(":")
+    mem_s, _, user = rest.partition(":")
+    try:
+        gpu, mem = int(gpu_s), float(mem_s)
+    except ValueError:
+        raise GpuBackendError(
+            f"--gpus fake:{text}: external={item!r} must be GPU:MEM_GB[:USER], e.g. external=0:60:alice"
+        ) from None
+    if not 0 <= gpu < n_gpus or not mem > 0:
+        raise GpuBackendError(
+            f"--gpus fake:{text}: external={item!r}: GPU must be in 0..{n_gpus - 1} and MEM_GB > 0"
+        )
+    return gpu, mem, user.strip()
 
 
 def open_backend(spec: str, set_id: str = "") -> GpuBackend:

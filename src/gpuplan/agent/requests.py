@@ -212,6 +212,7 @@ def op_status(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
         "running": sum(1 for r in agent.runs.values() if not r.suspended),
         "suspended": sum(1 for r in agent.runs.values() if r.suspended),
         "preemptive": agent.engine.preemptive, "preemptions": _preemptions_total(agent),
+        "external": [{"pid": p.pid, "user": p.user, "gpu": p.gpu, "mem_gb": p.mem_gb} for p in agent.external],
     }  # fmt: skip
 
 

@@ -257,6 +257,9 @@ def status_cmd(as_json: JsonOpt = False) -> None:
             f"waiting {s['waiting']} · held {s['held']} · running {s['running']} · suspended {s['suspended']}"
             f"{' · preemptions ' + str(s['preemptions']) if s['preemptive'] or s['preemptions'] else ''}"
         )
+        for p in s.get("external", []):
+            mem = "?" if p["mem_gb"] is None else f"{p['mem_gb']:g} GB"
+            text += f"\nnot ours: pid {p['pid']} ({p['user'] or '?'}) holds {mem} on GPU {p['gpu']}"
         _emit(as_json, s, text)
 
 
