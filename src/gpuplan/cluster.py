@@ -18,7 +18,7 @@ __all__ = ["DEFAULT_CLUSTER", "cluster_from_toml", "cluster_to_toml", "load_clus
 DEFAULT_CLUSTER = "8xA100-80GB"
 """The preset a trace that describes no cluster runs on (every command says so when it happens)."""
 
-_NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb", "mig"}
+_NODE_KEYS = {"name", "count", "gpus", "gpu_model", "gpu_mem_gb", "mig", "cpu_milli", "host_mem_gb"}
 _TOP_KEYS = {"name", "sharing", "max_jobs_per_gpu", "nodes"}
 
 
@@ -94,12 +94,18 @@ def _node_group(group: Any, where: str, already: int) -> list[NodeSpec]:
     if isinstance(mem, bool) or not isinstance(mem, int | float) or not math.isfinite(mem) or mem <= 0:
         raise ClusterError(f"{where}: gpu_mem_gb = {mem!r} must be a positive number of GiB")
     gpu = GpuSpec(str(group.get("gpu_model", f"GPU-{mem}GB")), float(mem))
+    cpu = _optional_amount(group, "cpu_milli", where, "thousandths of a CPU core (64 cores = 64000)")
+    ram = _optional_amount(group, "host_mem_gb", where, "GiB of host memory")
     prefix = str(group.get("name", "node"))
     names = (
         [prefix] if count == 1 and "name" in group else [f"{prefix}{already + k + 1}" for k in range(count)]
     )
     if "mig" not in group:
-        return [NodeSpec(name, gpus, gpu) for name in names]
+        return [NodeSpec(name, gpus, gpu, cpu, ram) for name in names]
+    if cpu is not None or ram is not None:
+        raise ClusterError(
+            f"{where}: cpu_milli / host_mem_gb cannot be given with mig (slices share their host)"
+        )
     layouts = _mig_layouts(group["mig"], gpus, gpu, where)
     from gpuplan.core.mig import MigLayoutError, mig_node_specs
 
@@ -107,6 +113,23 @@ def _node_group(group: Any, where: str, already: int) -> list[NodeSpec]:
         return [spec for name in names for spec in mig_node_specs(name, gpu, layouts)]
     except MigLayoutError as e:
         raise ClusterError(f"{where}: mig: {e}") from None
+
+
+def _optional_amount(group: dict[str, Any], key: str, where: str, unit: str) -> float | None:
+    """A node's optional CPU or host memory: a positive finite number, or None when left out."""
+    if key not in group:
+        return None
+    value = group[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ClusterError(
+            f"{where}: {key} = {value!r} must be a positive number of {unit} (or leave it out)"
+        )
+    return float(value)
 
 
 def _mig_layouts(value: Any, gpus: int, gpu: GpuSpec, where: str) -> list[tuple[str, ...]]:
@@ -160,12 +183,20 @@ def cluster_to_toml(spec: ClusterSpec) -> str:
             while (
                 i + count < len(spec.nodes)
                 and spec.nodes[i + count].name == f"node{i + count + 1}"
-                and (spec.nodes[i + count].gpus, spec.nodes[i + count].gpu) == (node.gpus, node.gpu)
+                and _same_kind(spec.nodes[i + count], node)
             ):
                 count += 1
         lines += ["", "[[nodes]]"]
         lines.append(f"count = {count}" if node.name == f"node{i + 1}" else f"name = {json.dumps(node.name)}")
         lines += [f"gpus = {node.gpus}", f"gpu_model = {json.dumps(node.gpu.model)}"]
         lines.append(f"gpu_mem_gb = {node.gpu.mem_gb!r}")
+        if node.cpu_milli is not None:
+            lines.append(f"cpu_milli = {node.cpu_milli!r}")
+        if node.host_mem_gb is not None:
+            lines.append(f"host_mem_gb = {node.host_mem_gb!r}")
         i += count
     return "\n".join(lines) + "\n"
+
+
+def _same_kind(a: NodeSpec, b: NodeSpec) -> bool:
+    return (a.gpus, a.gpu, a.cpu_milli, a.host_mem_gb) == (b.gpus, b.gpu, b.cpu_milli, b.host_mem_gb)

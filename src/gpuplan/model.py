@@ -1,4 +1,5 @@
-"""Plain records shared by every part of gpuplan. Units: seconds (`_s`), GiB (`_gb`), percent (`_pct`)."""
+"""Plain records shared by every part of gpuplan. Units: seconds (`_s`), GiB (`_gb`), percent (`_pct`),
+thousandths of a CPU core (`_milli`), a fraction of one GPU (`_share`, 0-1)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,12 @@ class Job:
         meta: anything else a reader keeps (state, queue, class label ...). `meta["checkpointable"]`
             false marks a job that cannot checkpoint: preempted, it restarts from scratch.
             `meta["preempt"]` (one of PREEMPT_MODES) says how it may be preempted (`preempt_mode`).
+        cpu_milli: CPU the job needs, in thousandths of a core (4 cores = 4000), on its node in all
+            (a job spanning nodes takes it in proportion to its GPUs on each); None: not constrained.
+        host_mem_gb: host memory (RAM) the job needs in GiB, counted as cpu_milli; None: not constrained.
+        gpu_share: the share of ONE GPU's compute a single-GPU job asks for (0 < share <= 1; Alibaba's
+            gpu_milli / 1000), a resource of its own beside GPU memory: on a sharing cluster the shares
+            on one GPU never add up to more than 1. None: whole GPUs (or memory alone decides).
     """
 
     id: str
@@ -58,6 +65,9 @@ class Job:
     startup_s: float | None = None
     init_s: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    cpu_milli: float | None = None
+    host_mem_gb: float | None = None
+    gpu_share: float | None = None
 
     @property
     def checkpointable(self) -> bool:
@@ -117,11 +127,18 @@ class GpuSpec:
 
 @dataclass(slots=True, frozen=True)
 class NodeSpec:
-    """One node: a name, how many GPUs of one model it has."""
+    """One node: a name, how many GPUs of one model it has, and optionally its CPU and host memory.
+
+    Attributes:
+        cpu_milli: its CPU in thousandths of a core (None: not constrained, every job's CPU fits).
+        host_mem_gb: its host memory in GiB (None: not constrained).
+    """
 
     name: str
     gpus: int
     gpu: GpuSpec
+    cpu_milli: float | None = None
+    host_mem_gb: float | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -150,6 +167,11 @@ class ClusterSpec:
     @property
     def max_node_gpus(self) -> int:
         return max(n.gpus for n in self.nodes)
+
+    @property
+    def has_host_resources(self) -> bool:
+        """Whether some node limits CPU or host memory (jobs' cpu_milli / host_mem_gb then count)."""
+        return any(n.cpu_milli is not None or n.host_mem_gb is not None for n in self.nodes)
 
     @property
     def total_mem_gb(self) -> float:

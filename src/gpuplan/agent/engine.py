@@ -191,21 +191,21 @@ class Engine:
         if self.preemptive:
             return [Projection(slot.jid, None) for slot in itertools.islice(s.waiting(), limit)]
         state = s.state.copy()
-        heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb) for r in s.running()]
+        heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb, r.need) for r in s.running()]
         heapq.heapify(heap)
         waiting = list(itertools.islice(s.waiting(), limit))
         out: list[Projection] = []
         t = now
         for k, slot in enumerate(waiting):
-            gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             while gpus is None:
                 if not heap or heap[0][0] == _INF:
                     return out + [Projection(w.jid, None) for w in waiting[k:]]
-                end, _, held, mem = heapq.heappop(heap)
+                end, _, held, mem, need = heapq.heappop(heap)
                 t = max(t, end)
-                state.release(held, mem)
-                gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
-            state.place(gpus, slot.mem_gb)
+                state.release(held, mem, need)
+                gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+            state.place(gpus, slot.mem_gb, slot.need)
             out.append(Projection(slot.jid, t))
-            heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb))
+            heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb, slot.need))
         return out

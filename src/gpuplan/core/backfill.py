@@ -64,7 +64,7 @@ class NoBackfill(Backfill):
         started: list[Started] = []
         state, find = s.state, s.placer.find
         for slot in s.waiting():
-            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 break
             s.start(slot, gpus, now, started)
@@ -81,7 +81,7 @@ class Easy(Backfill):
         slots = s.waiting()
         head: JobSlot | None = None
         for slot in slots:
-            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 head = slot
                 break
@@ -108,7 +108,7 @@ class Easy(Backfill):
             fk = slot.fits_key(state)
             if fk in no_fit:
                 continue
-            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span)
+            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 no_fit.add(fk)
                 continue
@@ -141,7 +141,7 @@ class _Projection:
         else:
             self.state = s.state.copy()
             for r in freed:
-                self.state.release(r.alloc, r.mem_gb)
+                self.state.release(r.alloc, r.mem_gb, r.need)
 
     @property
     def counts(self) -> list[int] | None:
@@ -202,7 +202,7 @@ class _Projection:
                 masked.gpu_njobs[g] = max(masked.gpu_njobs[g], masked.max_share)
             masked.idle_total -= masked.node_idle[n]
             masked.node_idle[n] = 0
-        gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span)
+        gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
         if gpus is None or not self.keeps_head_placeable(gpus, slot.mem_gb):
             return None
         return gpus
@@ -330,6 +330,8 @@ class Conservative(Backfill):
                 continue
             if t <= now:
                 gpus = plan.gpus_now(slot, where)
+                if slot.need is not None and not s.state.fits_need(gpus, slot.mem_gb, slot.need):
+                    continue  # the plan counts GPUs only: CPU, host memory or a GPU share is short there now
                 s.start(slot, gpus, now, started)
                 plan.book_started(slot, gpus)
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from gpuplan.core.placement import Placer
-from gpuplan.core.state import ClusterState
+from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import ClusterSpec, Job
 
 __all__ = ["booked_mem_gb", "fits_empty_cluster", "never_fits_message"]
@@ -32,11 +32,14 @@ def fits_empty_cluster(
     may_span: bool,
     *,
     empty: ClusterState | None = None,
+    need: Need | None = None,
 ) -> bool:
-    """Whether some placement on the empty cluster (every GPU in service) hosts the job.
+    """Whether some placement on the empty cluster (every GPU in service) hosts the job (with `need`:
+    its CPU, host memory and GPU share too).
 
     `empty`: an empty ClusterState of `spec` the caller keeps (saves building or looking one up)."""
-    return placer.find(_empty_state(spec) if empty is None else empty, gpus, mem_gb, may_span) is not None
+    st = _empty_state(spec) if empty is None else empty
+    return placer.find(st, gpus, mem_gb, may_span, need) is not None
 
 
 @functools.lru_cache(maxsize=16)
@@ -45,8 +48,19 @@ def _empty_state(spec: ClusterSpec) -> ClusterState:
     return ClusterState(spec)
 
 
-def never_fits_message(spec: ClusterSpec, job: Job, mem_gb: float | None) -> str:
+def never_fits_message(spec: ClusterSpec, job: Job, mem_gb: float | None, need: Need | None = None) -> str:
     """Why a job can never start on `spec`, and the fix (the text of JobNeverFitsError)."""
+    if need is not None and (need.cpu_milli or need.host_mem_gb):
+        cpu = max((n.cpu_milli for n in spec.nodes if n.cpu_milli is not None), default=None)
+        ram = max((n.host_mem_gb for n in spec.nodes if n.host_mem_gb is not None), default=None)
+        if (cpu is not None and need.cpu_milli > cpu) or (ram is not None and need.host_mem_gb > ram):
+            return (
+                f"job {job.id!r} needs {need.cpu_milli:g} milli-CPU and {need.host_mem_gb:g} GB of host memory; "
+                f"the largest node of cluster {spec.name!r} has {cpu if cpu is not None else 'unlimited'} "
+                f"milli-CPU and {ram if ram is not None else 'unlimited'} GB: it can never start. Fix the "
+                "job's cpu_milli/host_mem_gb or give the cluster larger nodes (cpu_milli, host_mem_gb in "
+                "its TOML)"
+            )
     mem_txt = "unknown memory" if mem_gb is None else f"{mem_gb:g} GB per GPU"
     span = "" if job.may_span_nodes else f" on one node (largest node: {spec.max_node_gpus} GPUs)"
     biggest = max(n.gpu.mem_gb for n in spec.nodes)

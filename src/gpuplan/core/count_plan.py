@@ -201,7 +201,7 @@ class CountPlan:
         for n in range(len(masked.node_idle)):
             masked.node_idle[n] = min(masked.node_idle[n], window_min[n]) if n in allowed else 0
         masked.idle_total = sum(masked.node_idle)
-        gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span)
+        gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
         assert gpus is not None, "the count plan said the job fits now"
         return gpus
 

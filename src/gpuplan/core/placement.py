@@ -1,16 +1,27 @@
 """Placers pick the GPUs a job gets: first-fit, best-fit (pack) and spread, one registry by name.
 
 A multi-GPU job gets all its GPUs on one node unless it may span nodes and no single node can host it.
+A job with a `Need` (CPU, host memory, a GPU share) fits a node only when every resource fits there;
+without one, the GPU-only paths below run unchanged.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from gpuplan.core.state import ClusterState
+from gpuplan.core.state import ClusterState, Need
 from gpuplan.errors import UnknownNameError
 
-__all__ = ["BestFit", "FirstFit", "Placer", "Spread", "get_placer", "placer_names", "register_placer"]
+__all__ = [
+    "BestFit",
+    "FirstFit",
+    "Placer",
+    "Spread",
+    "free_share_on",
+    "get_placer",
+    "placer_names",
+    "register_placer",
+]
 
 
 class Placer(ABC):
@@ -38,9 +49,19 @@ class Placer(ABC):
         return self.fitting_gpus(state, node, mem_gb) >= gpus
 
     def find(
-        self, state: ClusterState, gpus: int, mem_gb: float | None, may_span: bool = False
+        self,
+        state: ClusterState,
+        gpus: int,
+        mem_gb: float | None,
+        may_span: bool = False,
+        need: Need | None = None,
     ) -> list[int] | None:
-        """GPUs for a job of `gpus` GPUs and `mem_gb` per GPU, or None when it does not fit now."""
+        """GPUs for a job of `gpus` GPUs and `mem_gb` per GPU (and `need`), or None when it does not fit now."""
+        if need is not None:
+            found = self.choose(state, gpus, mem_gb, need)
+            if found is not None:
+                return found[1]
+            return self._span_need(state, gpus, mem_gb, need) if may_span else None
         if state.sharing:
             best_node = self._best_node_shared(state, gpus, mem_gb)
         elif gpus > state.idle_total:
@@ -58,6 +79,79 @@ class Placer(ABC):
             return self._pick(state, state.node_gpus[best_node], gpus, mem_gb)
         if may_span:
             return self._span(state, gpus, mem_gb)
+        return None
+
+    # -- jobs with a Need: every resource must fit ------------------------------------------------
+    def choose(
+        self, state: ClusterState, gpus: int, mem_gb: float | None, need: Need
+    ) -> tuple[int, list[int]] | None:
+        """The node and GPUs for a job with `need` on one node (a job of 0 GPUs gets a node and []),
+        or None when no node hosts every resource it needs now."""
+        share = need.gpu_share
+        best: tuple[float, ...] | None = None
+        best_node = -1
+        for node, node_gpus in enumerate(state.node_gpus):
+            if not state.host_fits(node, need):
+                continue
+            fitting = sum(1 for g in node_gpus if state.gpu_fits_need(g, mem_gb, share)) if gpus else 0
+            if not state.sharing and fitting > state.node_idle[node]:
+                fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
+            if fitting < gpus:
+                continue
+            key = self.need_node_key(state, node, fitting, need)
+            if best is None or key < best:
+                best, best_node = key, node
+                if self.first_wins:
+                    break
+        if best_node < 0:
+            return None
+        return best_node, self.pick_need(state, best_node, gpus, mem_gb, need)
+
+    def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        """Rank of a node that hosts a job with a Need (default: `node_key`)."""
+        return self.node_key(state, node, fitting)
+
+    def need_gpu_key(self, state: ClusterState, gpu: int, need: Need) -> tuple[float, ...]:
+        """Rank of a GPU for a job with a Need (default: `gpu_key`)."""
+        return self.gpu_key(state, gpu)
+
+    def pick_need(
+        self, state: ClusterState, node: int, gpus: int, mem_gb: float | None, need: Need
+    ) -> list[int]:
+        """The job's GPUs on `node` (which hosts it), by `need_gpu_key`."""
+        fit = [g for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, need.gpu_share)]
+        if len(fit) > gpus:
+            fit.sort(key=lambda g: self.need_gpu_key(state, g, need))
+        return sorted(fit[:gpus])
+
+    def _span_need(
+        self, state: ClusterState, gpus: int, mem_gb: float | None, need: Need
+    ) -> list[int] | None:
+        """Several nodes for a spanning job with a Need: the roomiest nodes first, each taking the job's
+        CPU and host memory in proportion to the GPUs it gives."""
+        if gpus <= 1:
+            return None
+        nodes_spec = state.spec.nodes
+        fits = []
+        for n, node_gpus in enumerate(state.node_gpus):
+            k = (
+                0
+                if nodes_spec[n].gpu.mig_profile
+                else sum(1 for g in node_gpus if state.gpu_fits_need(g, mem_gb, None))
+            )
+            while k and not state.host_fits(n, need, k / gpus):
+                k -= 1
+            fits.append(k)
+        if sum(fits) < gpus:
+            return None
+        chosen: list[int] = []
+        for n, f in sorted(((n, f) for n, f in enumerate(fits) if f), key=lambda nf: -nf[1]):
+            take = min(f, gpus - len(chosen))
+            if not state.host_fits(n, need, take / gpus):
+                continue
+            chosen.extend(self.pick_need(state, n, take, mem_gb, Need(need.cpu_milli, need.host_mem_gb)))
+            if len(chosen) == gpus:
+                return sorted(chosen)
         return None
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
@@ -170,6 +264,13 @@ class BestFit(Placer):
     def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
         return (state.gpu_free_gb[gpu], gpu)
 
+    def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        return (fitting, free_share_on(state, node), node)
+
+    def need_gpu_key(self, state: ClusterState, gpu: int, need: Need) -> tuple[float, ...]:
+        fs = state.gpu_free_share
+        return (0.0 if fs is None else fs[gpu], state.gpu_free_gb[gpu], gpu)
+
 
 class Spread(Placer):
     name = "spread"
@@ -184,6 +285,21 @@ class Spread(Placer):
 
     def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
         return (state.gpu_njobs[gpu], -state.gpu_free_gb[gpu], gpu)
+
+    def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        return (-fitting, -free_share_on(state, node), node)
+
+    def need_gpu_key(self, state: ClusterState, gpu: int, need: Need) -> tuple[float, ...]:
+        fs = state.gpu_free_share
+        return (state.gpu_njobs[gpu], -(1.0 if fs is None else fs[gpu]), -state.gpu_free_gb[gpu], gpu)
+
+
+def free_share_on(state: ClusterState, node: int) -> float:
+    """The free GPU compute on `node`, in GPUs (its idle GPUs without sharing)."""
+    fs = state.gpu_free_share
+    if fs is None:
+        return float(state.node_idle[node])
+    return sum(fs[g] for g in state.node_gpus[node])
 
 
 _PLACERS: dict[str, type[Placer]] = {}

@@ -206,7 +206,7 @@ class PreemptiveQueue:
         """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
         where it fits beside suspended jobs' memory."""
         state, placer = self.sched.state, self.sched.placer
-        gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span)
+        gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
         if gpus is not None or slot.mem_gb is None or not state.suspended_n:
             return gpus
         beside = [g for g in state.suspended_n if state.fits_beside_suspended(g, slot.mem_gb)]
@@ -217,7 +217,7 @@ class PreemptiveQueue:
             trial.suspended_n.pop(g)
             trial.suspended_gb.pop(g)
             trial.vacate_all(g)
-        return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span)
+        return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
 
     def _resume_on(
         self, slot: JobSlot, now: float, out: list[Preempted], preempted: set[int]
@@ -257,7 +257,7 @@ class PreemptiveQueue:
             mode = victim.job.preempt_mode
             if mode == "never":
                 continue
-            state.release(victim.alloc, victim.mem_gb)
+            state.release(victim.alloc, victim.mem_gb, victim.need)
             if mode == "suspend":
                 state.hold_suspended(victim.alloc, victim.mem_gb)
             released.append(victim)
@@ -269,7 +269,7 @@ class PreemptiveQueue:
         for victim in released:  # undo: every victim when nothing fits, else those not in the way
             if victim.job.preempt_mode == "suspend":
                 state.drop_suspended(victim.alloc, victim.mem_gb)
-            state.place(victim.alloc, victim.mem_gb)
+            state.place(victim.alloc, victim.mem_gb, victim.need)
         if gpus is None:
             return None
         for victim in released:

@@ -20,7 +20,7 @@ from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
-from gpuplan.core.state import ClusterState
+from gpuplan.core.state import ClusterState, Need, need_of
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
@@ -56,7 +56,8 @@ class Scheduler:
         self.oracle = oracle
         self._state = ClusterState(spec)
         self._empty = ClusterState(spec)
-        self._fits_empty: dict[tuple[int, float | None, bool], bool] = {}
+        self._fits_empty: dict[tuple[int, float | None, bool, Need | None], bool] = {}
+        self._host = spec.has_host_resources  # some node limits CPU or host memory
         self._slots: dict[int, JobSlot] = {}
         self._ledger: UsageLedger | None = None
         self._queue: SortedList | FairQueue = SortedList()  # (policy key..., jid, slot)
@@ -87,14 +88,17 @@ class Scheduler:
             ScheduleError: `jid` is already waiting or running.
         """
         mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
-        shape = (job.gpus, mem, job.may_span_nodes)
+        need = (
+            need_of(job, self._host, self.spec.sharing) if self._host or job.gpu_share is not None else None
+        )
+        shape = (job.gpus, mem, job.may_span_nodes, need)
         fits = self._fits_empty.get(shape)
         if fits is None:
             fits = self._fits_empty[shape] = fits_empty_cluster(
-                self.spec, self._placer, *shape, empty=self._empty
+                self.spec, self._placer, job.gpus, mem, job.may_span_nodes, empty=self._empty, need=need
             )
         if not fits:
-            raise JobNeverFitsError(never_fits_message(self.spec, job, mem))
+            raise JobNeverFitsError(never_fits_message(self.spec, job, mem, need))
         if self._quotas is not None:
             why = self._quotas.never_fits(job.user, job.gpus)
             if why is not None:
@@ -114,6 +118,8 @@ class Scheduler:
             raise ScheduleError(f"job handle {jid} is already in use (job {self._slots[jid].job.id!r})")
         plan = job.planning_duration_s(self.oracle)
         slot = JobSlot(jid, job, job.gpus, mem, _INF if plan is None else max(plan, 0.0), job.may_span_nodes)
+        if self._host or job.gpu_share is not None:
+            slot.need = need_of(job, self._host, self.spec.sharing)
         self._slots[jid] = slot
         return slot
 
@@ -173,7 +179,7 @@ class Scheduler:
         slot.service_gpu_s += slot.gpus * run_s
         slot.run_since_promotion_s += run_s
         self._running.remove((slot.expected_end_s, jid, slot))
-        self._state.release(slot.alloc, slot.mem_gb)
+        self._state.release(slot.alloc, slot.mem_gb, slot.need)
         done = Preempted(jid, slot.alloc, mode)
         if mode == "suspend":
             self._state.hold_suspended(slot.alloc, slot.mem_gb)
@@ -244,7 +250,7 @@ class Scheduler:
         slot = self._slots.pop(jid)
         self._version += 1
         self._running.remove((slot.expected_end_s, jid, slot))
-        self._state.release(slot.alloc, slot.mem_gb)
+        self._state.release(slot.alloc, slot.mem_gb, slot.need)
         self._unbook_user(slot, now)
         return slot
 
@@ -445,7 +451,7 @@ class Scheduler:
         for end, _jid, slot in self._running:
             if end > at_s:
                 break
-            proj.release(slot.alloc, slot.mem_gb)
+            proj.release(slot.alloc, slot.mem_gb, slot.need)
         return proj
 
     def start(
@@ -458,7 +464,7 @@ class Scheduler:
 
     def _book(self, slot: JobSlot, gpus: tuple[int, ...], start_s: float, end_s: float) -> None:
         self._version += 1
-        self._state.place(gpus, slot.mem_gb)
+        self._state.place(gpus, slot.mem_gb, slot.need)
         slot.alloc = gpus
         slot.start_s = start_s
         slot.expected_end_s = end_s

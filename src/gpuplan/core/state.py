@@ -3,9 +3,46 @@ that the simulator, the local agent and the Slurm loop all schedule against."""
 
 from __future__ import annotations
 
-from gpuplan.model import ClusterSpec
+from dataclasses import dataclass
 
-__all__ = ["ClusterState"]
+from gpuplan.model import ClusterSpec, Job
+
+__all__ = ["ClusterState", "Need", "need_of"]
+
+_EPS = 1e-9
+
+
+@dataclass(slots=True, frozen=True)
+class Need:
+    """What a job needs beyond GPU count and GPU memory (None everywhere means the old GPU-only rules).
+
+    Attributes:
+        cpu_milli: CPU on its node, thousandths of a core (0: none); a job spanning nodes takes it in
+            proportion to its GPUs on each.
+        host_mem_gb: host memory on its node in GiB (0: none), split as cpu_milli.
+        gpu_share: the share of one GPU's compute it takes (single-GPU jobs on sharing clusters);
+            None: a job of unknown memory takes its GPUs whole, one of known memory takes no share.
+    """
+
+    cpu_milli: float = 0.0
+    host_mem_gb: float = 0.0
+    gpu_share: float | None = None
+
+
+def need_of(job: Job, host: bool, sharing: bool) -> Need | None:
+    """The job's needs a cluster can tell apart, or None when there are none (the fast GPU-only path):
+    CPU and host memory only when some node limits them (`host`: `ClusterSpec.has_host_resources`);
+    a GPU share only on a `sharing` cluster, for a job of one GPU."""
+    cpu = mem = 0.0
+    if host:
+        cpu = job.cpu_milli or 0.0
+        mem = job.host_mem_gb or 0.0
+    share = job.gpu_share if sharing and job.gpus == 1 else None
+    if share is not None and share >= 1.0:
+        share = None if job.planning_mem_gb() is None else 1.0
+    if not cpu and not mem and share is None:
+        return None
+    return Need(cpu, mem, share)
 
 
 class ClusterState:
@@ -22,18 +59,22 @@ class ClusterState:
     """
 
     __slots__ = (
+        "changed",
         "external_gb",
         "ff_hint",
         "gpu_cap_gb",
         "gpu_free_gb",
+        "gpu_free_share",
         "gpu_njobs",
         "gpu_node",
         "idle_total",
         "max_share",
         "min_cap_gb",
         "node_cap_gb",
+        "node_cpu_free",
         "node_gpus",
         "node_idle",
+        "node_mem_free",
         "offline",
         "sharing",
         "spec",
@@ -67,6 +108,91 @@ class ClusterState:
         self.external_gb: dict[int, float] = {}
         self.suspended_gb: dict[int, float] = {}
         self.suspended_n: dict[int, int] = {}
+        self.node_cpu_free = _host_caps(spec, "cpu_milli")
+        self.node_mem_free = _host_caps(spec, "host_mem_gb")
+        self.gpu_free_share: list[float] | None = [1.0] * len(self.gpu_node) if spec.sharing else None
+        self.changed: set[int] | None = None
+
+    def track_changes(self) -> set[int]:
+        """Start recording in `changed` the nodes whose bookings change (idempotent); returns the set."""
+        if self.changed is None:
+            self.changed = set()
+        return self.changed
+
+    def host_fits(self, node: int, need: Need, fraction: float = 1.0) -> bool:
+        """Whether `fraction` of the job's CPU and host memory fit on `node` now."""
+        cpu, mem = self.node_cpu_free, self.node_mem_free
+        if cpu is None or mem is None:
+            return True
+        return (
+            need.cpu_milli * fraction <= cpu[node] + _EPS and need.host_mem_gb * fraction <= mem[node] + _EPS
+        )
+
+    def gpu_fits_need(self, gpu: int, mem_gb: float | None, share: float | None) -> bool:
+        """Whether one more job with `mem_gb` per GPU and a GPU share `share` fits on `gpu` now."""
+        if share is None:
+            return self.gpu_fits(gpu, mem_gb)
+        n = self.gpu_njobs[gpu]
+        if n == 0:
+            return mem_gb is None or mem_gb <= self.gpu_cap_gb[gpu]
+        fs = self.gpu_free_share
+        if fs is None or n >= self.max_share or (mem_gb is not None and mem_gb > self.gpu_free_gb[gpu]):
+            return False
+        return share <= fs[gpu] + _EPS
+
+    def fits_need(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None, need: Need) -> bool:
+        """Whether a job with `need` fits on exactly `gpus` now (each GPU, and each node's CPU and
+        host memory for its part of the job)."""
+        if not all(self.gpu_fits_need(g, mem_gb, need.gpu_share) for g in gpus):
+            return False
+        per_node: dict[int, int] = {}
+        for g in gpus:
+            per_node[self.gpu_node[g]] = per_node.get(self.gpu_node[g], 0) + 1
+        return all(self.host_fits(n, need, k / len(gpus)) for n, k in per_node.items())
+
+    def _take_host(
+        self, gpus: list[int] | tuple[int, ...], need: Need, node: int | None, sign: float
+    ) -> None:
+        cpu, mem = self.node_cpu_free, self.node_mem_free
+        if cpu is None or mem is None or not (need.cpu_milli or need.host_mem_gb):
+            return
+        if node is not None or len(gpus) <= 1:
+            parts = {node if node is not None else self.gpu_node[gpus[0]]: 1.0}
+        else:
+            parts = {}
+            for g in gpus:
+                n = self.gpu_node[g]
+                parts[n] = parts.get(n, 0.0) + 1.0 / len(gpus)
+        for n, frac in parts.items():
+            cpu[n] -= sign * need.cpu_milli * frac
+            mem[n] -= sign * need.host_mem_gb * frac
+
+    def _take_share(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None, need: Need | None) -> None:
+        fs = self.gpu_free_share
+        if fs is None:
+            return
+        share = need.gpu_share if need is not None else None
+        take = share if share is not None else (1.0 if mem_gb is None else 0.0)
+        if take:
+            for g in gpus:
+                fs[g] -= take
+
+    def place_node(self, node: int, need: Need) -> None:
+        """Book a job of no GPU (CPU and host memory only) on `node`."""
+        self._take_host((), need, node, 1.0)
+        if self.changed is not None:
+            self.changed.add(node)
+
+    def release_node(self, node: int, need: Need) -> None:
+        """Undo `place_node`."""
+        self._take_host((), need, node, -1.0)
+        if self.changed is not None:
+            self.changed.add(node)
+
+    def _note_changed(self, gpus: list[int] | tuple[int, ...]) -> None:
+        assert self.changed is not None
+        node_of = self.gpu_node
+        self.changed.update(node_of[g] for g in gpus)
 
     @property
     def held(self) -> set[int]:
@@ -94,8 +220,14 @@ class ClusterState:
             return self.gpu_cap_gb[gpu]
         return mem_gb
 
-    def place(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
-        """Book a job on `gpus`; the caller (a placer) has checked that it fits."""
+    def place(
+        self, gpus: list[int] | tuple[int, ...], mem_gb: float | None, need: Need | None = None
+    ) -> None:
+        """Book a job on `gpus` (and its `need`, if any); the caller (a placer) has checked that it fits."""
+        if need is not None:
+            self._take_host(gpus, need, None, 1.0)
+        if self.changed is not None:
+            self._note_changed(gpus)
         if not self.sharing:  # exclusive: a GPU is taken whole; its free memory is not consulted
             node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
             for g in gpus:
@@ -110,9 +242,17 @@ class ClusterState:
                 self.idle_total -= 1
             self.gpu_njobs[g] += 1
             self.gpu_free_gb[g] -= self.take_gb(g, mem_gb)
+        if mem_gb is None or need is not None:
+            self._take_share(gpus, mem_gb, need)
 
-    def release(self, gpus: list[int] | tuple[int, ...], mem_gb: float | None) -> None:
-        """Undo `place` for a job that ended."""
+    def release(
+        self, gpus: list[int] | tuple[int, ...], mem_gb: float | None, need: Need | None = None
+    ) -> None:
+        """Undo `place` for a job that ended (the same `need`)."""
+        if need is not None:
+            self._take_host(gpus, need, None, -1.0)
+        if self.changed is not None:
+            self._note_changed(gpus)
         if not self.sharing:
             node_idle, njobs, node_of, hint = self.node_idle, self.gpu_njobs, self.gpu_node, self.ff_hint
             for g in gpus:
@@ -124,6 +264,13 @@ class ClusterState:
                     if hint[node_idle[n]] > n:
                         hint[node_idle[n]] = n
             return
+        if mem_gb is None or need is not None:
+            fs = self.gpu_free_share
+            share = need.gpu_share if need is not None else None
+            take = share if share is not None else (1.0 if mem_gb is None else 0.0)
+            if fs is not None and take:
+                for g in gpus:
+                    fs[g] += take
         for g in gpus:
             self.gpu_njobs[g] -= 1
             self.gpu_free_gb[g] += self.take_gb(g, mem_gb)
@@ -132,6 +279,8 @@ class ClusterState:
                 self.node_idle[n] += 1
                 self.idle_total += 1
                 self.gpu_free_gb[g] = self.gpu_cap_gb[g]  # no drift from float sums
+                if self.gpu_free_share is not None:
+                    self.gpu_free_share[g] = 1.0
                 if self.ff_hint[self.node_idle[n]] > n:
                     self.ff_hint[self.node_idle[n]] = n
 
@@ -231,6 +380,8 @@ class ClusterState:
             self.node_idle[n] += 1
             self.idle_total += 1
             self.gpu_free_gb[gpu] = self.gpu_cap_gb[gpu]
+            if self.gpu_free_share is not None:
+                self.gpu_free_share[gpu] = 1.0
             if self.ff_hint[self.node_idle[n]] > n:
                 self.ff_hint[self.node_idle[n]] = n
 
@@ -242,6 +393,9 @@ class ClusterState:
         new.node_idle = [len(g) for g in self.node_gpus]
         new.ff_hint = [0] * len(self.ff_hint)
         new.idle_total = len(self.gpu_node)
+        new.node_cpu_free = _host_caps(self.spec, "cpu_milli")
+        new.node_mem_free = _host_caps(self.spec, "host_mem_gb")
+        new.gpu_free_share = [1.0] * len(self.gpu_node) if self.sharing else None
         new.offline, new.external_gb = set(), {}
         new.suspended_gb, new.suspended_n = {}, {}
         for g in sorted(self.offline):
@@ -270,6 +424,10 @@ class ClusterState:
         new.external_gb = self.external_gb.copy()
         new.suspended_gb = self.suspended_gb.copy()
         new.suspended_n = self.suspended_n.copy()
+        new.node_cpu_free = None if self.node_cpu_free is None else self.node_cpu_free.copy()
+        new.node_mem_free = None if self.node_mem_free is None else self.node_mem_free.copy()
+        new.gpu_free_share = None if self.gpu_free_share is None else self.gpu_free_share.copy()
+        new.changed = None
         return new
 
     def fragmentation(self) -> float:
@@ -278,3 +436,11 @@ class ClusterState:
             return 0.0
         stranded = sum(idle for idle, gpus in zip(self.node_idle, self.node_gpus) if idle < len(gpus))
         return stranded / self.idle_total
+
+
+def _host_caps(spec: ClusterSpec, attr: str) -> list[float] | None:
+    """Per node its `cpu_milli` or `host_mem_gb` (inf where not given); None when no node limits either."""
+    if not spec.has_host_resources:
+        return None
+    inf = float("inf")
+    return [inf if getattr(n, attr) is None else float(getattr(n, attr)) for n in spec.nodes]

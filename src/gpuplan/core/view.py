@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from gpuplan.core.placement import Placer
-from gpuplan.core.state import ClusterState
+from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
 
 __all__ = ["JobSlot", "SchedulerView", "Started"]
@@ -52,6 +52,8 @@ class JobSlot:
         reservation: the backfill mode's note of where it last reserved the job (conservative: GPUs
             per node, or the GPUs with sharing), so a later pass keeps it there whatever the placer
             would rank first; the one field a backfill mode writes.
+        need: what it needs beyond GPUs and GPU memory (CPU, host memory, a GPU share;
+            `core.state.need_of`), None when nothing (the GPU-only rules).
     """
 
     jid: int
@@ -71,6 +73,7 @@ class JobSlot:
     suspended_on: tuple[int, ...] = ()
     level: float = 0.0
     reservation: object = None
+    need: Need | None = None
 
     @property
     def is_running(self) -> bool:
@@ -81,7 +84,7 @@ class JobSlot:
         mem = self.mem_gb
         if not state.sharing and mem is not None and mem <= state.min_cap_gb:
             mem = None
-        return (self.gpus, mem, self.may_span)
+        return (self.gpus, mem, self.may_span, self.need)
 
 
 class SchedulerView(Protocol):

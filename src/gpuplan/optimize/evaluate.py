@@ -154,6 +154,7 @@ class Evaluator:
         if (
             mode in (NoBackfill, Easy)
             and type(self.placer) is FirstFit
+            and not self.cluster.has_host_resources
             and not any(j.may_span_nodes for j in self.jobs)
         ):
             self._mem = [booked_mem_gb(j, self.oracle) for j in self.jobs]

@@ -74,6 +74,8 @@ def _clean_column(name: str, column: Any) -> list[Any] | None:
             return None
         if name == "gpu_util_pct" and pc.max(column).as_py() > 100:
             return None
+        if name == "gpu_share" and (pc.max(column).as_py() > 1 or pc.min(column).as_py() <= 0):
+            return None  # the exact reader names the row
         if name in PLAUSIBLE_MAX and pc.max(column).as_py() > PLAUSIBLE_MAX[name][0]:
             return None  # the exact reader names the row
         if name == "gpus":

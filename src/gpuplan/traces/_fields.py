@@ -46,7 +46,15 @@ TIME_FIELDS: tuple[str, ...] = (
     "init_s",
 )
 PHASE_FIELDS: tuple[str, ...] = ("startup_s", "init_s")
-_FLOAT_FIELDS: tuple[str, ...] = (*TIME_FIELDS, "mem_gb", "est_mem_gb", "gpu_util_pct")
+_FLOAT_FIELDS: tuple[str, ...] = (
+    *TIME_FIELDS,
+    "mem_gb",
+    "est_mem_gb",
+    "gpu_util_pct",
+    "cpu_milli",
+    "host_mem_gb",
+    "gpu_share",
+)
 # Beyond these a value is a unit or typing mistake, not a job: an error that names the field.
 MAX_TIME_S = 100 * 365.25 * 86400  # 100 years
 MAX_MEM_GB = 10_000.0  # 10 TB on one GPU
@@ -59,6 +67,8 @@ PLAUSIBLE_MAX: dict[str, tuple[float, str]] = {
     "mem_gb": (MAX_MEM_GB, "at most 10 TB (10000 GB) per GPU; memory is in GB per GPU"),
     "est_mem_gb": (MAX_MEM_GB, "at most 10 TB (10000 GB) per GPU; memory is in GB per GPU"),
     "gpus": (MAX_GPUS, "at most 1,000,000 GPUs"),
+    "cpu_milli": (1e9, "at most 1e9 milli-cores (a million cores); CPU is in thousandths of a core"),
+    "host_mem_gb": (1e6, "at most 1e6 GiB (a petabyte) of host memory; it is in GiB"),
 }
 # Fields listed in TraceResult.missing_fields when no job of the file has a value for them.
 REPORTED_FIELDS: tuple[str, ...] = (
@@ -80,6 +90,9 @@ _EXPECTED: dict[str, str] = {
     "mem_gb": "a finite number of GiB >= 0",
     "est_mem_gb": "a finite number of GiB >= 0",
     "gpu_util_pct": "a percent from 0 to 100",
+    "cpu_milli": "a finite number of milli-cores >= 0 (thousandths of a core)",
+    "host_mem_gb": "a finite number of GiB >= 0",
+    "gpu_share": "a share of one GPU, above 0 and at most 1",
     "may_span_nodes": "true or false",
     "duration_includes_sharing": "true or false",
     "meta": "a JSON object",
@@ -136,6 +149,8 @@ def _checked_float(field: str, value: float, raw: object, expected: str = "") ->
         raise FieldError(field, raw, "negative", expected)
     if field == "gpu_util_pct" and value > 100:
         raise FieldError(field, raw, "above 100", expected)
+    if field == "gpu_share" and not 0 < value <= 1:
+        raise FieldError(field, raw, "not in (0, 1]", expected)
     return value
 
 

@@ -156,7 +156,7 @@ def _checked_columns(
     return checked_header(path, rec, required, f"expected {','.join(known)}")
 
 
-def _node(path: Path, header: list[str], rec: CsvRecord) -> tuple[str, int, str]:
+def _node(path: Path, header: list[str], rec: CsvRecord) -> tuple[str, int, str, int | None, int | None]:
     c = _Cells(path, rec.line, dict(zip(header, row_cells(path, header, rec), strict=True)))
     name, model = c.text("sn"), c.text("model")
     if not name:
@@ -164,9 +164,7 @@ def _node(path: Path, header: list[str], rec: CsvRecord) -> tuple[str, int, str]
     gpus = c.integer("gpu", required=True) or 0
     if gpus and (not model or model.lower() == "nan"):
         raise c.fail("model", "a GPU model for a node with GPUs", "missing")
-    c.integer("cpu_milli")
-    c.integer("memory_mib")
-    return name, gpus, model
+    return name, gpus, model, c.integer("cpu_milli"), c.integer("memory_mib")
 
 
 def read_node_list(path: str | Path, skip_bad: bool = False) -> NodeList:
@@ -185,14 +183,15 @@ def read_node_list(path: str | Path, skip_bad: bool = False) -> NodeList:
         raise TraceError(f"{path}: no such node list file")
     records = csv_records(path)
     header = _checked_columns(path, header_record(path, records), _NODE_REQUIRED, NODE_COLUMNS)
-    rows: list[tuple[str, int, str]] = []
+    rows: list[tuple[str, int, str, int | None, int | None]] = []
     seen: dict[str, int] = {}
     skipped: Counter[str] = Counter()
     for rec in records:
         if rec.is_blank:
             continue
         try:
-            name, gpus, model = _node(path, header, rec)
+            row = _node(path, header, rec)
+            name = row[0]
             if name in seen:
                 expected = f"a unique node name; line {seen[name]} already has it"
                 raise InputError(str(path), rec.line, "sn", name, expected, "sn: duplicate")
@@ -202,21 +201,27 @@ def read_node_list(path: str | Path, skip_bad: bool = False) -> NodeList:
             skipped[f"node list: {e.reason}"] += 1
             continue
         seen[name] = rec.line
-        rows.append((name, gpus, model))
+        rows.append(row)
     return _node_list(path, rows, skipped)
 
 
-def _node_list(path: Path, rows: list[tuple[str, int, str]], skipped: Counter[str]) -> NodeList:
-    groups: dict[tuple[int, str], list[str]] = {}
-    for name, gpus, model in rows:
+def _node_list(
+    path: Path, rows: list[tuple[str, int, str, int | None, int | None]], skipped: Counter[str]
+) -> NodeList:
+    groups: dict[tuple[int, str], list[tuple[str, int | None, int | None]]] = {}
+    for name, gpus, model, cpu, mem_mib in rows:
         if gpus:
-            groups.setdefault((gpus, model), []).append(name)
+            groups.setdefault((gpus, model), []).append((name, cpu, mem_mib))
     models = dict.fromkeys(model for _, model in groups)
     guessed = [m for m in models if gpu_mem_gb(m) is None]
     specs = {m: GpuSpec(m, gpu_mem_gb(m) or GUESSED_MEM_GB) for m in models}
-    nodes = tuple(NodeSpec(n, g, specs[m]) for (g, m), names in groups.items() for n in names)
+    nodes = tuple(
+        NodeSpec(n, g, specs[m], cpu, None if mem_mib is None else mem_mib / 1024)
+        for (g, m), names in groups.items()
+        for n, cpu, mem_mib in names
+    )
     notes: list[str] = []
-    cpu_only = sum(1 for _, gpus, _ in rows if not gpus)
+    cpu_only = sum(1 for row in rows if not row[1])
     if cpu_only:
         notes.append(f"{path.name}: {cpu_only} nodes without GPUs left out of the cluster")
     if guessed:
@@ -256,6 +261,7 @@ class _Context:
     header: list[str]
     nodes: NodeList | None
     extras: list[str]
+    cpu_pods: bool = False
 
     def share_basis_gb(self, spec: list[str]) -> float | None:
         """GB that a share of 1.0 stands for: the smallest GPU the pod may use, when its memory is known."""
@@ -313,7 +319,7 @@ def _check_times(c: _Cells, v: dict[str, Any]) -> None:
 def _pod_job(v: dict[str, Any], ctx: _Context, extra: dict[str, str]) -> Job:
     ran = v["phase"] not in ("Pending", "Unknown") and v["deletion_time"] is not None
     meta: dict[str, Any] = {"phase": v["phase"]}
-    for key in ("qos", "cpu_milli", "memory_mib"):
+    for key in ("qos", "cpu_milli", "memory_mib"):  # also in meta: predictors' features read them there
         if v.get(key) not in (None, ""):
             meta[key] = v[key]
     if v["scheduled_time"] is not None:
@@ -322,10 +328,9 @@ def _pod_job(v: dict[str, Any], ctx: _Context, extra: dict[str, str]) -> Job:
         meta["end_s"] = v["deletion_time"]
     if v["gpu_spec"]:
         meta["gpu_spec"] = "|".join(v["gpu_spec"])
-    mem_gb = None
+    mem_gb = share = None
     if v["num_gpu"] == 1 and v["gpu_milli"] < _FULL:
-        share = v["gpu_milli"] / _FULL
-        meta["gpu_share"] = share
+        share = meta["gpu_share"] = v["gpu_milli"] / _FULL
         basis = ctx.share_basis_gb(v["gpu_spec"])
         mem_gb = None if basis is None else share * basis
     meta.update(extra)
@@ -337,6 +342,9 @@ def _pod_job(v: dict[str, Any], ctx: _Context, extra: dict[str, str]) -> Job:
         duration_s=v["deletion_time"] - v["scheduled_time"] if ran else None,
         duration_includes_sharing=True,  # measured on the real cluster, where pods shared GPUs
         meta=meta,
+        cpu_milli=v["cpu_milli"],
+        host_mem_gb=None if v["memory_mib"] is None else v["memory_mib"] / 1024,
+        gpu_share=share,
     )
 
 
@@ -359,7 +367,7 @@ def _read_row(path: Path, ctx: _Context, rec: CsvRecord, pods: _Pods) -> None:
     for key in ("creation_time", "deletion_time", "scheduled_time"):
         if v[key] is not None and v[key] > pods.last_s:
             pods.last_s = v[key]
-    if v["num_gpu"] == 0:
+    if v["num_gpu"] == 0 and not ctx.cpu_pods:
         pods.dropped[_SKIP_CPU] += 1
         return
     v["qos"] = row.get("qos", "").strip()
@@ -401,14 +409,14 @@ def _censor(jobs: list[Job], end_s: float) -> list[str]:
 
 
 def _share_notes(jobs: list[Job], ctx: _Context) -> list[str]:
-    shared = [j for j in jobs if "gpu_share" in j.meta]
+    shared = [j for j in jobs if j.gpu_share is not None]
     if not shared:
         return []
     known = [j for j in shared if j.mem_gb is not None]
     notes = [
-        f"{len(shared)} GPU-sharing pods (num_gpu 1, gpu_milli < 1000): meta gpu_share is the requested share "
-        "of one GPU; mem_gb = gpu_share x the memory of the smallest GPU the pod may use (a request, not "
-        "measured memory)"
+        f"{len(shared)} GPU-sharing pods (num_gpu 1, gpu_milli < 1000): gpu_share is the requested share "
+        "of one GPU's compute; mem_gb = gpu_share x the memory of the smallest GPU the pod may use (a request, "
+        "not measured memory)"
     ]
     if len(known) < len(shared):
         why = "no node list" if ctx.nodes is None or ctx.nodes.cluster is None else "unknown GPU memory"
@@ -418,7 +426,7 @@ def _share_notes(jobs: list[Job], ctx: _Context) -> list[str]:
 
 def _shared_cluster(cluster: ClusterSpec | None, jobs: list[Job]) -> ClusterSpec | None:
     """The cluster with GPU sharing on when the trace has GPU-sharing pods, as the openb cluster had."""
-    shares = [j.meta["gpu_share"] for j in jobs if "gpu_share" in j.meta]
+    shares = [j.gpu_share for j in jobs if j.gpu_share is not None]
     if cluster is None or not shares:
         return cluster
     most = max(2, math.floor(1 / min(shares) + 1e-9))
@@ -444,14 +452,17 @@ class AlibabaGpuReader(TraceReader):
 
     Args:
         node_list: the node list CSV; None looks for `*node_list*.csv` next to the pods file.
+        cpu_pods: keep the pods without GPUs (num_gpu 0) as jobs of 0 GPUs that take CPU and host
+            memory only (`gpuplan frag` places them; the schedulers skip them by default).
     """
 
     name = "alibaba-gpu-v2023"
     description = "Alibaba GPU cluster trace v2023 (openb pods CSV; the node list next to it is the cluster)"
     priority = 5
 
-    def __init__(self, node_list: str | Path | None = None) -> None:
+    def __init__(self, node_list: str | Path | None = None, cpu_pods: bool = False) -> None:
         self.node_list = Path(node_list) if node_list is not None else None
+        self.cpu_pods = cpu_pods
 
     def detect(self, path: Path, head: str) -> bool:
         names = header_names(head) or []
@@ -465,7 +476,7 @@ class AlibabaGpuReader(TraceReader):
         extras = [h for h in header if h not in POD_COLUMNS]
         if extras:
             notes.append(f"{len(extras)} unknown column(s) kept in each pod's meta: {', '.join(extras)}")
-        ctx = _Context(header, nodes, extras)
+        ctx = _Context(header, nodes, extras, self.cpu_pods)
         pods = _Pods(RowSink(path, options.skip_bad))
         for rec in records:
             if not rec.is_blank:
