@@ -26,6 +26,7 @@ from gpuplan.agent.gpus import GpuBackend, ProcReading, Snapshot, open_backend
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_profile
 from gpuplan.core.policies import Policy
+from gpuplan.core.quotas import Quotas
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces._fields import job_record
 
@@ -36,6 +37,7 @@ log = logging.getLogger("gpuplan.agent")
 _HISTORY_STATE = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED", "timeout": "TIMEOUT",
                   "preempted": "PREEMPTED"}  # fmt: skip
 LIVENESS_S = 0.25
+_USAGE_KEY = "fairshare_usage"  # store meta: {"t_s": when, "usage": {user: decayed GPU-s of ended runs}}
 
 
 @dataclass(slots=True)
@@ -56,6 +58,11 @@ class AgentConfig:
     oom_factor: float = 1.25
     predict: list[str] = field(default_factory=list)
     quantum_gpu_s: float | None = None  # preemptive policies: first level boundary (None: the policy's own)
+    max_gpus_per_user: int | None = None
+    max_jobs_per_user: int | None = None
+    quotas_file: str | None = (
+        None  # per-user quotas (agent/quotafile.py), reloaded on SIGHUP / `agent reload`
+    )
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__slots__}
@@ -130,6 +137,7 @@ class Agent:
             AgentPolicy(policy or _policy(config), self.priority, self.rank),
             config.backfill,
             config.placer,
+            self.load_quotas(),
         )
         self._write_node_toml(spec)
         self.runs: dict[int, _Run] = {}
@@ -142,6 +150,7 @@ class Agent:
         self._foreign_peak: dict[int, float] = {}
         self.external: list[ProcReading] = []  # GPU processes the agent did not start, as last sampled
         self.predictors = list(config.predict)
+        self._restore_usage()
         self.recover()
 
     def _write_node_toml(self, spec: ClusterSpec) -> None:
@@ -153,6 +162,52 @@ class Agent:
             f"gpu_mem_gb = {node.gpu.mem_gb:g}\n"
         )
         self.paths.node_toml.write_text(text, encoding="utf-8")
+
+    # -- users: quotas, fair-share usage -------------------------------------------------------------
+    def load_quotas(self) -> Quotas | None:
+        """The configured quotas: --quotas FILE over --max-gpus-per-user / --max-jobs-per-user.
+
+        Raises:
+            GpuplanError: the quota file is unreadable or wrong (the message says where).
+        """
+        c = self.config
+        if c.quotas_file:
+            from gpuplan.agent.quotafile import load_quotas
+
+            return load_quotas(Path(c.quotas_file), c.max_gpus_per_user, c.max_jobs_per_user)
+        if c.max_gpus_per_user is None and c.max_jobs_per_user is None:
+            return None
+        return Quotas(c.max_gpus_per_user, c.max_jobs_per_user)
+
+    def reload_quotas(self) -> Quotas | None:
+        """Read the quotas again (SIGHUP, `gpuplan agent reload`); a bad file keeps the old ones.
+
+        Raises:
+            GpuplanError: the quota file is unreadable or wrong (nothing changed).
+        """
+        quotas = self.load_quotas()
+        self.engine.set_quotas(quotas)
+        log.info("quotas reloaded: %s", quotas)
+        return quotas
+
+    def _restore_usage(self) -> None:
+        """Fairshare: the users' decayed usage of ended runs, as saved before a restart."""
+        raw = self.store.get_meta(_USAGE_KEY)
+        if raw is None or not self.engine.policy.usage_ranked:
+            return
+        try:
+            saved = json.loads(raw)
+            self.engine.restore_usage(
+                {str(u): float(v) for u, v in saved["usage"].items()}, float(saved["t_s"])
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("fair-share usage in the store is unreadable (%s): starting from none", e)
+
+    def save_usage(self, now: float) -> None:
+        """Fairshare: keep the users' usage of ended runs in the store (it survives restarts)."""
+        if self.engine.policy.usage_ranked and self.engine.usage_changed:
+            usage = self.engine.charged_usage(now)
+            self.store.set_meta(_USAGE_KEY, json.dumps({"t_s": now, "usage": usage}))
 
     # -- start-up ----------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -313,6 +368,7 @@ class Agent:
             self._release_dependents(now)
             self._carry_out_pending(now)
             self._schedule(now)
+        self.save_usage(now)
 
     def _reap(self) -> None:
         """Collect the exit status of job leaders that are this process's children (waitpid per pid,
@@ -523,7 +579,7 @@ class Agent:
         self.runs.pop(run.jid, None)
         if self.engine.is_running(run.jid):
             completed = run.exit_code == 0 and not run.stop_state
-            self.engine.finish(run.jid, now if completed else None)
+            self.engine.finish(run.jid, now, completed=completed)
         elif self.engine.is_waiting(run.jid):  # suspended, and its processes died
             self.engine.withdraw(run.jid)
         row = self.store.job(run.jid)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.policies import Policy, get_policy
+from gpuplan.core.quotas import Quotas
 from gpuplan.core.scheduler import Decisions, Scheduler
 from gpuplan.core.view import JobSlot
 from gpuplan.errors import JobNeverFitsError
@@ -45,6 +46,9 @@ class AgentPolicy(Policy):
         self.description = self.inner.description
         self.needs_duration = self.inner.needs_duration
         self.preemptive = self.inner.preemptive
+        self.usage_ranked = self.inner.usage_ranked  # fairshare: users first, then priority and plan
+        if self.usage_ranked:
+            self.half_life_s = self.inner.half_life_s  # type: ignore[attr-defined]
         self._priority = priority
         self._rank = rank
 
@@ -84,18 +88,25 @@ class Projection:
 class Engine:
     """The Scheduler plus the bookkeeping the live node needs. Job ids are the store's ids (> 0)."""
 
-    def __init__(self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str) -> None:
+    def __init__(
+        self, spec: ClusterSpec, policy: AgentPolicy, backfill: str, placer: str, quotas: Quotas | None = None
+    ) -> None:
         self.spec = spec
         self.policy = policy
-        self.sched = Scheduler(spec, policy, backfill, placer)
+        self.sched = Scheduler(spec, policy, backfill, placer, quotas=quotas)
+        self.usage_changed = False  # fairshare: a run ended or was preempted since the usage was saved
         self.offline: set[int] = set()
         self.foreign_gb: dict[int, float] = {}
 
     # -- jobs ------------------------------------------------------------------------------------
-    def never_fits(self, gpus: int, mem_gb: float | None) -> str | None:
-        """Why a job can never start on this node, or None when it can."""
+    def never_fits(self, gpus: int, mem_gb: float | None, user: str | None = None) -> str | None:
+        """Why a job can never start on this node (or under `user`'s quota), or None when it can."""
         from gpuplan.core.booking import fits_empty_cluster
 
+        quotas = self.sched.quotas
+        most = None if quotas is None or user is None else quotas.limits(user).max_gpus
+        if most is not None and gpus > most:
+            return f"asks for {gpus} GPUs; {user}'s quota is {most} GPUs (ask for at most {most}, or have it raised)"
         if fits_empty_cluster(self.spec, self.sched.placer, gpus, mem_gb, False):
             return None
         cap = self.spec.nodes[0].gpu.mem_gb
@@ -149,11 +160,34 @@ class Engine:
 
     def decide(self, now: float) -> Decisions:
         """One pass: jobs to preempt (carry those out first), then jobs to start or resume."""
-        return self.sched.decide(now)
+        out = self.sched.decide(now)
+        if out.preempted:
+            self.usage_changed = True
+        return out
 
-    def finish(self, jid: int, now: float | None = None) -> None:
-        """A running job ended (`now` given: it completed, and a learning policy observes it)."""
-        self.sched.finish(jid, now)
+    def finish(self, jid: int, now: float | None = None, completed: bool = True) -> None:
+        """A running job ended at `now` (`completed`: a learning policy observes it; fairshare charges
+        every run)."""
+        self.sched.finish(jid, now, learn=completed)
+        self.usage_changed = True
+
+    # -- users: quotas and fair-share usage ----------------------------------------------------------
+    def set_quotas(self, quotas: Quotas | None) -> None:
+        """New per-user limits (a reload); running jobs keep running."""
+        self.sched.set_quotas(quotas)
+
+    def charged_usage(self, now: float) -> dict[str, float]:
+        """Fairshare: each user's decayed GPU-seconds of ended runs at `now` (what the store keeps)."""
+        self.usage_changed = False
+        return self.sched.charged_usage(now)
+
+    def restore_usage(self, usage_gpu_s: dict[str, float], at_s: float) -> None:
+        """Fairshare: the users' usage saved at `at_s` by the agent before a restart."""
+        self.sched.restore_usage(usage_gpu_s, at_s)
+
+    def quota_reason(self, jid: int) -> str | None:
+        """Why a waiting job waits on its user's quota (`Scheduler.quota_reason`), or None."""
+        return self.sched.quota_reason(jid)
 
     @property
     def waiting(self) -> int:

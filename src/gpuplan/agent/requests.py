@@ -51,7 +51,7 @@ def op_submit(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     preempt = str(req.get("preempt") or "suspend")
     if preempt not in PREEMPT_MODES:
         raise AgentError(f"submit: --preempt {preempt!r}: valid: {', '.join(PREEMPT_MODES)}")
-    why = agent.engine.never_fits(gpus, mem)
+    why = agent.engine.never_fits(gpus, mem, _user(uid))
     if why is not None:
         raise AgentError(f"job refused: it can never run on this node: it {why}")
     after = req.get("after_id")
@@ -181,6 +181,9 @@ def op_queue(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     for r in rows:
         out = _job_json(r, now)
         out["expected_start_s"] = expected.get(r.id) if r.state in ("queued", "suspended") else None
+        quota = agent.engine.quota_reason(r.id) if r.state == "queued" else None
+        if quota is not None:
+            out["reason"] = quota  # waits on its user's quota although GPUs may be free
         jobs.append(out)
     order = {jid: i for i, jid in enumerate(agent.engine.waiting_jids())}
     jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))

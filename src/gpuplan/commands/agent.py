@@ -133,6 +133,9 @@ def start_cmd(
     oom_factor: Annotated[float, typer.Option("--oom-factor", min=1.0, help="Memory of a requeued OOM job: observed peak x this.")] = 1.25,
     predict: Annotated[list[Path] | None, typer.Option("--predict", help="A duration model from `gpuplan predict fit` (repeatable); default: the node's own history.")] = None,
     quantum_gpu_s: Annotated[float | None, typer.Option("--quantum-gpu-s", help="Preemptive policies: first level boundary in GPU-seconds (las quantum, tiresias threshold, gittins first grid point); default: their own (las 3600).")] = None,
+    max_gpus_per_user: Annotated[int | None, typer.Option("--max-gpus-per-user", min=1, help="Most GPUs one user's running jobs may hold at once (a job beyond it waits, with the quota as its reason).")] = None,
+    max_jobs_per_user: Annotated[int | None, typer.Option("--max-jobs-per-user", min=1, help="Most running jobs per user.")] = None,
+    quotas: Annotated[Path | None, typer.Option("--quotas", help="Per-user quotas, a TOML file ([default], [users.NAME]: max_gpus, max_jobs); reloaded on SIGHUP or `gpuplan agent reload`.")] = None,
     foreground: Annotated[bool, typer.Option("--foreground", help="Run in this process (logs on stderr) instead of in the background.")] = False,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -157,6 +160,11 @@ def start_cmd(
                 f"--policy {policy} preempts jobs and needs --exclusive: with --sharing jobs already share "
                 "GPUs, and the simulator models preemption on exclusive GPUs only (docs/agent.md, Preemption)"
             )
+        if quotas is not None:
+            from gpuplan.agent.quotafile import load_quotas
+
+            quotas = quotas.resolve()
+            load_quotas(quotas)  # a bad file: one line, before the agent starts
         paths = _paths()
         open_backend(gpus, set_id=str(paths.home)).close()
         config = AgentConfig(
@@ -164,6 +172,8 @@ def start_cmd(
             max_jobs_per_gpu=max_jobs_per_gpu, sample_interval_s=sample_interval, retention_s=retention * 86400,
             grace_s=grace, oom_retries=oom_retries, oom_factor=oom_factor,
             predict=[str(p.resolve()) for p in predict or []], quantum_gpu_s=quantum_gpu_s,
+            max_gpus_per_user=max_gpus_per_user, max_jobs_per_user=max_jobs_per_user,
+            quotas_file=None if quotas is None else str(quotas),
         )  # fmt: skip
         if foreground:
             import logging

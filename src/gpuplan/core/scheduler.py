@@ -235,15 +235,17 @@ class Scheduler:
         self._queue.remove((*slot.key, slot))
         self.start(slot, gpus, now, started)
 
-    def finish(self, jid: int, now: float | None = None) -> JobSlot:
+    def finish(self, jid: int, now: float | None = None, learn: bool = True) -> JobSlot:
         """A running job ended: free its GPUs; returns its record (with its start and GPUs).
 
-        `now`: when it ended (a preemptive policy that learns from finished jobs, gittins, needs it)."""
+        `now`: when it ended (a preemptive policy that learns from finished jobs, gittins, needs it;
+        fairshare charges the run up to then). `learn=False`: it did not complete (cancelled, failed),
+        so a learning policy does not observe it."""
         slot = self._slots[jid]
         if self._pre is not None:
             self._pre.leave(slot)
             self._pre.forget(jid)
-            if now is not None and slot.start_s is not None:
+            if learn and now is not None and slot.start_s is not None:
                 service = slot.service_gpu_s + slot.gpus * max(now - slot.start_s, 0.0)
                 if self.policy.observe(slot.job, service):  # type: ignore[attr-defined]
                     self._pre.rerank_all(now)

@@ -1,0 +1,105 @@
+"""The agent's per-user quotas and fair-share usage, in-process with an injected clock."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_helpers import Clock, wait_until
+from gpuplan.agent.daemon import Agent, AgentConfig
+from gpuplan.agent.requests import handle
+from gpuplan.errors import GpuplanError
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path, clock: Clock) -> Iterator[object]:
+    agents: list[Agent] = []
+
+    def make(**kw: object) -> Agent:
+        agent = Agent(
+            AgentConfig(home=tmp_path / "home", gpus="fake:8xA100-80GB", grace_s=1.0, **kw), clock=clock
+        )  # type: ignore[arg-type]
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        for run in list(agent.runs.values()):
+            if run.pgid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(run.pgid, 9)
+        agent.close()
+
+
+def _ask(agent: Agent, op: str, **kw: object) -> dict[str, object]:
+    return handle(agent, {"op": op, **kw}, os.getuid())
+
+
+def _submit(agent: Agent, command: str = "sleep 300", **kw: object) -> int:
+    reply = _ask(
+        agent, "submit", command=command, cwd=str(agent.paths.home), env={"PATH": os.environ["PATH"]}, **kw
+    )
+    assert reply["ok"], reply
+    return int(reply["id"])  # type: ignore[call-overload]
+
+
+def _jobs(agent: Agent) -> dict[int, dict[str, object]]:
+    return {int(j["id"]): j for j in _ask(agent, "queue")["jobs"]}  # type: ignore[attr-defined]
+
+
+def test_a_third_two_gpu_job_waits_on_the_quota_and_starts_when_the_first_ends(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(max_gpus_per_user=4)
+    ids = [_submit(agent, gpus=2) for _ in range(3)]
+    agent.step()
+    jobs = _jobs(agent)
+    assert [jobs[i]["state"] for i in ids] == ["running", "running", "queued"]
+    assert jobs[ids[2]]["reason"] == f"quota: {ME} uses 4 of 4 GPUs"
+    assert jobs[ids[2]]["user"] == ME
+    assert agent.engine.sched.state.idle_total == 4  # other GPUs are free
+    refused = _ask(agent, "submit", command="true", gpus=6, cwd="/", env={})
+    assert not refused["ok"] and f"{ME}'s quota is 4 GPUs" in str(refused["error"])
+    assert _ask(agent, "cancel", ids=[ids[0]])["ok"]
+    wait_until(
+        lambda: (agent.step(), _jobs(agent)[ids[2]]["state"] == "running")[1], "the third job to start"
+    )
+
+
+def test_quota_file_errors_name_the_file_and_field(tmp_path: Path) -> None:
+    from gpuplan.agent.quotafile import load_quotas
+
+    f = tmp_path / "q.toml"
+    f.write_text("[default]\nmax_gpus = 4\n[users.alice]\nmax_gpus = 8\nmax_jobs = 2\n")
+    q = load_quotas(f, max_gpus=2, max_jobs=5)
+    assert (q.limits("bob").max_gpus, q.limits("bob").max_jobs) == (4, 5)
+    assert (q.limits("alice").max_gpus, q.limits("alice").max_jobs) == (8, 2)
+    f.write_text("[users.alice]\nmax_gpus = 0\n")
+    with pytest.raises(GpuplanError, match=r"q.toml: \[users.alice\] max_gpus = 0: give a whole number"):
+        load_quotas(f)
+    f.write_text("[users.alice]\nmax_gpu = 3\n")
+    with pytest.raises(GpuplanError, match=r"unknown field\(s\) \['max_gpu'\]; valid: max_gpus, max_jobs"):
+        load_quotas(f)
+
+
+def test_fairshare_usage_survives_a_restart(make_agent, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(policy="fairshare")
+    jid = _submit(agent, "true", gpus=2)
+    agent.step()
+    clock.now += 100.0
+    wait_until(lambda: (agent.step(), agent.store.job(jid).state == "done")[1], "the job to end")  # type: ignore[union-attr]
+    used = agent.engine.sched.user_usage(clock.now)[ME]
+    assert used == pytest.approx(200.0, rel=1e-3)  # 2 GPUs x 100 s, a hair of decay in a week's half-life
+    agent.close()
+    again = make_agent(policy="fairshare")
+    assert again.engine.sched.user_usage(clock.now)[ME] == pytest.approx(used)
