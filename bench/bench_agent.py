@@ -91,6 +91,7 @@ def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy"
     free but every queued job needs more (`blocked_pass_ms`: the reservation and the backfill scan)."""
     from gpuplan.agent.daemon import Agent, AgentConfig
     from gpuplan.agent.launcher import live_jobs
+    from gpuplan.agent.requests import handle
 
     clock_now = [1_000_000.0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +110,7 @@ def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy"
             submit_s = time.perf_counter() - t0
             free_ms = []
             for b in blockers[:3]:
-                agent.handle({"op": "cancel", "ids": [b]}, 0)
+                handle(agent, {"op": "cancel", "ids": [b]}, 0)
                 key = (b, 1)
                 _wait(lambda key=key: key not in live_jobs(agent.paths.home))
                 t0 = time.perf_counter()
@@ -119,7 +120,7 @@ def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy"
             # one GPU free, every 1-GPU job withdrawn: the pass finds nothing to start
             for jid in [j for j in agent.engine.waiting_jids() if agent.store.job(j).gpus == 1]:  # type: ignore[union-attr]
                 agent.engine.withdraw(jid)
-            agent.handle({"op": "cancel", "ids": [blockers[3]]}, 0)
+            handle(agent, {"op": "cancel", "ids": [blockers[3]]}, 0)
             _wait(lambda: (agent.step(), blockers[3] not in agent.runs)[1])
             blocked_ms, unchanged_ms = [], []
             for k in range(5):
@@ -137,7 +138,7 @@ def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy"
                 assert not decided.started and not decided.preempted
             waiting = agent.engine.waiting
             queue_t0 = time.perf_counter()
-            agent.handle({"op": "queue"}, 0)
+            handle(agent, {"op": "queue"}, 0)
             queue_ms = (time.perf_counter() - queue_t0) * 1000
         finally:
             for run in list(agent.runs.values()):
@@ -157,7 +158,9 @@ def bench_pass(queued: int = 10_000, policy: str = "sjf", backfill: str = "easy"
 
 
 def _submit(agent: Any, env: dict[str, str], gpus: int, limit_s: float, command: str) -> int:
-    reply = agent.handle({"op": "submit", "command": command, "gpus": gpus, "time_limit_s": limit_s,
+    from gpuplan.agent.requests import handle
+
+    reply = handle(agent, {"op": "submit", "command": command, "gpus": gpus, "time_limit_s": limit_s,
                           "cwd": "/", "env": env}, 0)  # fmt: skip
     assert reply["ok"], reply
     return int(reply["id"])

@@ -15,6 +15,7 @@ import pytest
 from agent_helpers import Clock, wait_until
 from gpuplan.agent.daemon import Agent, AgentConfig
 from gpuplan.agent.launcher import live_jobs
+from gpuplan.agent.requests import handle
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def make_agent(tmp_path: Path, clock: Clock) -> Iterator[object]:
 
 
 def _submit(agent: Agent, command: str = "sleep 300", **kw: object) -> int:
-    reply = agent.handle({"op": "submit", "command": command, "cwd": str(agent.paths.home),
+    reply = handle(agent, {"op": "submit", "command": command, "cwd": str(agent.paths.home),
                           "env": {"PATH": os.environ["PATH"]}, **kw}, os.getuid())  # fmt: skip
     assert reply["ok"], reply
     return int(reply["id"])
@@ -93,16 +94,16 @@ def test_hold_release_cancel_requeue(make_agent) -> None:  # type: ignore[no-unt
     held = _submit(agent, hold=True)
     agent.step()
     assert _state(agent, held) == "held"
-    assert agent.handle({"op": "release", "ids": [held]}, 0)["ok"]
+    assert handle(agent, {"op": "release", "ids": [held]}, 0)["ok"]
     agent.step()
     assert _state(agent, held) == "running"
-    assert not agent.handle({"op": "hold", "ids": [held]}, 0)["ok"], "a running job cannot be held"
-    assert agent.handle({"op": "requeue", "ids": [held]}, 0)["ok"]
+    assert not handle(agent, {"op": "hold", "ids": [held]}, 0)["ok"], "a running job cannot be held"
+    assert handle(agent, {"op": "requeue", "ids": [held]}, 0)["ok"]
     wait_until(lambda: (agent.step(), agent.store.job(held))[1].attempt == 2, "attempt 2")  # type: ignore[union-attr]
     _until_state(agent, held, "running")
-    assert agent.handle({"op": "cancel", "ids": [held]}, 0)["ok"]
+    assert handle(agent, {"op": "cancel", "ids": [held]}, 0)["ok"]
     _until_state(agent, held, "cancelled")
-    reply = agent.handle({"op": "cancel", "ids": [held]}, 0)
+    reply = handle(agent, {"op": "cancel", "ids": [held]}, 0)
     assert not reply["ok"] and "already ended" in reply["error"]
 
 
@@ -111,9 +112,9 @@ def test_apply_gives_waiting_jobs_the_plans_order(make_agent, tmp_path: Path) ->
     blocker = _submit(agent, time_limit_s=100.0)
     a, b, c = (_submit(agent, time_limit_s=50.0, name=n) for n in "abc")
     agent.step()
-    reply = agent.handle({"op": "apply", "order": [str(c), "a", "nope"]}, 0)
+    reply = handle(agent, {"op": "apply", "order": [str(c), "a", "nope"]}, 0)
     assert reply["matched"] == [c, a] and reply["unmatched"] == ["nope"]
-    queue = agent.handle({"op": "queue"}, 0)["jobs"]
+    queue = handle(agent, {"op": "queue"}, 0)["jobs"]
     assert [j["id"] for j in queue] == [blocker, c, a, b]
     starts = {j["id"]: j["expected_start_s"] for j in queue}
     assert (starts[c], starts[a], starts[b]) == (1100.0, 1150.0, 1200.0)
@@ -142,10 +143,10 @@ def test_restart_adopts_running_and_requeues_never_launched(make_agent, clock: C
 
 def test_bad_requests_get_errors_not_crashes(make_agent) -> None:  # type: ignore[no-untyped-def]
     agent = make_agent()
-    assert "unknown op" in agent.handle({"op": "explode"}, 0)["error"]
-    assert "no job 42" in agent.handle({"op": "show", "id": 42}, 0)["error"]
-    assert "empty command" in agent.handle({"op": "submit", "command": " "}, 0)["error"]
-    assert "give at least one job id" in agent.handle({"op": "cancel"}, 0)["error"]
+    assert "unknown op" in handle(agent, {"op": "explode"}, 0)["error"]
+    assert "no job 42" in handle(agent, {"op": "show", "id": 42}, 0)["error"]
+    assert "empty command" in handle(agent, {"op": "submit", "command": " "}, 0)["error"]
+    assert "give at least one job id" in handle(agent, {"op": "cancel"}, 0)["error"]
 
 
 def test_node_toml_and_private_files(make_agent) -> None:  # type: ignore[no-untyped-def]
@@ -160,7 +161,7 @@ def test_node_toml_and_private_files(make_agent) -> None:  # type: ignore[no-unt
 
 def test_unknown_dependency_is_refused(make_agent) -> None:  # type: ignore[no-untyped-def]
     agent = make_agent()
-    reply = agent.handle({"op": "submit", "command": "true", "after_id": 77}, 0)
+    reply = handle(agent, {"op": "submit", "command": "true", "after_id": 77}, 0)
     assert not reply["ok"] and "--after 77: no such job" in reply["error"]
 
 

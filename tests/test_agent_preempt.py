@@ -26,6 +26,7 @@ from agent_helpers import Clock, Daemon, wait_until
 from gpuplan.agent.daemon import Agent, AgentConfig
 from gpuplan.agent.launcher import is_zombie, live_jobs
 from gpuplan.agent.protocol import AgentError
+from gpuplan.agent.requests import handle
 from gpuplan.agent.store import events_since
 from gpuplan.core.preemption import PreemptionCost
 from gpuplan.core.preemptive import Las
@@ -95,7 +96,7 @@ def _simulated() -> tuple[list[tuple[float, str, str]], dict[str, float]]:
 
 def _submit(agent: Agent, done: Path, name: str, gpus: int, mem: float | None, mode: str) -> int:
     cmd = f'while [ ! -e "{done}/$GPUPLAN_JOB_ID" ]; do sleep 0.01; done'
-    reply = agent.handle({"op": "submit", "command": cmd, "cwd": str(done), "env": {"PATH": os.environ["PATH"]},
+    reply = handle(agent, {"op": "submit", "command": cmd, "cwd": str(done), "env": {"PATH": os.environ["PATH"]},
                           "gpus": gpus, "mem_gb": mem, "name": name, "preempt": mode}, os.getuid())  # fmt: skip
     assert reply["ok"], reply
     return int(reply["id"])
@@ -301,11 +302,11 @@ def test_cancel_of_a_suspended_job_kills_it_and_waits_before_reusing_its_gpu(
     paired: tuple[Agent, int, int], clock: Clock
 ) -> None:  # type: ignore[no-untyped-def]
     agent, a, c = paired
-    assert agent.handle({"op": "cancel", "ids": [a]}, os.getuid())["ok"]
+    assert handle(agent, {"op": "cancel", "ids": [a]}, os.getuid())["ok"]
     assert not agent.engine.sched.state.suspended_n and not agent.engine.is_waiting(a)
     wait_until(lambda: (agent.step(clock.now), _row(agent, a).state == "cancelled")[1], "A to be cancelled")
     assert not _states(agent, a), "SIGTERM reached the stopped group (SIGCONT after it)"
-    assert agent.handle({"op": "queue"}, 0)["jobs"][0]["id"] == c
+    assert handle(agent, {"op": "queue"}, 0)["jobs"][0]["id"] == c
 
 
 def test_status_and_queue_show_suspended_jobs_and_attained_service(
@@ -315,10 +316,10 @@ def test_status_and_queue_show_suspended_jobs_and_attained_service(
     clock.now = T0 + 14
     later = _submit(agent, done, "D", 1, 20.0, "suspend")  # level 0: ranks before A (level 1)
     _settle(agent, clock.now)
-    status = agent.handle({"op": "status"}, 0)
+    status = handle(agent, {"op": "status"}, 0)
     counts = (status["running"], status["suspended"], status["preemptions"], status["preemptive"])
     assert counts == (1, 1, 1, True)
-    queue = agent.handle({"op": "queue"}, 0)["jobs"]
+    queue = handle(agent, {"op": "queue"}, 0)["jobs"]
     assert [(j["id"], j["state"]) for j in queue] == [(c, "running"), (later, "queued"), (a, "suspended")]
     assert all(j["expected_start_s"] is None for j in queue), "a preemptive policy promises no start"
     jobs = {j["id"]: j for j in queue}
@@ -406,7 +407,7 @@ def test_a_crash_during_a_preemptions_grace_requeues_the_victim_once(
     first = make_agent(gpus=1)
     t0 = clock.now
     cmd = f'trap "" TERM; while [ ! -e "{done}/$GPUPLAN_JOB_ID" ]; do sleep 0.01; done'
-    reply = first.handle({"op": "submit", "command": cmd, "cwd": str(done), "env": {"PATH": os.environ["PATH"]},
+    reply = handle(first, {"op": "submit", "command": cmd, "cwd": str(done), "env": {"PATH": os.environ["PATH"]},
                           "preempt": "requeue", "name": "A"}, os.getuid())  # fmt: skip
     a = int(reply["id"])
     _settle(first, clock.now)

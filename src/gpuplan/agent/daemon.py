@@ -767,13 +767,6 @@ class Agent:
             self.engine.set_offline(g.index, g.lost)
             self.engine.set_foreign(g.index, foreign.get(g.index, 0.0))
 
-    # -- requests (agent/requests.py answers them) -------------------------------------------------
-    def handle(self, request: dict[str, Any], uid: int) -> dict[str, Any]:
-        """Answer one client request (agent/requests.py); never raises."""
-        from gpuplan.agent.requests import handle
-
-        return handle(self, request, uid)
-
     @property
     def next_sample_s(self) -> float:
         return self._next_sample_s

@@ -1,32 +1,47 @@
-"""The client/agent protocol: one JSON request and one JSON reply per connection on a Unix socket.
+"""The client/agent protocol: newline-delimited JSON on a Unix socket, one reply line per request line.
 
 Request: `{"op": "submit", ...}` + newline. Reply: `{"ok": true, ...}` or `{"ok": false, "error": "..."}`
-+ newline. The socket file has mode 0600 in `$GPUPLAN_HOME`; the agent reads the caller's uid with
-SO_PEERCRED and logs it with every mutating call. There is no network listener.
++ newline. A client may send several requests on one connection; the agent answers them in order and
+closes after the client's end of file. Every field is checked by `gpuplan.agent.schema` before a
+handler sees it. The socket file has mode 0600 in `$GPUPLAN_HOME`; the agent reads the caller's
+uid, gid and pid with SO_PEERCRED (`Caller`) and logs it with every mutating call and every refused
+request. There is no network listener.
+
+Client errors are `AgentError`s with one line each: `AgentNotRunningError` (no socket, nobody
+listens, a stale socket file), `AgentConnectionLost` (reset, closed or timed out before the reply:
+the request may or may not have been carried out), and `AgentError` itself for a refusal, a
+permission problem or garbage.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
 
 __all__ = [
+    "MAX_REQUEST_BYTES",
+    "AgentConnection",
+    "AgentConnectionLost",
     "AgentError",
     "AgentNotRunningError",
+    "Caller",
     "bind_socket",
     "call",
-    "peer_uid",
-    "read_request",
-    "send_reply",
+    "decode_request",
+    "encode",
+    "peer_caller",
 ]
 
-_MAX_REQUEST = 16 * 1024 * 1024
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""The longest request line the agent reads (a longer one is refused and the connection closed)."""
 
 
 class AgentError(GpuplanError):
@@ -35,6 +50,22 @@ class AgentError(GpuplanError):
 
 class AgentNotRunningError(AgentError):
     """No agent listens on this home's socket."""
+
+
+class AgentConnectionLost(AgentError):
+    """The connection ended before the agent's reply: the request may have been carried out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the peer's uid, gid and pid from SO_PEERCRED (-1 where unknown)."""
+
+    uid: int
+    gid: int = -1
+    pid: int = -1
+
+    def __str__(self) -> str:
+        return f"uid {self.uid} pid {self.pid}"
 
 
 def bind_socket(path: Path) -> socket.socket:
@@ -53,41 +84,126 @@ def bind_socket(path: Path) -> socket.socket:
     return sock
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The connecting process's uid (SO_PEERCRED: pid, uid, gid)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
-
-
-def _read_line(conn: socket.socket) -> bytes:
-    chunks = []
-    size = 0
-    while True:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if chunk.endswith(b"\n") or size > _MAX_REQUEST:
-            break
-    return b"".join(chunks)
-
-
-def read_request(conn: socket.socket) -> dict[str, Any]:
-    """One request object. Raises AgentError for anything but a JSON object."""
-    raw = _read_line(conn)
+def peer_caller(conn: socket.socket) -> Caller:
+    """The connecting process (SO_PEERCRED: pid, uid, gid); uid -1 where the socket cannot tell."""
     try:
-        obj = json.loads(raw)
-    except ValueError as e:
-        raise AgentError(f"bad request: not JSON ({e})") from e
-    if not isinstance(obj, dict) or not isinstance(obj.get("op"), str):
-        raise AgentError('bad request: expected a JSON object with "op"')
-    return obj
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return Caller(-1)
+    pid, uid, gid = struct.unpack("3i", creds)
+    return Caller(int(uid), int(gid), int(pid))
 
 
-def send_reply(conn: socket.socket, reply: dict[str, Any]) -> None:
-    conn.sendall(json.dumps(reply, allow_nan=False, default=str).encode() + b"\n")
+def encode(obj: dict[str, Any]) -> bytes:
+    """One protocol line."""
+    return json.dumps(obj, allow_nan=False, default=str).encode() + b"\n"
+
+
+def decode_request(line: bytes) -> Any:
+    """The JSON value of one request line. Raises AgentError for anything that is not JSON."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser's stack
+        raise AgentError(f"bad request: not JSON ({str(e)[:120]})") from None
+
+
+def _not_running(sock_path: Path, why: str) -> AgentNotRunningError:
+    return AgentNotRunningError(
+        f"no agent is running for GPUPLAN_HOME={sock_path.parent} ({why}); start one with `gpuplan agent start`"
+    )
+
+
+class AgentConnection:
+    """One connection to the agent for one or more requests (`call` is the one-request form).
+
+    Raises (from the constructor and `request`): the AgentError subclasses of the module docstring.
+    """
+
+    def __init__(self, sock_path: Path, timeout_s: float = 30.0) -> None:
+        self.sock_path = sock_path
+        self.timeout_s = timeout_s
+        self._buf = b""
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout_s)
+        try:
+            self.sock.connect(str(sock_path))
+        except FileNotFoundError:
+            self.sock.close()
+            raise _not_running(sock_path, f"no socket {sock_path}") from None
+        except ConnectionRefusedError:
+            self.sock.close()
+            raise _not_running(sock_path, f"nobody listens on {sock_path}: a stale socket file") from None
+        except PermissionError:
+            self.sock.close()
+            raise AgentError(
+                f"permission denied on {sock_path}: the agent of GPUPLAN_HOME={sock_path.parent} belongs to "
+                "another user; set GPUPLAN_HOME to your own agent's directory"
+            ) from None
+        except OSError as e:
+            self.sock.close()
+            raise AgentError(f"cannot connect to the agent at {sock_path}: {_why(e)}") from None
+
+    def send_raw(self, data: bytes) -> None:
+        """Send bytes as they are (tests send broken requests with it)."""
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            raise self._lost(e) from None
+
+    def finish_sending(self) -> None:
+        """Tell the agent no more requests follow (it closes after its last reply)."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError as e:
+            raise self._lost(e) from None
+
+    def read_reply(self) -> dict[str, Any]:
+        """The next reply object, `ok` true or false (no exception for a refusal)."""
+        while b"\n" not in self._buf:
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError as e:
+                raise self._lost(e) from None
+            if not chunk:
+                raise AgentConnectionLost(
+                    f"the agent closed the connection before it answered ({self.sock_path})"
+                )
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            raise AgentError(f"the agent answered garbage: {line[:200]!r}") from None
+        if not isinstance(reply, dict):
+            raise AgentError(f"the agent answered garbage: {line[:200]!r}")
+        return reply
+
+    def request(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and return its reply (`ok` true or false)."""
+        self.send_raw(encode(obj))
+        return self.read_reply()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> AgentConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _lost(self, e: OSError) -> AgentError:
+        if isinstance(e, TimeoutError):
+            return AgentConnectionLost(
+                f"the agent did not answer within {self.timeout_s:g} s ({self.sock_path})"
+            )
+        if isinstance(e, (ConnectionResetError, BrokenPipeError)):
+            return AgentConnectionLost(f"the connection to the agent was lost before it answered ({_why(e)})")
+        return AgentError(f"talking to the agent at {self.sock_path} failed: {_why(e)}")
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or errno.errorcode.get(e.errno or 0, "") or type(e).__name__
 
 
 def call(sock_path: Path, request: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
@@ -95,29 +211,13 @@ def call(sock_path: Path, request: dict[str, Any], timeout_s: float = 30.0) -> d
 
     Raises:
         AgentNotRunningError: nothing listens on `sock_path` (start it with `gpuplan agent start`).
-        AgentError: the agent refused the request; the message is the agent's.
+        AgentConnectionLost: the connection ended before the reply (the request may have been done).
+        AgentError: the agent refused the request (the message is the agent's), or a socket problem.
     """
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(timeout_s)
-    try:
-        try:
-            conn.connect(str(sock_path))
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            raise AgentNotRunningError(
-                f"no agent is running for GPUPLAN_HOME={sock_path.parent} (no one listens on {sock_path}); "
-                "start one with `gpuplan agent start`"
-            ) from e
-        conn.sendall(json.dumps(request).encode() + b"\n")
-        conn.shutdown(socket.SHUT_WR)
-        raw = _read_line(conn)
-    except TimeoutError as e:
-        raise AgentError(f"the agent did not answer within {timeout_s:g} s ({sock_path})") from e
-    finally:
-        conn.close()
-    try:
-        reply = json.loads(raw)
-    except ValueError as e:
-        raise AgentError(f"the agent answered garbage: {raw[:200]!r}") from e
+    with AgentConnection(sock_path, timeout_s) as conn:
+        conn.send_raw(encode(request))
+        conn.finish_sending()
+        reply = conn.read_reply()
     if not reply.get("ok"):
         raise AgentError(str(reply.get("error", "the agent refused the request")))
-    return dict(reply)
+    return reply

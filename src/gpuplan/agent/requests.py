@@ -1,5 +1,11 @@
 """The agent's answers to its clients (`gpuplan submit`, `queue`, `cancel`, ...): one function per
-request op, each given the Agent; `handle` dispatches and logs the mutating ones with the caller's uid."""
+request op, each given the Agent, the validated request and the Caller.
+
+`answer_line` decodes one protocol line, `handle` validates it (agent/schema.py: every field, at the
+boundary) and dispatches. Neither raises: a refused or failing request is answered as an error,
+logged with the caller (uid and pid from SO_PEERCRED), and the agent goes on scheduling. Every
+mutating op is written to the store's `events` table once per job it touched.
+"""
 
 from __future__ import annotations
 
@@ -10,69 +16,99 @@ import pwd
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.agent.protocol import AgentError
+from gpuplan.agent.protocol import AgentError, Caller, decode_request
+from gpuplan.agent.schema import RequestError, validate
 from gpuplan.agent.store import FINAL_STATES, JobRow, job_profile
 from gpuplan.errors import GpuplanError
-from gpuplan.model import PREEMPT_MODES, Job
+from gpuplan.model import Job
 
 if TYPE_CHECKING:
-    from gpuplan.agent.daemon import Agent
+    import sqlite3
 
-__all__ = ["MUTATING_OPS", "handle"]
+    from gpuplan.agent.daemon import Agent
+    from gpuplan.agent.paths import AgentPaths
+
+__all__ = ["MUTATING_OPS", "answer_line", "handle", "job_json", "show_reply"]
 
 log = logging.getLogger("gpuplan.agent")
 
 
-def handle(agent: Agent, request: dict[str, Any], uid: int) -> dict[str, Any]:
-    """Answer one request; mutating ones are logged with the caller's uid. Never raises."""
-    op = request.get("op", "")
-    handler = _HANDLERS.get(op)
-    if handler is None:
-        return {"ok": False, "error": f"unknown op {op!r}; valid: {', '.join(sorted(_HANDLERS))}"}
+def answer_line(agent: Agent, line: bytes, caller: Caller) -> tuple[str, dict[str, Any]]:
+    """(op, reply) for one request line; op is "" when the line is not a request object."""
     try:
-        reply = handler(agent, request, uid)
-    except (AgentError, GpuplanError, ValueError, KeyError, TypeError) as e:
+        obj = decode_request(line)
+    except AgentError as e:
+        log.warning("%s: refused: %s", caller, e)
+        return "", {"ok": False, "error": str(e)}
+    op = obj.get("op") if isinstance(obj, dict) else None
+    return (op if isinstance(op, str) else ""), handle(agent, obj, caller)
+
+
+def handle(agent: Agent, request: Any, caller: Caller | int) -> dict[str, Any]:
+    """Answer one decoded request (`caller` may be a bare uid). Never raises."""
+    who = caller if isinstance(caller, Caller) else Caller(caller)
+    try:
+        req = validate(request)
+    except RequestError as e:
+        log.warning("%s: refused: %s", who, e)
         return {"ok": False, "error": str(e)}
+    op = req["op"]
+    try:
+        reply = _HANDLERS[op](agent, req, who)
+    except GpuplanError as e:
+        log.info("%s: %s refused: %s", who, op, e)
+        return {"ok": False, "error": str(e)}
+    except Exception as e:  # a bug in one handler never stops the agent
+        log.exception("%s: %s failed; the agent goes on", who, op)
+        return {"ok": False, "error": f"{op} failed in the agent ({type(e).__name__}: {e}); see agent.log"}
     if op in MUTATING_OPS:
-        agent.store.log_event(agent.clock(), uid, op, reply.get("id"), json.dumps(_brief(request)))
-        log.info("uid %d: %s %s", uid, op, _brief(request))
+        _log_mutation(agent, who, req, reply)
     return {"ok": True, **reply}
 
 
-def op_submit(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
-    command = str(req["command"])
-    gpus = int(req.get("gpus", 1))
-    mem = req.get("mem_gb")
-    mem = None if mem is None else float(mem)
-    if not command.strip():
-        raise AgentError("submit: empty command; give it after --, e.g. gpuplan submit -- python train.py")
-    if gpus < 1:
-        raise AgentError(f"submit: --gpus {gpus} must be at least 1")
-    preempt = str(req.get("preempt") or "suspend")
-    if preempt not in PREEMPT_MODES:
-        raise AgentError(f"submit: --preempt {preempt!r}: valid: {', '.join(PREEMPT_MODES)}")
-    why = agent.engine.never_fits(gpus, mem, _user(uid))
+def _log_mutation(agent: Agent, who: Caller, req: dict[str, Any], reply: dict[str, Any]) -> None:
+    """One events row per job the op touched (the op's own row when it touched none)."""
+    op = req["op"]
+    jobs = reply.get("ids") or reply.get("matched") or ([reply["id"]] if "id" in reply else [None])
+    detail = json.dumps({**_brief(req), "pid": who.pid})
+    try:
+        now = agent.clock()
+        for jid in jobs:
+            agent.store.log_event(now, who.uid, op, jid, detail)
+    except Exception:  # the op is done: a failed audit row is logged, never a failed reply
+        log.exception("%s: %s: could not write the events row", who, op)
+    log.info("%s: %s %s -> %s", who, op, _brief(req), jobs)
+
+
+def op_submit(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
+    rid = req["request_id"]
+    if rid is not None:
+        same = agent.store.job_by_request(rid)
+        if same is not None:
+            if same.uid != who.uid:
+                raise AgentError(f"submit: request id {rid!r} was used by another caller; send a new uuid")
+            return {"id": same.id, "duplicate": True}  # a retry after a lost reply: the same job
+    command, gpus, mem = req["command"], req["gpus"], req["mem_gb"]
+    why = agent.engine.never_fits(gpus, mem, _user(who.uid))
     if why is not None:
         raise AgentError(f"job refused: it can never run on this node: it {why}")
-    after = req.get("after_id")
-    if after is not None and agent.store.job(int(after)) is None:
+    after = req["after_id"]
+    if after is not None and agent.store.job(after) is None:
         raise AgentError(f"submit: --after {after}: no such job")
     now = agent.clock()
-    name = str(req.get("name") or "")
-    limit = req.get("time_limit_s")
-    probe = Job(id="new", submit_s=now, gpus=gpus, mem_gb=mem, requested_s=limit, user=_user(uid),
+    name, limit, user = req["name"], req["time_limit_s"], _user(who.uid)
+    probe = Job(id="new", submit_s=now, gpus=gpus, mem_gb=mem, requested_s=limit, user=user,
                 name=name, command=command)  # fmt: skip
     est = agent.predict_s(probe).est_duration_s if agent.predictors else None
     if est is None:
         est = agent.estimate_s(name, command)
     jid = agent.store.add_job(
-        name=name, user=str(req.get("user") or _user(uid)), uid=uid, command=command,
-        cwd=str(req.get("cwd") or "/"), env_json=json.dumps(req.get("env") or {}), gpus=gpus,
-        mem_gb=mem, declared_mem_gb=mem, time_limit_s=limit, est_duration_s=est,
-        priority=int(req.get("priority", 0)), after_id=after,
-        state="held" if req.get("hold") else "queued", submit_s=now, preempt=preempt,
+        name=name, user=user, uid=who.uid, command=command, cwd=req["cwd"], env_json=json.dumps(req["env"]),
+        gpus=gpus, mem_gb=mem, declared_mem_gb=mem, time_limit_s=limit, est_duration_s=est,
+        priority=req["priority"], after_id=after, state="held" if req["hold"] else "queued", submit_s=now,
+        preempt=req["preempt"], request_id=rid,
     )  # fmt: skip
-    agent.priority[jid] = int(req.get("priority", 0))
+    agent.priority[jid] = req["priority"]
     row = agent.store.job(jid)
     assert row is not None
     if row.state == "queued" and agent.deps_ok(row) is True:
@@ -81,19 +117,16 @@ def op_submit(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
 
 
 def _jobs_arg(agent: Agent, req: dict[str, Any]) -> list[JobRow]:
-    ids = req.get("ids") or ([req["id"]] if "id" in req else [])
-    if not ids:
-        raise AgentError("give at least one job id")
     rows = []
-    for i in ids:
-        row = agent.store.job(int(i))
+    for i in req["ids"] if "ids" in req else [req["id"]]:
+        row = agent.store.job(i)
         if row is None:
             raise AgentError(f"no job {i} (see `gpuplan queue`)")
         rows.append(row)
     return rows
 
 
-def op_cancel(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_cancel(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     now = agent.clock()
     done = []
     for row in _jobs_arg(agent, req):
@@ -111,7 +144,7 @@ def op_cancel(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"ids": done}
 
 
-def op_hold(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_hold(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     rows = _jobs_arg(agent, req)
     for row in rows:
         if row.state not in ("queued", "held"):
@@ -123,7 +156,7 @@ def op_hold(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"ids": [r.id for r in rows]}
 
 
-def op_release(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_release(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     rows = _jobs_arg(agent, req)
     for row in rows:
         if row.state != "held":
@@ -135,7 +168,7 @@ def op_release(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"ids": [r.id for r in rows]}
 
 
-def op_requeue(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_requeue(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     now = agent.clock()
     rows = _jobs_arg(agent, req)
     for row in rows:
@@ -150,9 +183,9 @@ def op_requeue(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"ids": [r.id for r in rows]}
 
 
-def op_apply(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_apply(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     """Waiting jobs take the plan's order (plan ids match job ids, else job names)."""
-    order = [str(x) for x in req.get("order", [])]
+    order = req["order"]
     waiting = agent.store.jobs(["queued", "held"])
     by_id = {str(r.id): r for r in waiting}
     by_name: dict[str, list[JobRow]] = {}
@@ -173,13 +206,13 @@ def op_apply(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"matched": matched, "unmatched": unmatched}
 
 
-def op_queue(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_queue(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     now = agent.clock()
     expected = {p.jid: p.start_s for p in agent.engine.projection(now)}
     rows = agent.store.jobs(["running", "suspended", "queued", "held"])
     jobs = []
     for r in rows:
-        out = _job_json(r, now)
+        out = job_json(r, now)
         out["expected_start_s"] = expected.get(r.id) if r.state in ("queued", "suspended") else None
         quota = agent.engine.quota_reason(r.id) if r.state == "queued" else None
         if quota is not None:
@@ -190,12 +223,17 @@ def op_queue(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"now_s": now, "jobs": jobs}
 
 
-def op_show(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_show(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     (row,) = _jobs_arg(agent, req)
-    prof = job_profile(agent.store.conn, row.id)
-    d = agent.paths.job_dir(row.id)
+    return show_reply(agent.store.conn, agent.paths, row, agent.clock())
+
+
+def show_reply(conn: sqlite3.Connection, paths: AgentPaths, row: JobRow, now: float) -> dict[str, Any]:
+    """`show`'s answer for one job row (also what the CLI prints from the store while the agent is down)."""
+    prof = job_profile(conn, row.id)
+    d = paths.job_dir(row.id)
     return {
-        "job": _job_json(row, agent.clock()),
+        "job": job_json(row, now),
         "profile": {
             "attempt": prof.attempt, "samples": prof.samples, "mean_util_pct": prof.mean_util_pct,
             "peak_mem_gb_per_gpu": {str(k): v for k, v in prof.peak_mem_gb.items()},
@@ -204,7 +242,7 @@ def op_show(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def op_status(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_status(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     c = agent.config
     return {
         "pid": os.getpid(), "home": str(agent.paths.home), "backend": c.gpus,
@@ -224,9 +262,9 @@ def _preemptions_total(agent: Agent) -> int:
     return int(row[0])
 
 
-def op_stop(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
+def op_stop(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     agent.stopping = True
-    if req.get("kill_jobs"):
+    if req["kill_jobs"]:
         agent.kill_jobs_on_stop = True
         now = agent.clock()
         for run in list(agent.runs.values()):
@@ -235,7 +273,7 @@ def op_stop(agent: Agent, req: dict[str, Any], uid: int) -> dict[str, Any]:
     return {"pid": os.getpid(), "running": len(agent.runs)}
 
 
-_HANDLERS: dict[str, Callable[[Agent, dict[str, Any], int], dict[str, Any]]] = {
+_HANDLERS: dict[str, Callable[[Agent, dict[str, Any], Caller], dict[str, Any]]] = {
     "submit": op_submit,
     "cancel": op_cancel,
     "hold": op_hold,
@@ -250,7 +288,7 @@ _HANDLERS: dict[str, Callable[[Agent, dict[str, Any], int], dict[str, Any]]] = {
 MUTATING_OPS = {"submit", "cancel", "hold", "release", "requeue", "apply", "stop"}
 
 
-def _job_json(row: JobRow, now: float) -> dict[str, Any]:
+def job_json(row: JobRow, now: float) -> dict[str, Any]:
     """A job row for clients, with its attained GPU-service and run time up to `now`."""
     out = row.to_json()
     out["attained_gpu_s"] = row.attained_gpu_s(now)
@@ -259,7 +297,17 @@ def _job_json(row: JobRow, now: float) -> dict[str, Any]:
 
 
 def _brief(request: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in request.items() if k not in ("env", "op")}
+    """The request for the log and the events row: no environment, long values cut short."""
+    out: dict[str, Any] = {}
+    for k, v in request.items():
+        if k in ("env", "op") or v is None:
+            continue
+        if isinstance(v, str) and len(v) > 200:
+            v = v[:200] + "..."
+        elif isinstance(v, list) and len(v) > 20:
+            v = [*v[:20], f"... {len(v)} in all"]
+        out[k] = v
+    return out
 
 
 def _user(uid: int) -> str:

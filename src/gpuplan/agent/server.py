@@ -14,19 +14,165 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 from pathlib import Path
 
 from gpuplan.agent.daemon import LIVENESS_S, Agent, AgentConfig
 from gpuplan.agent.paths import AgentPaths
-from gpuplan.agent.protocol import AgentError, bind_socket, peer_uid, read_request, send_reply
-from gpuplan.agent.requests import MUTATING_OPS
+from gpuplan.agent.protocol import MAX_REQUEST_BYTES, AgentError, Caller, bind_socket, encode, peer_caller
+from gpuplan.agent.requests import MUTATING_OPS, answer_line
 from gpuplan.errors import GpuplanError
 
-__all__ = ["main", "run_agent", "serve"]
+__all__ = ["TEST_FAULT_ENV", "main", "run_agent", "serve"]
 
 log = logging.getLogger("gpuplan.agent")
+
+MAX_CLIENTS = 256
+IDLE_S = 300.0
+SEND_TIMEOUT_S = 5.0
+TEST_FAULT_ENV = "GPUPLAN_TEST_FAULT"
+"""TEST ONLY: `reset-after-commit:OP[:COUNT]` makes the agent reset the connection (RST, no reply)
+after it carried out the first COUNT (default 1) requests of OP: what a client sees when the agent
+dies or the connection breaks between the commit and the reply. Never set it in production."""
+
+
+class _Client:
+    """One open connection: its caller and the bytes received that do not yet end a line."""
+
+    __slots__ = ("buf", "caller", "seen_s", "sock")
+
+    def __init__(self, sock: socket.socket, caller: Caller) -> None:
+        self.sock, self.caller, self.buf, self.seen_s = sock, caller, bytearray(), time.monotonic()
+
+
+class _Fault:
+    """The test-only fault hook of TEST_FAULT_ENV (inactive when unset)."""
+
+    def __init__(self, spec: str) -> None:
+        parts = spec.split(":") if spec else []
+        self.op = parts[1] if len(parts) > 1 and parts[0] == "reset-after-commit" else ""
+        self.left = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 1
+        if spec and not self.op:
+            log.warning("%s=%r is not reset-after-commit:OP[:COUNT]; ignored", TEST_FAULT_ENV, spec)
+
+    def fires(self, op: str, ok: bool) -> bool:
+        if not ok or op != self.op or self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+class _Server:
+    """The socket side of the loop: non-blocking accepts and reads, so a slow or silent client never
+    stalls scheduling; each complete line is answered in order (agent/requests.py `answer_line`)."""
+
+    def __init__(self, agent: Agent, sock: socket.socket, sel: selectors.BaseSelector) -> None:
+        self.agent, self.sock, self.sel = agent, sock, sel
+        self.clients: dict[int, _Client] = {}
+        self.fault = _Fault(os.environ.get(TEST_FAULT_ENV, ""))
+
+    def accept(self, most: int = 16) -> None:
+        """Accept up to `most` waiting connections (a tight client loop must not starve the round)."""
+        for _ in range(most):
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:  # out of file descriptors, ...: the loop goes on
+                log.warning("accept failed: %s", e)
+                return
+            caller = peer_caller(conn)
+            if len(self.clients) >= MAX_CLIENTS:
+                log.warning("%s: refused: %d connections already open", caller, MAX_CLIENTS)
+                self._send(
+                    conn, {"ok": False, "error": f"the agent has {MAX_CLIENTS} connections open; retry"}
+                )
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self.clients[conn.fileno()] = _Client(conn, caller)
+            self.sel.register(conn, selectors.EVENT_READ, "client")
+
+    def readable(self, conn: socket.socket) -> None:
+        client = self.clients.get(conn.fileno())
+        if client is None:
+            return
+        try:
+            chunk = conn.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            log.info("%s: connection failed: %s", client.caller, e)
+            self.close(client)
+            return
+        client.seen_s = time.monotonic()
+        client.buf += chunk
+        while b"\n" in chunk and (end := client.buf.find(b"\n")) >= 0:  # scan only when a line ended
+            line = bytes(client.buf[:end])
+            del client.buf[: end + 1]
+            if not self._answer(client, line):
+                return
+        if len(client.buf) > MAX_REQUEST_BYTES:
+            log.warning("%s: refused: a request line over %d bytes", client.caller, MAX_REQUEST_BYTES)
+            self._answer_error(client, f"bad request: a request line over {MAX_REQUEST_BYTES} bytes")
+            self.close(client)
+        elif not chunk:  # end of file: a last line without its newline is a request too
+            if client.buf.strip():
+                self._answer(client, bytes(client.buf))
+            self.close(client)
+
+    def _answer(self, client: _Client, line: bytes) -> bool:
+        """Answer one line (an empty one too: every line gets a reply); False when the connection
+        is closed (by the client or the fault hook)."""
+        op, reply = answer_line(self.agent, line, client.caller)
+        if reply.get("ok") and op in MUTATING_OPS:
+            _guarded_step(self.agent)  # start what can start before answering: low submit latency
+        if self.fault.fires(op, bool(reply.get("ok"))):
+            log.warning("TEST FAULT: resetting the connection after %s without a reply", op)
+            client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close(client)
+            return False
+        if not self._send(client.sock, reply):
+            self.close(client)
+            return False
+        return True
+
+    def _answer_error(self, client: _Client, error: str) -> None:
+        self._send(client.sock, {"ok": False, "error": error})
+
+    @staticmethod
+    def _send(conn: socket.socket, reply: dict[str, object]) -> bool:
+        try:
+            data = encode(reply)
+        except ValueError as e:  # a NaN in a reply: the client still gets an answer
+            data = encode({"ok": False, "error": f"the agent could not encode its reply: {e}"})
+        try:
+            conn.settimeout(SEND_TIMEOUT_S)
+            conn.sendall(data)
+            conn.setblocking(False)
+        except OSError as e:
+            log.info("reply not sent: %s", e)
+            return False
+        return True
+
+    def close(self, client: _Client) -> None:
+        fd = client.sock.fileno()
+        if fd >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(client.sock)
+            self.clients.pop(fd, None)
+        client.sock.close()
+
+    def close_idle(self) -> None:
+        old = time.monotonic() - IDLE_S
+        for client in [c for c in self.clients.values() if c.seen_s < old]:
+            self.close(client)
+
+    def close_all(self) -> None:
+        for client in list(self.clients.values()):
+            self.close(client)
 
 
 def serve(agent: Agent) -> None:
@@ -39,21 +185,36 @@ def serve(agent: Agent) -> None:
     signal.set_wakeup_fd(wfd)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "stopping", True))
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, "sock")
     sel.register(rfd, selectors.EVENT_READ, "wake")
+    server = _Server(agent, sock, sel)
+    last_step = 0.0
     try:
         while not agent.done_stopping():
             timeout = LIVENESS_S if agent.runs else agent.config.sample_interval_s
             timeout = max(0.0, min(timeout, agent.next_wake_s - time.time()))
-            for key, _ in sel.select(timeout):
+            events = sel.select(timeout)
+            only_reads = bool(events)
+            for key, _ in events:
                 if key.data == "wake":
+                    only_reads = False
                     with contextlib.suppress(BlockingIOError):
                         os.read(rfd, 4096)
+                elif key.data == "sock":
+                    server.accept()
                 else:
-                    _accept(agent, sock)
-            _guarded_step(agent)
+                    server.readable(key.fileobj)  # type: ignore[arg-type]
+            # a round after a signal, a timer or a quiet moment; requests alone (a mutating one has
+            # had its round already) trigger one only every LIVENESS_S, so a busy client never
+            # starves time limits and samples, nor pays a round per read-only request
+            if not only_reads or time.monotonic() - last_step >= LIVENESS_S:
+                server.close_idle()
+                _guarded_step(agent)
+                last_step = time.monotonic()
     finally:
+        server.close_all()
         sel.close()
         sock.close()
         with contextlib.suppress(FileNotFoundError):
@@ -68,32 +229,6 @@ def _guarded_step(agent: Agent) -> None:
         agent.step()
     except Exception:  # the agent's own error never kills a job: log it and go on
         log.exception("agent step failed; going on")
-
-
-def _accept(agent: Agent, sock: socket.socket, most: int = 16) -> None:
-    """Serve up to `most` waiting connections, then let the loop run a step: a client polling in a
-    tight loop must not starve the agent's own round."""
-    for _ in range(most):
-        try:
-            conn, _ = sock.accept()
-        except BlockingIOError:
-            return
-        with conn:
-            conn.setblocking(True)
-            conn.settimeout(5.0)
-            try:
-                uid = peer_uid(conn)
-                try:
-                    request = read_request(conn)
-                except AgentError as e:
-                    send_reply(conn, {"ok": False, "error": str(e)})
-                    continue
-                reply = agent.handle(request, uid)
-                if reply.get("ok") and request.get("op") in MUTATING_OPS:
-                    _guarded_step(agent)  # start what can start before answering: low submit latency
-                send_reply(conn, reply)
-            except OSError as e:
-                log.warning("client connection failed: %s", e)
 
 
 def _lock_pidfile(paths: AgentPaths) -> int:

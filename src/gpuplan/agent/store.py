@@ -33,6 +33,7 @@ __all__ = [
     "connect",
     "events_since",
     "get_job",
+    "job_by_request",
     "job_phases",
     "job_profile",
     "job_samples_since",
@@ -40,7 +41,7 @@ __all__ = [
     "samples_since",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FINAL_STATES = ("done", "failed", "cancelled", "timeout")
 ACTIVE_STATES = ("queued", "held", "running", "suspended")
 
@@ -80,7 +81,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     seg_start_s REAL,
     run_s REAL NOT NULL DEFAULT 0,
     suspended_s REAL NOT NULL DEFAULT 0,
-    stopped_at_s REAL
+    stopped_at_s REAL,
+    request_id TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS gpu_samples (
@@ -154,6 +156,7 @@ class JobRow:
     run_s: float
     suspended_s: float
     stopped_at_s: float | None
+    request_id: str | None
 
     def run_time_s(self, now: float) -> float:
         """Seconds this attempt has run (suspended time excluded) up to `now` or its end."""
@@ -254,7 +257,7 @@ def connect(path: Path | str, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-_ADDED_COLUMNS = (  # schema 2: preemption (a store written by an older agent gains them)
+_ADDED_COLUMNS = (  # schema 2: preemption; 3: request_id (a store written by an older agent gains them)
     "preempt TEXT NOT NULL DEFAULT 'suspend'",
     "preemptions INTEGER NOT NULL DEFAULT 0",
     "service_gpu_s REAL NOT NULL DEFAULT 0",
@@ -263,6 +266,7 @@ _ADDED_COLUMNS = (  # schema 2: preemption (a store written by an older agent ga
     "run_s REAL NOT NULL DEFAULT 0",
     "suspended_s REAL NOT NULL DEFAULT 0",
     "stopped_at_s REAL",
+    "request_id TEXT",  # schema 3: the client's uuid of its submit (idempotent retries)
 )
 
 
@@ -271,6 +275,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
     for column in _ADDED_COLUMNS:
         if column.split()[0] not in have:
             conn.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
+    conn.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(request_id) WHERE request_id IS NOT NULL"
+    )
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
@@ -293,6 +300,13 @@ def jobs_by_state(conn: sqlite3.Connection, states: Sequence[str] | None = None)
 
 def get_job(conn: sqlite3.Connection, job_id: int) -> JobRow | None:
     row = conn.execute(f"SELECT {', '.join(_JOB_COLUMNS)} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return _job(row) if row is not None else None
+
+
+def job_by_request(conn: sqlite3.Connection, request_id: str) -> JobRow | None:
+    """The job a client submitted with this request id (its uuid), if any."""
+    cols = ", ".join(_JOB_COLUMNS)
+    row = conn.execute(f"SELECT {cols} FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
     return _job(row) if row is not None else None
 
 
@@ -386,6 +400,9 @@ class Store:
 
     def job(self, job_id: int) -> JobRow | None:
         return get_job(self.conn, job_id)
+
+    def job_by_request(self, request_id: str) -> JobRow | None:
+        return job_by_request(self.conn, request_id)
 
     def jobs(self, states: Sequence[str] | None = None) -> list[JobRow]:
         return jobs_by_state(self.conn, states)

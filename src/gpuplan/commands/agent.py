@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import sqlite3
 import subprocess
 import sys
 import time
@@ -97,9 +98,110 @@ def _paths():  # type: ignore[no-untyped-def]
 
 
 def _call(op: str, **fields: Any) -> dict[str, Any]:
+    """One request, checked here first (agent/schema.py: a bad id is refused even with no agent)."""
     from gpuplan.agent.protocol import call
+    from gpuplan.agent.schema import validate
 
+    validate({"op": op, **fields})
     return call(_paths().socket, {"op": op, **fields})
+
+
+def _submit(fields: dict[str, Any]) -> tuple[int, str]:
+    """Submit with a fresh request id (uuid); on a lost reply ask again by it: (job id, note).
+
+    The agent answers a repeated request id with the job it already made, so a retry never makes
+    a second job; when the agent is gone after the commit, the store tells (read-only).
+    """
+    import uuid
+
+    from gpuplan.agent.protocol import AgentConnectionLost, AgentError, AgentNotRunningError
+
+    request = {**fields, "request_id": str(uuid.uuid4())}
+    lost: AgentError | None = None
+    for attempt in range(4):
+        try:
+            reply = _call("submit", **request)
+        except AgentConnectionLost as e:
+            lost = e
+            time.sleep(0.1 * (attempt + 1))
+            continue
+        except AgentNotRunningError:
+            if lost is None:
+                raise
+            break
+        note = (
+            ""
+            if lost is None
+            else f"the first reply was lost ({lost}); the agent confirmed job {reply['id']}"
+        )
+        return int(reply["id"]), note
+    return _submitted_per_store(request["request_id"], lost)
+
+
+def _submitted_per_store(request_id: str, lost: Exception | None) -> tuple[int, str]:
+    from gpuplan.agent.protocol import AgentError
+    from gpuplan.agent.store import connect, job_by_request
+
+    try:
+        conn = connect(_paths().db, readonly=True)
+        try:
+            row = job_by_request(conn, request_id)
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise AgentError(
+            f"the agent did not answer the submit ({lost}) and its store is unreadable: {e}"
+        ) from None
+    if row is None:
+        raise AgentError(
+            f"the agent did not answer ({lost}) and its store has no job with request id {request_id}: "
+            "the job was NOT submitted; submit it again"
+        )
+    return row.id, f"the agent did not answer ({lost}); its store holds job {row.id} from this submit"
+
+
+def _ask_or_store(op: str, **fields: Any) -> dict[str, Any]:
+    """`queue` or `show` from the agent, else read-only from its store while it is down (said on
+    stderr; the reply's `agent_running` is false)."""
+    from gpuplan.agent.protocol import AgentNotRunningError
+
+    try:
+        return {**_call(op, **fields), "agent_running": True}
+    except AgentNotRunningError as e:
+        reply = _from_store(op, fields, e)
+    typer.echo(
+        f"gpuplan: the agent is not running: read-only view of its store {_paths().db} "
+        "(no expected start times; start it with `gpuplan agent start`)",
+        err=True,
+    )
+    return {**reply, "agent_running": False}
+
+
+def _from_store(op: str, fields: dict[str, Any], down: Exception) -> dict[str, Any]:
+    from gpuplan.agent.protocol import AgentError
+    from gpuplan.agent.requests import job_json, show_reply
+    from gpuplan.agent.store import ACTIVE_STATES, connect, get_job, jobs_by_state
+
+    paths = _paths()
+    if not paths.db.exists():
+        raise down
+    now = time.time()
+    try:
+        conn = connect(paths.db, readonly=True)
+    except sqlite3.Error as e:
+        raise AgentError(f"{down}; and its store {paths.db} is unreadable: {e}") from None
+    try:
+        if op == "queue":
+            rows = sorted(jobs_by_state(conn, ACTIVE_STATES), key=lambda r: (r.state != "running", r.id))
+            return {"now_s": now, "jobs": [{**job_json(r, now), "expected_start_s": None} for r in rows]}
+        row = get_job(conn, fields["id"])
+        if row is None:
+            raise AgentError(f"no job {fields['id']} (see `gpuplan queue`)")
+        return show_reply(conn, paths, row, now)
+    except sqlite3.Error as e:
+        raise AgentError(f"reading the store {paths.db} failed: {e}") from None
+    finally:
+        conn.close()
 
 
 def _emit(as_json: bool, data: dict[str, Any], text: str) -> None:
@@ -292,18 +394,20 @@ def submit_cmd(
     with _errors():
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
         text = command[0] if len(command) == 1 else shlex.join(command)
-        reply = _call(
-            "submit", command=text, gpus=gpus, mem_gb=parse_mem_gb(mem) if mem else None,
+        jid, note = _submit(dict(
+            command=text, gpus=gpus, mem_gb=parse_mem_gb(mem) if mem else None,
             time_limit_s=parse_duration_s(time_limit) if time_limit else None, name=name, priority=priority,
             after_id=after, hold=hold, cwd=os.getcwd(), env=env, preempt=preempt,
-        )  # fmt: skip
-        _emit(as_json, {"id": reply["id"]}, str(reply["id"]))
+        ))  # fmt: skip
+        if note:
+            typer.echo(f"gpuplan: {note}", err=True)
+        _emit(as_json, {"id": jid}, str(jid))
 
 
 def queue_cmd(as_json: JsonOpt = False) -> None:
     """Running and waiting jobs, waiting ones in the order they will start, with expected start times."""
     with _errors():
-        reply = _call("queue")
+        reply = _ask_or_store("queue")
         if as_json:
             _emit(True, reply, "")
             return
@@ -337,7 +441,7 @@ def _ago(delta_s: float) -> str:
 def show_cmd(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False) -> None:
     """One job: its fields, where its logs are, and the profile measured so far."""
     with _errors():
-        reply = _call("show", id=job_id)
+        reply = _ask_or_store("show", id=job_id)
         if as_json:
             _emit(True, reply, "")
             return
@@ -378,13 +482,23 @@ def logs_cmd(
         from gpuplan.agent.protocol import AgentError
 
         path = _paths().job_dir(job_id) / ("stderr" if stderr else "stdout")
+        first = _ask_or_store("show", id=job_id)  # an unknown id is an error, not an empty log
         if as_json:
-            _call("show", id=job_id)  # an unknown id is an error, not an empty log
-            _emit(True, {"id": job_id, "path": str(path), "text": _read(path)}, "")
+            _emit(
+                True,
+                {
+                    "id": job_id,
+                    "path": str(path),
+                    "text": _read(path),
+                    "agent_running": first["agent_running"],
+                },
+                "",
+            )
             return
-        if not follow:
-            _call("show", id=job_id)
+        if not follow or not first["agent_running"]:
             sys.stdout.write(_read(path))
+            if follow:
+                typer.echo("gpuplan: not following: the agent is not running", err=True)
             return
         pos = 0
         while True:
