@@ -18,6 +18,7 @@ from gpuplan.commands.common import (
     TraceClusterOpt,
     apply_predictions,
     fitting_jobs,
+    parse_specs,
     runnable_jobs,
     schedule_json,
 )
@@ -106,8 +107,8 @@ def _report(results: Sequence[SimResult], out: Path, title: str, subtitle: str, 
 def simulate(
     trace: Annotated[Path, typer.Argument(help="Job trace in any format of docs/formats.md.")],
     cluster: TraceClusterOpt = None,
-    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name(s), comma-separated, or 'all'.")] = "fifo",
-    backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy, conservative (comma list) or 'all'.")] = "easy",
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name(s) with parameters if any (las:quantum=60; `gpuplan policies`), comma-separated, or 'all'.")] = "fifo",
+    backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy, conservative[:depth=N] (comma list) or 'all'.")] = "easy",
     placer: Annotated[str, typer.Option(help="first-fit, best-fit (pack) or spread.")] = "first-fit",
     sharing: Annotated[bool | None, typer.Option("--sharing/--exclusive", help="Override the cluster's GPU sharing switch.")] = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="Policies see the true durations (an oracle run; every output says so).")] = False,
@@ -127,16 +128,15 @@ def simulate(
     """Simulate a trace under one or more policies and backfill modes (las, tiresias, gittins preempt)."""
     with _errors():
         from gpuplan.cluster import load_cluster
-        from gpuplan.core.backfill import backfill_names
+        from gpuplan.core.backfill import backfill_names, get_backfill
         from gpuplan.core.placement import get_placer
-        from gpuplan.core.policies import policy_names, preemptive_policy_names, usage_policy_names
+        from gpuplan.core.policies import get_policy, policy_names
 
-        every = [*policy_names(), *preemptive_policy_names(), *usage_policy_names()]
-        policies = _names(policy, every, "policy", policy_names())
-        backfills = _names(backfill, backfill_names(), "backfill mode")
+        policies = parse_specs(policy, get_policy, "policy", policy_names())
+        backfills = parse_specs(backfill, get_backfill, "backfill mode", backfill_names())
         source = _names(estimates, list(ESTIMATE_SOURCES), "estimate source")[0]
         cost = _preemption_cost(restart_overhead, checkpoint_every)
-        get_placer(placer)
+        placer = get_placer(placer).spec
         if cluster is not None:
             load_cluster(cluster)  # a bad --cluster fails before a long read
         result = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
@@ -404,23 +404,32 @@ def convert(
 
 @app.command()
 def policies(as_json: JsonOpt = False) -> None:
-    """List ordering policies, backfill modes and placers, one line each."""
+    """List ordering policies, backfill modes and placers, one line each, with their parameters
+    (give them as NAME:KEY=VALUE,KEY=VALUE, e.g. --policy las:quantum=60)."""
     from gpuplan.core.backfill import backfill_classes
-    from gpuplan.core.placement import get_placer, placer_names
-    from gpuplan.core.policies import get_policy, policy_names, preemptive_policy_names, usage_policy_names
+    from gpuplan.core.params import params_help
+    from gpuplan.core.placement import placer_classes
+    from gpuplan.core.policies import policy_classes
 
     rows: dict[str, list[dict[str, Any]]] = {
         "policies": [
             {
                 "name": n,
-                "needs_duration": get_policy(n).needs_duration,
-                "preemptive": get_policy(n).preemptive,
-                "description": get_policy(n).description,
+                "needs_duration": c.needs_duration,
+                "preemptive": c.preemptive,
+                "description": c.description,
+                "params": params_help(c),
             }
-            for n in [*policy_names(), *preemptive_policy_names(), *usage_policy_names()]
+            for n, c in policy_classes().items()
         ],
-        "backfill": [{"name": n, "description": c.description} for n, c in backfill_classes().items()],
-        "placers": [{"name": n, "description": get_placer(n).description} for n in placer_names()],
+        "backfill": [
+            {"name": n, "description": c.description, "params": params_help(c)}
+            for n, c in backfill_classes().items()
+        ],
+        "placers": [
+            {"name": n, "description": c.description, "params": params_help(c)}
+            for n, c in placer_classes().items()
+        ],
     }
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -429,6 +438,8 @@ def policies(as_json: JsonOpt = False) -> None:
         typer.echo(f"{section}:")
         for it in items:
             typer.echo(f"  {it['name']:<18} {it['description']}")
+            for p in it["params"]:
+                typer.echo(f"  {'':<18}   {p['key']}={p['default']}: {p['description']} ({p['expected']})")
 
 
 @app.command()

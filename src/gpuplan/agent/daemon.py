@@ -74,7 +74,7 @@ def _policy(config: AgentConfig) -> Policy | str:
     """The configured policy: by name, or a preemptive one with its own first level boundary."""
     if config.quantum_gpu_s is None:
         return config.policy
-    from gpuplan.core.preemptive import preemptive_policy
+    from gpuplan.core.policies import preemptive_policy
 
     return preemptive_policy(config.policy, config.quantum_gpu_s)
 

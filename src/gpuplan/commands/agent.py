@@ -252,7 +252,7 @@ def start_cmd(
 
         get_policy(policy), get_backfill(backfill), get_placer(placer)  # unknown names: one line, now
         if quantum_gpu_s is not None:
-            from gpuplan.core.preemptive import preemptive_policy
+            from gpuplan.core.policies import preemptive_policy
 
             preemptive_policy(policy, quantum_gpu_s)  # a policy that does not preempt, a quantum <= 0
         if get_policy(policy).preemptive and sharing:

@@ -7,7 +7,7 @@ gpuplan's errors as one line on stderr.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -36,6 +36,7 @@ __all__ = [
     "load_jobs",
     "load_trace",
     "parse_names",
+    "parse_specs",
     "runnable_jobs",
     "schedule_json",
 ]
@@ -102,6 +103,25 @@ def parse_names(text: str, valid: list[str], kind: str, all_names: list[str] | N
     if not names:
         raise UnknownNameError(kind, text, [*valid, "all"])
     return names
+
+
+def parse_specs(text: str, make: Callable[[str], Any], kind: str, all_names: list[str]) -> list[str]:
+    """Comma-separated seam specs (`las:quantum=60,sjf`; core/params.py `split_specs`), each built once
+    by `make` (`get_policy`, `get_backfill`) to check it, returned canonical; "all" means `all_names`.
+
+    Raises:
+        UnknownNameError, SpecError: an unknown name, parameter or a bad value (the message lists the
+            valid ones).
+    """
+    from gpuplan.core.params import split_specs
+    from gpuplan.errors import UnknownNameError
+
+    if text.strip() == "all":
+        return list(all_names)
+    specs = [make(s).spec for s in split_specs(text)]
+    if not specs:
+        raise UnknownNameError(kind, text, [*all_names, "all"])
+    return list(dict.fromkeys(specs))
 
 
 def load_jobs(

@@ -64,8 +64,8 @@ def _source(gpus: str | None, paths: AgentPaths, policy: str | None, backfill: s
 
     agent = _running_agent(paths) or {}
     gpus = gpus or str(agent.get("backend") or DEFAULT_GPUS)
-    policy = get_policy(policy or str(agent.get("policy") or "fifo")).name
-    backfill = get_backfill(backfill or str(agent.get("backfill") or "easy")).name
+    policy = get_policy(policy or str(agent.get("policy") or "fifo")).spec
+    backfill = get_backfill(backfill or str(agent.get("backfill") or "easy")).spec
     # the fake set's id is the agent's home, as the agent itself opens it: both see the same jobs
     backend = open_backend(gpus, set_id=str(paths.home))
     return NodeSource(backend, paths, gpus, policy, backfill)

@@ -21,9 +21,9 @@ from abc import ABC, abstractmethod
 
 from gpuplan.core.count_plan import CountPlan
 from gpuplan.core.gpu_plan import GpuPlan
+from gpuplan.core.params import Configurable, Param, build
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, SchedulerView, Started
-from gpuplan.errors import UnknownNameError
 
 __all__ = [
     "Backfill",
@@ -39,10 +39,10 @@ __all__ = [
 _INF = math.inf
 
 
-class Backfill(ABC):
-    """Walks the queue in policy order and starts jobs on the scheduler."""
+class Backfill(Configurable, ABC):
+    """Walks the queue in policy order and starts jobs on the scheduler (parameters: `params`,
+    core/params.py: `get_backfill("conservative:depth=100")`)."""
 
-    name: str = ""
     description: str = ""
 
     def __init__(self) -> None:
@@ -293,6 +293,9 @@ class Conservative(Backfill):
 
     name = "conservative"
     description = "conservative: every waiting job gets a reservation; no start may delay an earlier one"
+    params = (
+        Param("depth", "depth", "count", "waiting jobs that get a reservation (Slurm's bf_max_job_test)"),
+    )
 
     def __init__(self, depth: int = 500) -> None:
         super().__init__()
@@ -364,9 +367,12 @@ def backfill_classes() -> dict[str, type[Backfill]]:
     return dict(_BACKFILLS)
 
 
-def get_backfill(name: str) -> Backfill:
-    """A backfill mode by name. Raises UnknownNameError listing the valid names."""
-    try:
-        return _BACKFILLS[name]()
-    except KeyError:
-        raise UnknownNameError("backfill mode", name, backfill_names()) from None
+def get_backfill(spec: str, **overrides: object) -> Backfill:
+    """A new backfill mode from its spec: a name, then its parameters (`conservative:depth=100`).
+
+    Raises:
+        UnknownNameError: an unknown name; SpecError: an unknown parameter or a bad value (each
+            message lists the valid ones).
+    """
+    mode: Backfill = build("backfill mode", _BACKFILLS, spec, **overrides)
+    return mode

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 
 from sortedcontainers import SortedList
 
-from gpuplan.core.policies import Policy, get_policy, register_policy
+from gpuplan.core.params import Param, build
+from gpuplan.core.policy import Policy, policy_classes, policy_names, register_policy
 from gpuplan.model import Job
 
 __all__ = ["DEFAULT_HALF_LIFE_S", "FairQueue", "FairShare", "UsageLedger", "decayed_run_gpu_s"]
@@ -138,13 +139,19 @@ class FairShare(Policy):
     name = "fairshare"
     description = "fair-share: the user with the least decayed GPU-time first (half-life 7 days), then fifo"
     usage_ranked = True
+    params = (
+        Param("half_life", "half_life_s", "duration", "usage half-life"),
+        Param(
+            "then", "then", "name", "the static policy that orders a user's own jobs", choices=policy_names
+        ),
+    )
 
     def __init__(self, half_life_s: float = DEFAULT_HALF_LIFE_S, then: Policy | str = "fifo") -> None:
         self.half_life_s = float(half_life_s)
         if not self.half_life_s > 0:
             raise ValueError(f"fairshare half-life must be > 0 s, got {half_life_s}")
-        self.then = get_policy(then) if isinstance(then, str) else then
-        if self.then.preemptive or getattr(self.then, "usage_ranked", False):
+        self.then: Policy = build("policy", policy_classes(), then) if isinstance(then, str) else then
+        if self.then.preemptive or self.then.usage_ranked:
             raise ValueError(f"fairshare then={self.then.name}: the second policy must be a static one")
         self.needs_duration = self.then.needs_duration
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from gpuplan.core.params import Configurable, build
 from gpuplan.core.state import ClusterState, Need
-from gpuplan.errors import UnknownNameError
 
 __all__ = [
     "BestFit",
@@ -19,15 +19,16 @@ __all__ = [
     "Spread",
     "free_share_on",
     "get_placer",
+    "placer_classes",
     "placer_names",
     "register_placer",
 ]
 
 
-class Placer(ABC):
-    """Chooses GPUs for a job on a ClusterState. Subclasses only rank nodes and GPUs."""
+class Placer(Configurable, ABC):
+    """Chooses GPUs for a job on a ClusterState. Subclasses only rank nodes and GPUs (a placer that
+    takes parameters declares them in `params`, core/params.py)."""
 
-    name: str = ""
     description: str = ""
 
     @abstractmethod
@@ -320,9 +321,17 @@ def placer_names() -> list[str]:
     return list(_PLACERS)
 
 
-def get_placer(name: str) -> Placer:
-    """A new placer by name. Raises UnknownNameError listing the valid names."""
-    try:
-        return _PLACERS[name]()
-    except KeyError:
-        raise UnknownNameError("placer", name, placer_names()) from None
+def placer_classes() -> dict[str, type[Placer]]:
+    """The registered placer classes by name, aliases included (a copy: register with `register_placer`)."""
+    return dict(_PLACERS)
+
+
+def get_placer(spec: str, **overrides: object) -> Placer:
+    """A new placer from its spec: a name, then its parameters if it takes any.
+
+    Raises:
+        UnknownNameError: an unknown name; SpecError: an unknown parameter or a bad value (each
+            message lists the valid ones).
+    """
+    placer: Placer = build("placer", _PLACERS, spec, **overrides)
+    return placer

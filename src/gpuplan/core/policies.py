@@ -1,17 +1,26 @@
-"""Ordering policies: each ranks the waiting jobs; one registry by name.
+"""The built-in ordering policies and the lookups of the policy registry (core/policy.py).
 
-A policy that needs a duration uses the job's estimate (`est_duration_s`, else the user's limit
-`requested_s`), never the true duration unless the run is an oracle run. A job with neither ranks as
-if it were endless.
+`get_policy(spec)` builds a policy from its name and parameters (`las:quantum=60`, core/params.py);
+importing this module registers every built-in policy: the preemptive ones of core/preemptive.py and
+fairshare (core/fairshare.py) too.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-from abc import ABC, abstractmethod
+from typing import cast
 
-from gpuplan.errors import UnknownNameError
+from gpuplan.core import fairshare, preemptive
+from gpuplan.core.params import build, spec_class
+from gpuplan.core.policy import (
+    Policy,
+    policy_classes,
+    policy_names,
+    preemptive_policy_names,
+    register_policy,
+    usage_policy_names,
+)
+from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
 
 __all__ = [
@@ -19,7 +28,10 @@ __all__ = [
     "Policy",
     "article_class",
     "get_policy",
+    "is_preemptive",
+    "policy_class",
     "policy_names",
+    "preemptive_policy",
     "preemptive_policy_names",
     "register_policy",
     "usage_policy_names",
@@ -36,24 +48,6 @@ def _dur(job: Job, oracle: bool) -> float:
 def _mem(job: Job, oracle: bool) -> float:
     m = job.planning_mem_gb(oracle)
     return _INF if m is None else m
-
-
-class Policy(ABC):
-    """Ranks waiting jobs: the scheduler considers them by ascending `key`.
-
-    Keys are static (computed once when a job arrives); `seq` is the job's position in the trace, the
-    last tie-break, so equal keys keep file order on every run.
-    """
-
-    name: str = ""
-    description: str = ""
-    needs_duration: bool = False
-    preemptive: bool = False  # ranks change over time and running jobs may be preempted (core/preemptive.py)
-    usage_ranked: bool = False  # users ranked by their decayed GPU-time first (core/fairshare.py)
-
-    @abstractmethod
-    def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
-        """Sort key of one job."""
 
 
 class Fifo(Policy):
@@ -149,54 +143,54 @@ class Article(Policy):
         return (rank, -job.gpus, -_dur(job, oracle), job.submit_s, seq)
 
 
-_POLICIES: dict[str, type[Policy]] = {}
-# Policies in their own core modules, which import this one: loaded on the first look at the registry
-# (by name, so this module imports none of them and no import cycle forms).
-_BUILTIN_MODULES = ["gpuplan.core.fairshare"]
-
-
-def _load_builtins() -> None:
-    while _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES.pop())
-
-
-def register_policy(cls: type[Policy]) -> type[Policy]:
-    """Add a policy class to the registry under its `name` (usable as a decorator)."""
-    _POLICIES[cls.name] = cls
-    return cls
-
-
 for _cls in (Fifo, ShortestFirst, LongestFirst, SmallGpusFirst, LargeGpusFirst, MemDesc, GpuTime, Article):
     register_policy(_cls)
+BUILTIN_MODULES = (preemptive, fairshare)  # their policies register themselves when imported (above)
 
 
-def policy_names() -> list[str]:
-    """The ordering policies (static keys): what `--policy all` runs and `gpuplan plan` searches from."""
-    _load_builtins()
-    return [n for n, cls in _POLICIES.items() if not cls.preemptive and not cls.usage_ranked]
+def policy_class(spec: str) -> type[Policy]:
+    """The class a policy spec names. Raises UnknownNameError listing the valid names."""
+    return spec_class("policy", policy_classes(), spec)
 
 
-def usage_policy_names() -> list[str]:
-    """The policies that rank users by their usage (fairshare): keys change as jobs run; named explicitly."""
-    _load_builtins()
-    return [n for n, cls in _POLICIES.items() if cls.usage_ranked]
+def is_preemptive(spec: str) -> bool:
+    """Whether the policy a spec names preempts (its class says so: `Policy.preemptive`)."""
+    return policy_class(spec).preemptive
 
 
-def preemptive_policy_names() -> list[str]:
-    """The preemptive policies (las, tiresias, gittins): ranks change as jobs run; named explicitly."""
-    _load_builtins()
-    return [n for n, cls in _POLICIES.items() if cls.preemptive]
+def get_policy(spec: str, **overrides: object) -> Policy:
+    """A new policy from its spec: a name, then its parameters (`las:quantum=60`, `gpuplan policies`
+    lists them); `overrides` set parameters by key (typed values, e.g. from a CLI option).
+
+    Raises:
+        UnknownNameError: an unknown name (the message lists the valid ones).
+        SpecError: an unknown parameter or a bad value (the message lists the valid ones).
+    """
+    pol: Policy = build("policy", policy_classes(), spec, **overrides)
+    return pol
 
 
-def get_policy(name: str) -> Policy:
-    """A policy by name. Raises UnknownNameError listing the valid names."""
-    _load_builtins()
-    try:
-        return _POLICIES[name]()
-    except KeyError:
-        raise UnknownNameError("policy", name, list(_POLICIES)) from None
+def preemptive_policy(spec: str, quantum_gpu_s: float | None = None) -> preemptive.PreemptivePolicy:
+    """The preemptive policy of a spec, its first level boundary (`quantum_param`: las's quantum,
+    tiresias's threshold, gittins's first grid point) at `quantum_gpu_s` GPU-seconds when given (the
+    `--quantum-gpu-s` option of the agent and `gpuplan slurm`).
 
-
-# The preemptive policies register themselves (their module needs Policy and register_policy above).
-# isort: split
-from gpuplan.core import preemptive as _preemptive  # noqa: E402,F401
+    Raises:
+        GpuplanError: the policy does not preempt, the quantum is <= 0, or it has no first level
+            boundary; UnknownNameError, SpecError: as `get_policy`.
+    """
+    cls = policy_class(spec)
+    if not (cls.preemptive and issubclass(cls, preemptive.PreemptivePolicy)):
+        raise GpuplanError(
+            f"policy {cls.name!r} does not preempt; preemptive ones: {', '.join(preemptive_policy_names())}"
+        )
+    overrides: dict[str, object] = {}
+    if quantum_gpu_s is not None:
+        if not quantum_gpu_s > 0:
+            raise GpuplanError(f"--quantum-gpu-s {quantum_gpu_s:g}: must be > 0 GPU-seconds")
+        if not cls.quantum_param:
+            raise GpuplanError(
+                f"policy {cls.name!r} has no first level boundary: --quantum-gpu-s does not apply"
+            )
+        overrides[cls.quantum_param] = quantum_gpu_s
+    return cast(preemptive.PreemptivePolicy, get_policy(spec, **overrides))

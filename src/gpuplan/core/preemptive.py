@@ -15,9 +15,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from gpuplan.core.policies import Policy, register_policy
+from gpuplan.core.params import Param
+from gpuplan.core.policy import Policy, register_policy
 from gpuplan.model import Job
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ __all__ = [
     "Tiresias",
     "gittins_table",
     "gpu_bucket",
-    "preemptive_policy",
 ]
 
 _INF = math.inf
@@ -42,9 +42,14 @@ class PreemptivePolicy(Policy):
     Subclasses give `level` (from the slot's attained service at `now`) and `next_change_s` (the
     first instant after `now` its level may change). `observe` learns from a finished job; it returns
     True when the levels of other jobs may have changed (the scheduler then ranks every job again).
+    `learns`: its ranks come from finished jobs (`observe`), so a run without history falls back.
+    `quantum_param`: the key of the parameter that sets the first level boundary in GPU-seconds (what
+    `--quantum-gpu-s` sets; "" when there is none).
     """
 
     preemptive = True
+    quantum_param: ClassVar[str] = ""
+    learns: ClassVar[bool] = False  # ranks by what `observe` learned from finished jobs (gittins)
 
     def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
         return (job.submit_s, seq)
@@ -83,6 +88,8 @@ class Las(PreemptivePolicy):
 
     name = "las"
     description = "least attained GPU-service first (preemptive, quanta of 1 GPU-hour; no durations needed)"
+    params = (Param("quantum", "quantum_gpu_s", "gpu_time", "GPU-time per level"),)
+    quantum_param = "quantum"
 
     def __init__(self, quantum_gpu_s: float = 3600.0) -> None:
         self.quantum_gpu_s = quantum_gpu_s
@@ -110,9 +117,21 @@ class Tiresias(PreemptivePolicy):
     description = (
         "Tiresias 2D-LAS: 2 queues split at 1 GPU-hour, FIFO inside, promotion after 8x the last run"
     )
+    params = (
+        Param(
+            "threshold", "thresholds_gpu_s", "gpu_times", "attained GPU-time where a job moves down a queue"
+        ),
+        Param(
+            "promote",
+            "promote_knob",
+            "number",
+            "promotion after waiting this many times its last run (0: never)",
+        ),
+    )
+    quantum_param = "threshold"
 
     def __init__(self, thresholds_gpu_s: Sequence[float] = (3600.0,), promote_knob: float = 8.0) -> None:
-        self.thresholds = tuple(sorted(thresholds_gpu_s))
+        self.thresholds_gpu_s = self.thresholds = tuple(sorted(thresholds_gpu_s))
         self.promote_knob = promote_knob
 
     def level(self, slot: JobSlot, now: float) -> float:
@@ -205,8 +224,19 @@ class Gittins(PreemptivePolicy):
 
     name = "gittins"
     description = "Gittins index of attained GPU-time over finished jobs' GPU-time, per GPU-count bucket"
+    params = (
+        Param("first", "first_gpu_s", "gpu_time", "first grid point (the grid doubles from there)"),
+        Param("levels", "levels", "count", "grid points after 0"),
+        Param(
+            "min_samples", "min_samples", "count", "finished jobs a bucket needs before its own table is used"
+        ),
+    )
+    quantum_param = "first"
+    learns = True
 
     def __init__(self, first_gpu_s: float = 600.0, levels: int = 24, min_samples: int = 10) -> None:
+        self.first_gpu_s = first_gpu_s
+        self.levels = levels
         self.grid = [0.0, *(first_gpu_s * 2.0**k for k in range(levels))]
         self.min_samples = min_samples
         self._dist: dict[int | None, _Distribution] = {}
@@ -243,29 +273,3 @@ class Gittins(PreemptivePolicy):
     @property
     def fallback_jobs(self) -> int:
         return len(self._fallback)
-
-
-def preemptive_policy(name: str, quantum_gpu_s: float | None = None) -> Policy:
-    """The preemptive policy `name`, with its first level boundary at `quantum_gpu_s` GPU-seconds when
-    given (las: the quantum; tiresias: the queue threshold; gittins: the first grid point).
-
-    Raises:
-        GpuplanError: `name` is not preemptive; UnknownNameError: unknown.
-    """
-    from gpuplan.core.policies import get_policy
-    from gpuplan.errors import GpuplanError
-
-    pol = get_policy(name)
-    if not pol.preemptive:
-        raise GpuplanError(f"policy {name!r} does not preempt; preemptive ones: las, tiresias, gittins")
-    if quantum_gpu_s is None:
-        return pol
-    if quantum_gpu_s <= 0:
-        raise GpuplanError(f"--quantum-gpu-s {quantum_gpu_s:g}: must be > 0 GPU-seconds")
-    if isinstance(pol, Las):
-        return Las(quantum_gpu_s=quantum_gpu_s)
-    if isinstance(pol, Tiresias):
-        return Tiresias(thresholds_gpu_s=(quantum_gpu_s,))
-    if isinstance(pol, Gittins):
-        return Gittins(first_gpu_s=quantum_gpu_s)
-    return pol  # pragma: no cover - a preemptive policy registered elsewhere keeps its own parameters

@@ -112,9 +112,9 @@ def simulate(
         bound_s = _live_bound(jobs, running, cluster, now_s)
     metrics = compute_metrics(records, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound_s)
     return SimResult(
-        policy=sched.policy.name,
-        backfill=sched.backfill.name,
-        placer=sched.placer.name,
+        policy=sched.policy.spec,
+        backfill=sched.backfill.spec,
+        placer=sched.placer.spec,
         oracle=oracle,
         cluster=cluster,
         metrics=metrics,
@@ -142,7 +142,7 @@ def as_policy(result: SimResult, jobs: Sequence[Job], policy: str, oracle: bool)
     sched = Scheduler(result.cluster, policy, result.backfill, result.placer, oracle=oracle)
     return replace(
         result,
-        policy=sched.policy.name,
+        policy=sched.policy.spec,
         warnings=_warnings(jobs, sched, oracle),
         estimates=estimate_use(jobs, sched, oracle, None),
     )

@@ -36,7 +36,7 @@ def run_matrix(
     `estimates` "history": every run learns its estimates online from its own finished jobs."""
     from gpuplan._progress import LazyProgress
     from gpuplan.core.estimates import OnlineEstimator
-    from gpuplan.core.policies import get_policy, preemptive_policy_names
+    from gpuplan.core.policies import is_preemptive, policy_class
     from gpuplan.sim.bounds import lower_bound
     from gpuplan.sim.engine import as_policy, queue_order, simulate
 
@@ -44,10 +44,10 @@ def run_matrix(
     bound_s = lower_bound(jobs, cluster).value_s  # the same for every run: computed once
     # Policies that order these jobs the same way make the same schedule with each backfill mode
     # (e.g. sjf and fifo when no job has an estimate): simulate it once (static keys only).
-    preemptive = set(preemptive_policy_names())
+    preemptive = {p for p in policies if is_preemptive(p)}
     static = estimates != "history"
     # fairshare's ranks move with the users' usage: never a twin of a static order
-    ranked = {p for p in policies if get_policy(p).usage_ranked}
+    ranked = {p for p in policies if policy_class(p).usage_ranked}
     orders = (
         {p: queue_order(jobs, p, oracle) for p in policies if p not in preemptive and p not in ranked}
         if static

@@ -14,9 +14,11 @@ import heapq
 import itertools
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.preemption import Preempted, PreemptionCost
+from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
 from gpuplan.errors import ScheduleError
@@ -146,15 +148,15 @@ def simulate_preemptive(
     metrics = compute_metrics(records, run.timeline, sched.spec.total_gpus, run.idle_wait_gpu_s, bound)
     metrics.preemptions = run.preemptions
     metrics.wasted_gpu_hours = run.wasted_gpu_s / 3600.0
-    policy = sched.policy
-    fallback = getattr(policy, "fallback_jobs", 0)
+    policy = cast(PreemptivePolicy, sched.policy)
+    fallback = policy.fallback_jobs
     warnings = []
     if sched.backfill.name != "none":
         warnings.append(
             f"policy {policy.name!r} preempts and starts any job that fits in rank order: backfill mode "
             f"{sched.backfill.name!r} changes nothing (its runs are the {policy.name}+none run)"
         )
-    learns = hasattr(policy, "min_samples")  # gittins: a distribution of finished jobs' GPU-time
+    learns = policy.learns  # gittins: a distribution of finished jobs' GPU-time
     uses = EstimateUse(
         source="history" if learns else "trace",
         needed=learns,
@@ -164,9 +166,9 @@ def simulate_preemptive(
         else "",
     )
     return SimResult(
-        policy=policy.name,
-        backfill=sched.backfill.name,
-        placer=sched.placer.name,
+        policy=policy.spec,
+        backfill=sched.backfill.spec,
+        placer=sched.placer.spec,
         oracle=sched.oracle,
         cluster=sched.spec,
         metrics=metrics,

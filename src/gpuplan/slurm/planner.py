@@ -422,7 +422,7 @@ def static_policy(name: str) -> str:
             "`gpuplan agent` or in "
             f"`gpuplan simulate`, or choose one of {', '.join(policy_names())} or best"
         )
-    return pol.name
+    return pol.spec
 
 
 def _policy_order(pol: Policy, pending: Sequence[Job]) -> list[str]:

@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuplan.core.policies import Policy, get_policy
+from gpuplan.core import policies
+from gpuplan.core.policies import (
+    Policy,
+    preemptive_policy,  # re-exported: slurm/apply and the CLI use it here
+)
 from gpuplan.core.preemption import Decisions
-from gpuplan.core.preemptive import preemptive_policy  # re-exported: slurm/apply and the CLI use it here
+from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
@@ -234,7 +238,7 @@ def _warnings(pol: Policy, deferred: list[str], b: _Built, cap: int) -> list[str
             f"{len(deferred)} further requeue(s) the policy wants are left for a later pass "
             f"(--max-requeues {cap}; first: {deferred[0]})"
         )
-    if pol.name == "gittins":
+    if isinstance(pol, PreemptivePolicy) and pol.learns:
         out.append(
             "gittins has no finished-job history here: it ranks by attained service (as las) on its grid"
         )
@@ -246,7 +250,7 @@ def _warnings(pol: Policy, deferred: list[str], b: _Built, cap: int) -> list[str
 
 def is_preemptive(name: str) -> bool:
     """Whether `name` is a registered preemptive policy ('best' is not)."""
-    return name != "best" and bool(get_policy(name).preemptive)
+    return name != "best" and policies.is_preemptive(name)
 
 
 # -- carrying a plan out (through SlurmClient only) --------------------------------------------------
