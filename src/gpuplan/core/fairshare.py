@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sortedcontainers import SortedList
 
@@ -176,6 +176,14 @@ class FairQueue:
 
     def __len__(self) -> int:
         return self._n
+
+    def copy_with(self, ledger: UsageLedger, remap: Callable[[tuple], tuple]) -> FairQueue:  # type: ignore[type-arg]
+        """A copy over `ledger` whose entries are `remap(entry)` (a forked Scheduler's, core/forecast.py)."""
+        new = FairQueue(ledger)
+        new._by_user = {u: SortedList(map(remap, q)) for u, q in self._by_user.items()}
+        new._n, new._groups = self._n, [list(g) for g in self._groups]
+        new._rank, new._t_rank, new._dirty = dict(self._rank), self._t_rank, self._dirty
+        return new
 
     def add(self, entry: tuple) -> None:  # type: ignore[type-arg]
         user = entry[-1].job.user

@@ -121,6 +121,16 @@ class PreemptiveQueue:
         self._changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
         self._stamp: dict[int, int] = {}
 
+    def fork(self, sched: Scheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
+        """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
+        new = PreemptiveQueue(sched, policy)
+        new.waiting = self.waiting.copy()
+        new.running = self.running.copy()
+        new._entry = dict(self._entry)
+        new._changes = list(self._changes)
+        new._stamp = dict(self._stamp)
+        return new
+
     # -- bookkeeping ------------------------------------------------------------------------------
     def enter(self, slot: JobSlot, now: float) -> None:
         """Rank a job (waiting or running) at `now` and note when its level next changes."""
@@ -159,6 +169,7 @@ class PreemptiveQueue:
                 slot = self.sched.slot(jid)
                 self.leave(slot)
                 self.enter(slot, now)
+                self.sched.note_change()  # its rank moved: a view of the queue is stale
 
     def rerank_all(self, now: float) -> None:
         """Rank every job again (the policy learned something that moves every level)."""
@@ -168,6 +179,7 @@ class PreemptiveQueue:
         self._entry.clear()
         for slot in slots:
             self.enter(slot, now)
+        self.sched.note_change()
 
     # -- the pass ----------------------------------------------------------------------------------
     def decide(self, now: float) -> Decisions:
@@ -238,6 +250,7 @@ class PreemptiveQueue:
             preempted.add(victim.jid)
         state.drop_suspended(gpus, slot.mem_gb)
         slot.suspended_on = ()
+        sched.note_change()
         return gpus
 
     def _evict_for(

@@ -7,8 +7,9 @@ returns. Everything they read goes through the `SchedulerView` surface (core/vie
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 
 from sortedcontainers import SortedList
@@ -21,11 +22,14 @@ from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.state import ClusterState, Need, need_of
-from gpuplan.core.view import JobSlot, Started
+from gpuplan.core.view import JobSlot, SchedulerView, Started, WaitReason
 from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
 
-__all__ = ["Decisions", "Preempted", "Scheduler", "Started"]
+__all__ = ["Decisions", "Preempted", "Scheduler", "Started", "WaitRule"]
+
+WaitRule = Callable[[SchedulerView, JobSlot, float], "WaitReason | None"]
+"""An eligibility rule's say on a waiting job (a quota, a limit): why it may not start now, or None."""
 
 _INF = math.inf
 # queue entries end with (jid, slot), running entries are (expected end, jid, slot): C-level getters
@@ -70,6 +74,8 @@ class Scheduler:
         self._running: SortedList = SortedList()  # (expected end, jid, slot)
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
         self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
+        self.wait_rules: list[WaitRule] = []
+        """Eligibility rules that explain a wait (core/forecast.py asks them first, in order)."""
         if quotas is not None:
             self.set_quotas(quotas)
 
@@ -390,6 +396,49 @@ class Scheduler:
         """Memory held on a GPU by processes the scheduler did not start: see `ClusterState.hold_external`."""
         self._state.hold_external(gpu, mem_gb)
         self._version += 1
+
+    def note_change(self) -> None:
+        """Bump `version`: the live state changed outside these methods (the preemptive pass re-ranked
+        jobs, a suspended job's memory left its GPUs)."""
+        self._version += 1
+
+    def wait_reason(self, slot: JobSlot, now: float) -> WaitReason | None:
+        """Why `slot` may not start now by an eligibility rule: its user's quota (`quota_reason`), then
+        `wait_rules` in order; None when no rule holds it (it waits for resources or its turn)."""
+        quota = self.quota_reason(slot.jid)
+        if quota is not None:
+            return WaitReason("QOSMaxJobsPerUserLimit" if " runs " in quota else "QOSMaxGRESPerUser", quota)
+        for rule in self.wait_rules:
+            why = rule(self, slot, now)
+            if why is not None:
+                return why
+        return None
+
+    def fork(self) -> Scheduler:
+        """An independent copy of the live state, to run the same code forward (core/forecast.py).
+
+        The cluster, every job record (reservation notes included), both queues and a preemptive
+        queue are copied; a preemptive policy is deep-copied (gittins' learned distribution goes on
+        learning in the copy only); static policies, placers and the empty-cluster caches are shared.
+        Every other attribute is copied shallowly, so a field added later travels too.
+        """
+        new = object.__new__(Scheduler)
+        new.__dict__.update(self.__dict__)
+        new.policy = copy.deepcopy(self.policy) if self.policy.preemptive else self.policy
+        new.backfill = copy.copy(self.backfill)  # its pass memo names this scheduler: never reused there
+        new._state = self._state.copy()
+        new.wait_rules = list(self.wait_rules)
+        slots = {jid: slot.copy() for jid, slot in self._slots.items()}
+        new._slots = slots
+        if self._ledger is not None:
+            new._ledger = copy.deepcopy(self._ledger)
+            new._queue = self._queue.copy_with(new._ledger, lambda e: (*e[:-1], slots[e[-2]]))  # type: ignore[union-attr]
+        else:
+            new._queue = SortedList((*e[:-1], slots[e[-2]]) for e in self._queue)
+        new._use = copy.deepcopy(self._use)
+        new._running = SortedList((e[0], e[1], slots[e[1]]) for e in self._running)
+        new._pre = None if self._pre is None else self._pre.fork(new, new.policy)  # type: ignore[arg-type]
+        return new
 
     # -- the read-only view (SchedulerView) ---------------------------------------------------------
     @property

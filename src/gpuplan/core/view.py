@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple, Protocol
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
 
-__all__ = ["JobSlot", "SchedulerView", "Started"]
+__all__ = ["JobSlot", "SchedulerView", "Started", "WaitReason"]
 
 
 class Started(NamedTuple):
@@ -24,6 +24,15 @@ class Started(NamedTuple):
 
     jid: int
     gpus: tuple[int, ...]
+
+
+class WaitReason(NamedTuple):
+    """Why a job waits, as an eligibility rule of the core says it (a quota, a limit): `code` in Slurm's
+    reason vocabulary where one exists (e.g. "AssocGrpGRES"), `detail` for people
+    ("quota: alice uses 4 of 4 GPUs"). `Scheduler.wait_rules` produce them; the forecast shows them."""
+
+    code: str
+    detail: str
 
 
 @dataclass(slots=True, eq=False)
@@ -79,12 +88,19 @@ class JobSlot:
     def is_running(self) -> bool:
         return self.start_s is not None
 
+    def copy(self) -> JobSlot:
+        """An independent record with the same fields (a forked scheduler's, core/forecast.py)."""
+        return JobSlot(*map(self.__getattribute__, _SLOT_FIELDS))
+
     def fits_key(self, state: ClusterState) -> tuple[object, ...]:
         """Jobs with equal fits_key fit or fail alike on the same state."""
         mem = self.mem_gb
         if not state.sharing and mem is not None and mem <= state.min_cap_gb:
             mem = None
         return (self.gpus, mem, self.may_span, self.need)
+
+
+_SLOT_FIELDS = tuple(f.name for f in fields(JobSlot))
 
 
 class SchedulerView(Protocol):

@@ -1,0 +1,455 @@
+"""The forecast: what the scheduler will do if every running job ends at its expected end and nothing
+new arrives, computed by the scheduler itself.
+
+`forecast(sched, now)` forks the live Scheduler (`Scheduler.fork`: queue, running jobs, cluster,
+reservation notes, preemptive ranks, a learning policy's state) and drives the copy with the calls every
+clock makes: at each instant the ends first, then the jobs that become eligible (a dependency ended, a
+begin time came), then one `decide` pass (its preemptions, then its starts); the clock then jumps to
+the next expected end, level change or begin time, until every waiting job has started (under a
+preemptive policy until every job has ended: a later preemption moves an end). No scheduling rule is
+written here: every start, reservation, preemption and placement is the Scheduler's own, so on any
+clock that drives the same Scheduler the same way, the forecast is what happens (tests/test_forecast*.py).
+
+Each job gets its expected start and end, its GPUs, its rank, and why it waits now in Slurm's reason
+vocabulary (Resources, Priority, Dependency, BeginTime, JobHeldUser, or what an eligibility rule of the
+core says: `Scheduler.wait_rules`); `Forecast.waiting_for` names the jobs whose ends free its GPUs and
+`Forecast.ahead` the jobs backfill starts before it. `Forecast.explain` says it in words.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from gpuplan.core.preemption import Preempted, PreemptionCost
+from gpuplan.core.scheduler import Scheduler
+from gpuplan.core.view import Started
+from gpuplan.model import Job
+
+__all__ = ["Deferred", "Forecast", "Frees", "JobForecast", "forecast"]
+
+_INF = math.inf
+
+
+class Deferred(NamedTuple):
+    """A job outside the queue now that enters it later: once every job in `after` has ended (a
+    dependency) and not before `begin_s`. `submit_now_s` is the `now` its clock passes to `submit`
+    then (None: the job's submit_s, as the agent's release of a dependent does)."""
+
+    jid: int
+    job: Job
+    after: tuple[int, ...] = ()
+    begin_s: float = -_INF
+    book_mem_gb: float | None = None
+    submit_now_s: float | None = None
+
+
+class Frees(NamedTuple):
+    """A job whose end frees `gpus` of the GPUs a waiting job gets, at `at_s` (`basis`: where that
+    end comes from: "estimate", "time limit", "expected end"; "dependency" for a job it depends on)."""
+
+    jid: int
+    gpus: int
+    at_s: float
+    basis: str
+
+
+@dataclass(slots=True)
+class JobForecast:
+    """One job's forecast.
+
+    Attributes:
+        jid: the scheduler's handle.
+        state: "running", "waiting" (in the queue), "deferred" (a dependency or begin time keeps it
+            out of the queue) or "held".
+        start_s: expected start (a running job's real start; None: unknown, it waits behind a job
+            that never ends, or it is held).
+        end_s: expected end (None: unknown or endless); never before start_s.
+        gpu_ids: the GPUs it gets (a running job's own).
+        rank: its place in the waiting queue now (0 first; None outside it).
+        reason: why it does not run now, in Slurm's vocabulary ("" for a job that runs or starts now).
+        detail: an eligibility rule's own words, when one holds it.
+        reserved_s: the start the backfill mode reserved for it in the pass at now (EASY's head,
+            conservative's reservations).
+        after: jobs it waits for (dependencies).
+    """
+
+    jid: int
+    state: str
+    start_s: float | None = None
+    end_s: float | None = None
+    gpu_ids: tuple[int, ...] = ()
+    rank: int | None = None
+    reason: str = ""
+    detail: str = ""
+    reserved_s: float | None = None
+    after: tuple[int, ...] = ()
+
+
+@dataclass
+class Forecast:
+    """Every job's forecast from `now_s` (`jobs` by handle), and what explains it."""
+
+    now_s: float
+    jobs: dict[int, JobForecast]
+    version: int
+    """The scheduler's version the forecast was made from (a view may reuse it while it stands)."""
+    basis: dict[int, str] = field(default_factory=dict)
+    _history: dict[int, tuple[list[float], list[tuple[float, float, int]]]] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[JobForecast]:
+        return iter(self.jobs.values())
+
+    def __getitem__(self, jid: int) -> JobForecast:
+        return self.jobs[jid]
+
+    def __contains__(self, jid: object) -> bool:
+        return jid in self.jobs
+
+    def waiting_for(self, jid: int) -> list[Frees]:
+        """The jobs whose ends free the GPUs `jid` starts on (by end), or that it depends on."""
+        fc = self.jobs[jid]
+        if fc.state == "deferred" and fc.after:
+            return [Frees(d, 0, _INF if (e := self._end(d)) is None else e, "dependency") for d in fc.after]
+        t = _INF if fc.start_s is None else fc.start_s
+        freed: dict[int, list[float]] = {}
+        for g in fc.gpu_ids:
+            starts, entries = self._history.get(g, ([], []))
+            k = bisect_left(starts, t)
+            while k > 0:
+                k -= 1
+                s, e, other = entries[k]
+                if other != jid and self.now_s <= e <= t and s < t:
+                    got = freed.setdefault(other, [0, e])
+                    got[0] += 1
+                    break
+        if fc.start_s is None:  # no known start: the jobs that never end on the GPUs it would need
+            return [Frees(j, 0, _INF, self.basis.get(j, "")) for j in self._endless()]
+        out = [Frees(j, int(n), e, self.basis.get(j, "")) for j, (n, e) in freed.items()]
+        return sorted(out, key=lambda f: (f.at_s, f.jid))
+
+    def ahead(self, jid: int) -> list[int]:
+        """Jobs ranked after `jid` that start before it (backfill), by start."""
+        fc = self.jobs[jid]
+        if fc.rank is None or fc.start_s is None:
+            return []
+        out = [
+            o
+            for o in self.jobs.values()
+            if o.rank is not None and o.rank > fc.rank and o.start_s is not None and o.start_s < fc.start_s
+        ]
+        return [o.jid for o in sorted(out, key=lambda o: (o.start_s, o.rank))]
+
+    def explain(
+        self, jid: int, label: Callable[[int], str] = str, at: Callable[[float], str] = lambda t: f"{t:g}"
+    ) -> str:
+        """Why `jid` waits and for what, in words (`label` names a job, `at` formats an instant)."""
+        fc = self.jobs[jid]
+        if fc.state == "running":
+            return "running" + ("" if fc.end_s is None else f"; expected to end at {at(fc.end_s)}")
+        if fc.state == "held":
+            return f"{fc.reason}: held; it waits until released"
+        parts = [fc.reason + (f" ({fc.detail})" if fc.detail else "")] if fc.reason else []
+        parts.append(self._needs(fc, label, at))
+        if fc.start_s is not None:
+            on = f" on GPUs {','.join(map(str, fc.gpu_ids))}" if fc.gpu_ids else ""
+            end = "" if fc.end_s is None else f", expected to end at {at(fc.end_s)}"
+            parts.append(f"expected start {at(fc.start_s)}{on}{end}")
+        if fc.reserved_s is not None:
+            parts.append(f"the backfill mode reserves its start at {at(fc.reserved_s)}")
+        ahead = self.ahead(jid)
+        if ahead:
+            parts.append(self._ahead_text(fc, ahead, label))
+        return "; ".join(p for p in parts if p)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _end(self, jid: int) -> float | None:
+        fc = self.jobs.get(jid)
+        return None if fc is None else fc.end_s
+
+    def _endless(self) -> list[int]:
+        return sorted(j.jid for j in self.jobs.values() if j.state == "running" and j.end_s is None)
+
+    def _needs(self, fc: JobForecast, label: Callable[[int], str], at: Callable[[float], str]) -> str:
+        frees = self.waiting_for(fc.jid)
+        if fc.state == "deferred" and fc.after:
+            deps = ", ".join(
+                f"job {label(f.jid)} ends" + ("" if f.at_s == _INF else f" at {at(f.at_s)}") for f in frees
+            )
+            return f"waits until {deps}"
+        if fc.start_s is not None and fc.start_s <= self.now_s:
+            return "starts now"
+        if fc.start_s is None:
+            names = ", ".join(f"job {label(f.jid)}" for f in frees[:3])
+            return "no expected start: it waits behind jobs without an end" + (f" ({names})" if names else "")
+        if not frees:
+            return ""
+        each = ", ".join(
+            f"job {label(f.jid)} frees {f.gpus} at {at(f.at_s)}" + (f" (its {f.basis})" if f.basis else "")
+            for f in frees[:4]
+        )
+        more = f" and {len(frees) - 4} more" if len(frees) > 4 else ""
+        n = len(fc.gpu_ids)
+        return f"{n} GPU{'s' if n != 1 else ''}; {each}{more}"
+
+    def _ahead_text(self, fc: JobForecast, ahead: list[int], label: Callable[[int], str]) -> str:
+        gpus = set(fc.gpu_ids)
+        ends_first = [j for j in ahead if (e := self.jobs[j].end_s) is not None and e <= (fc.start_s or 0)]
+        elsewhere = [j for j in ahead if j not in ends_first and gpus.isdisjoint(self.jobs[j].gpu_ids)]
+        names = ", ".join(label(j) for j in ahead[:5]) + (
+            f" and {len(ahead) - 5} more" if len(ahead) > 5 else ""
+        )
+        why = []
+        if ends_first:
+            why.append(f"{len(ends_first)} end by its start")
+        if elsewhere:
+            why.append(f"{len(elsewhere)} run on GPUs it does not get")
+        return (
+            f"backfill starts {len(ahead)} job(s) ranked after it ahead of it ({names}): "
+            f"{' and '.join(why)}, so none delays its start"
+        )
+
+
+def forecast(
+    sched: Scheduler,
+    now: float,
+    *,
+    deferred: Iterable[Deferred] = (),
+    held: Mapping[int, str] | None = None,
+    cost: PreemptionCost | None = None,
+    progress_s: Mapping[int, float] | None = None,
+) -> Forecast:
+    """Run `sched`'s own code forward from `now` on a fork of it (the live scheduler is not touched).
+
+    Args:
+        sched: the live scheduler (running jobs with their expected ends, the queue).
+        now: the clock's time; running jobs past their expected end are taken to end now.
+        deferred: jobs that enter the queue later (dependencies, begin times).
+        held: jobs held out of the queue: handle -> Slurm reason (JobHeldUser, JobHeldAdmin).
+        cost: what a preemption costs (preemptive policies; default `PreemptionCost()`).
+        progress_s: seconds of work waiting jobs already kept from earlier runs (checkpoint, suspend).
+
+    Returns:
+        A `Forecast` of every running, waiting, deferred and held job.
+    """
+    run = _Forecaster(sched, now, list(deferred), cost or PreemptionCost(), progress_s or {})
+    run.loop()
+    fc = run.result()
+    for jid, why in (held or {}).items():
+        fc.jobs[jid] = JobForecast(jid, "held", reason=why)
+    return fc
+
+
+class _Forecaster:
+    """One forecast's clock over a forked scheduler (kept apart so each step is a small method)."""
+
+    def __init__(
+        self,
+        live: Scheduler,
+        now: float,
+        deferred: list[Deferred],
+        cost: PreemptionCost,
+        progress_s: Mapping[int, float],
+    ) -> None:
+        self.now = now
+        self.sched = sched = live.fork()
+        self.version = live.version
+        self.cost = cost
+        self.preemptive = sched.policy.preemptive
+        self.jobs: dict[int, JobForecast] = {}
+        self.heap: list[tuple[float, int, int, int]] = []  # (end, seq, jid, version)
+        self.seq = itertools.count()
+        self.ver: dict[int, int] = {}
+        self.end_of: dict[int, float] = {}  # expected end of each job running in the fork
+        self.history: dict[int, tuple[list[float], list[tuple[float, float, int]]]] = {}
+        self.open: dict[int, list[tuple[int, int]]] = {}  # jid -> (gpu, index) of its open segments
+        self.basis: dict[int, str] = {}
+        # preemptive policies: work left at the segment's start, its start and restart overhead
+        self.left: dict[int, float] = {}
+        self.seg: dict[int, tuple[float, float]] = {}
+        self.ran: set[int] = set()
+        self.deferred = {d.jid: d for d in deferred}
+        self.blocking: dict[int, list[int]] = {}  # dependency -> deferred jobs waiting for it
+        self.unmet: dict[int, int] = {}
+        self.begins: list[tuple[float, int]] = []
+        self.todo = 0  # waiting or deferred jobs not started yet
+        for k, jid in enumerate(sched.waiting_jids()):
+            slot = sched.slot(jid)
+            self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
+            self.left[jid] = max(slot.plan_s - progress_s.get(jid, 0.0), 0.0)
+            if slot.preemptions:
+                self.ran.add(jid)
+            self.todo += 1
+        for slot in sched.running():
+            end = max(slot.expected_end_s, now)
+            self.jobs[slot.jid] = JobForecast(slot.jid, "running", slot.start_s, None, slot.alloc)
+            self.basis[slot.jid] = _basis(slot.job)
+            self.ran.add(slot.jid)
+            self.left[slot.jid] = end - now
+            self._open(slot.jid, slot.alloc, slot.start_s if slot.start_s is not None else now, now, 0.0)
+            self._expect_end(slot.jid, end)
+        for d in deferred:
+            self._defer(d)
+
+    # -- the clock ---------------------------------------------------------------------------------
+    def loop(self) -> None:
+        sched, t, first = self.sched, self.now, True
+        while True:
+            self._ends_at(t)
+            self._begins_at(t)
+            decided = sched.decide(t)
+            for p in decided.preempted:
+                self._preempted(p, t)
+            for st in decided.started:
+                self._started(st, t)
+            if first:
+                self._reasons(t)
+                first = False
+            if self.todo == 0 and (not self.preemptive or not self.heap):
+                return
+            t_next = min(
+                self.heap[0][0] if self.heap else _INF,
+                sched.next_event_s(),
+                self.begins[0][0] if self.begins else _INF,
+            )
+            if t_next == _INF:
+                return
+            t = t_next
+
+    def _ends_at(self, t: float) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= t:
+            _, _, jid, ver = heapq.heappop(heap)
+            if self.ver.get(jid) != ver:
+                continue
+            self.sched.finish(jid, t)
+            self._close(jid, t)
+            del self.end_of[jid]
+            self.jobs[jid].end_s = t
+            for d in self.blocking.pop(jid, ()):
+                self.unmet[d] -= 1
+                if self.unmet[d] == 0:
+                    self._eligible(self.deferred[d], t)
+
+    def _begins_at(self, t: float) -> None:
+        while self.begins and self.begins[0][0] <= t:
+            _, jid = heapq.heappop(self.begins)
+            self._submit(self.deferred[jid])
+
+    def _started(self, st: Started, t: float) -> None:
+        jid = st.jid
+        slot = self.sched.slot(jid)
+        fc = self.jobs[jid]
+        if fc.state != "running" and fc.start_s is None:
+            fc.start_s, fc.gpu_ids = t, st.gpus
+            self.todo -= 1
+        if not self.preemptive:
+            end = slot.expected_end_s
+            overhead = 0.0
+        else:  # the work left after what earlier segments kept, plus a restart's overhead
+            overhead = self.cost.overhead_s(slot.job) if jid in self.ran else 0.0
+            end = t + overhead + self.left[jid]
+            self.ran.add(jid)
+        self.basis[jid] = _basis(slot.job)
+        self._open(jid, st.gpus, t, t, overhead)
+        self._expect_end(jid, end)
+
+    def _expect_end(self, jid: int, end: float) -> None:
+        v = self.ver.get(jid, 0) + 1
+        self.ver[jid] = v
+        self.end_of[jid] = end
+        if end < _INF:
+            heapq.heappush(self.heap, (end, next(self.seq), jid, v))
+
+    def _preempted(self, p: Preempted, t: float) -> None:
+        jid = p.jid
+        self.ver[jid] = self.ver.get(jid, 0) + 1  # its end event no longer holds
+        self.end_of.pop(jid, None)
+        slot = self.sched.slot(jid)
+        seg_start, overhead = self.seg.pop(jid, (t, 0.0))
+        kept = self.cost.kept_s(slot.job, max(t - seg_start - overhead, 0.0))
+        self.left[jid] = self.left[jid] - kept if slot.job.checkpointable else slot.plan_s
+        self._close(jid, t)
+
+    def _reasons(self, t: float) -> None:
+        """Why each job still waiting after the pass at now waits (Slurm's vocabulary)."""
+        sched = self.sched
+        reserved = sched.backfill.reserved if not self.preemptive else {}
+        first = True
+        for jid in sched.waiting_jids():
+            fc = self.jobs[jid]
+            why = sched.wait_reason(sched.slot(jid), t)
+            if why is not None:
+                fc.reason, fc.detail = why.code, why.detail
+            else:
+                fc.reason = "Resources" if first else "Priority"
+            first = False
+            fc.reserved_s = reserved.get(jid)
+        for jid, fc in self.jobs.items():
+            if fc.state == "deferred" and fc.start_s is None and jid not in sched:
+                fc.reason = "Dependency" if fc.after else "BeginTime"
+
+    # -- deferred jobs -----------------------------------------------------------------------------
+    def _defer(self, d: Deferred) -> None:
+        self.jobs[d.jid] = JobForecast(d.jid, "deferred", after=d.after)
+        self.todo += 1
+        self.left[d.jid] = _INF
+        pending = [
+            a for a in d.after if (a in self.jobs and self.jobs[a].end_s is None) or a in self.deferred
+        ]
+        missing = [a for a in d.after if a not in self.jobs and a not in self.deferred]
+        if missing:
+            return  # it waits for a job the scheduler does not know (held elsewhere): never
+        self.unmet[d.jid] = len(pending)
+        for a in pending:
+            self.blocking.setdefault(a, []).append(d.jid)
+        if not pending:
+            self._eligible(d, self.now)
+
+    def _eligible(self, d: Deferred, t: float) -> None:
+        if d.begin_s > t:
+            heapq.heappush(self.begins, (d.begin_s, d.jid))
+        else:
+            self._submit(d)
+
+    def _submit(self, d: Deferred) -> None:
+        slot = self.sched.submit(d.jid, d.job, d.book_mem_gb, now=d.submit_now_s)
+        self.left[d.jid] = slot.plan_s
+
+    # -- GPU history (what `waiting_for` reads) ---------------------------------------------------------
+    def _open(self, jid: int, gpus: tuple[int, ...], start: float, seg_start: float, overhead: float) -> None:
+        self.seg[jid] = (seg_start, overhead)
+        spots = []
+        for g in gpus:
+            starts, entries = self.history.setdefault(g, ([], []))
+            starts.append(start)
+            entries.append((start, _INF, jid))
+            spots.append((g, len(entries) - 1))
+        self.open[jid] = spots
+
+    def _close(self, jid: int, t: float) -> None:
+        for g, k in self.open.pop(jid, ()):
+            s, _, j = self.history[g][1][k]
+            self.history[g][1][k] = (s, t, j)
+
+    def result(self) -> Forecast:
+        for jid, end in self.end_of.items():  # still running when every job had started
+            fc = self.jobs[jid]
+            if fc.end_s is None and end < _INF:
+                fc.end_s = end
+            if fc.end_s is not None and fc.start_s is not None and fc.end_s < fc.start_s:
+                fc.end_s = fc.start_s
+        return Forecast(self.now, self.jobs, self.version, self.basis, self.history)
+
+
+def _basis(job: Job) -> str:
+    if job.est_duration_s is not None:
+        return "estimate"
+    if job.requested_s is not None:
+        return "time limit"
+    return ""
