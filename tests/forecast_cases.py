@@ -80,6 +80,7 @@ def _job(i: int, max_gpus: int, preemptive: bool) -> st.SearchStrategy[Job]:
         return Job(
             id=f"j{i}",
             submit_s=NOW_S - draw(st.sampled_from([0.0, 10.0, 50.0, 100.0])),
+            user=draw(st.sampled_from(["", "alice", "bob"])),
             gpus=draw(st.integers(1, max_gpus)),
             mem_gb=mem,
             duration_s=duration,
@@ -121,7 +122,7 @@ def live_cases(
         start = NOW_S - draw(st.sampled_from([0.0, 5.0, 40.0]))
         end = NOW_S + left
         ran = max(end - start, 0.0)
-        running.append((Job(f"r{i}", start - 1.0, job.gpus, job.mem_gb, ran, ran, job.est_mem_gb,
+        running.append((Job(f"r{i}", start - 1.0, job.gpus, job.mem_gb, ran, ran, job.est_mem_gb, user=job.user,
                             may_span_nodes=job.may_span_nodes, duration_includes_sharing=True,
                             meta=job.meta), tuple(gpus), start, end))  # fmt: skip
     n = draw(st.integers(0, max_waiting))

@@ -16,7 +16,7 @@ from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import WaitReason
 from gpuplan.model import Job
 from gpuplan.sim.engine import RunningJob, simulate
-from invariant_cases import BACKFILLS, INVARIANTS, PLACERS
+from invariant_cases import BACKFILLS, INVARIANTS, PLACERS, POLICIES
 
 
 def _live_scheduler(case: LiveCase, backfill: str) -> Scheduler:
@@ -67,7 +67,7 @@ def _check_preemptive(case: LiveCase, placer: str) -> None:
 # Each drawn live state is checked under every backfill mode (static policies) or every placer
 # (preemptive ones, which ignore backfill): 700 x 3 + 250 x 3 cases, the drawing paid once per state.
 @INVARIANTS(700)
-@given(live_cases())
+@given(live_cases(policies=(*POLICIES, "fairshare")))
 def test_forecast_is_the_simulated_schedule(case: LiveCase) -> None:
     for backfill in BACKFILLS:
         _check_static(case, backfill)
