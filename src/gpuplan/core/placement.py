@@ -72,7 +72,7 @@ class Placer(Configurable, ABC):
             if mem_gb is not None and mem_gb > state.min_cap_gb:
                 caps = state.node_cap_gb
                 counts = [k if mem_gb <= caps[n] else 0 for n, k in enumerate(counts)]
-            best_node = self.choose_node(state, counts, gpus) if max(counts) >= gpus else -1
+            best_node = self.choose_node(state, counts, gpus)  # -1 when no node has `gpus`
         if best_node >= 0:
             if not state.sharing:
                 njobs = state.gpu_njobs

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpuplan.model import ClusterSpec, Job
 
 __all__ = ["Bound", "lower_bound"]
@@ -25,43 +27,48 @@ class Bound:
 
 
 def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
-    """The strongest of the bounds below that applies to this cluster (sharing or exclusive)."""
-    t0 = min(j.submit_s for j in jobs)
-    # latest release first: every area bound sweeps the jobs in this order
-    rel = sorted(((j.submit_s - t0, j) for j in jobs), key=lambda rj: -rj[0])
-    parts = {"longest-job": max(r + (j.duration_s or 0.0) for r, j in rel)}
+    """The strongest of the bounds below that applies to this cluster (sharing or exclusive).
+
+    Columnar (numpy) and exact: every area bound sweeps the jobs latest release first (a stable sort,
+    so equal releases keep trace order) and sums the work in that order, as a plain loop would."""
+    n = len(jobs)
+    submit = np.fromiter((j.submit_s for j in jobs), float, n)
+    rel = submit - submit.min()
+    dur = np.fromiter((j.duration_s or 0.0 for j in jobs), float, n)
+    gpus = np.fromiter((j.gpus for j in jobs), np.int64, n)
+    order = np.argsort(-rel, kind="stable")  # latest release first
+    rel, dur, gpus = rel[order], dur[order], gpus[order]
+    parts = {"longest-job": float(np.max(rel + dur))}
     if cluster.sharing:
-        parts["memory-area"] = _area_bound(
-            rel, lambda j: j.gpus * _mem_taken(j, cluster), cluster.total_mem_gb
-        )
-        parts["exclusive-area"] = _area_bound(
-            [(r, j) for r, j in rel if _cannot_share(j, cluster)], lambda j: float(j.gpus), cluster.total_gpus
-        )
+        mem = np.fromiter((_mem_taken(jobs[i], cluster) for i in order), float, n)
+        parts["memory-area"] = _area_bound(rel, gpus * mem * dur, cluster.total_mem_gb)
+        alone = np.fromiter((_cannot_share(jobs[i], cluster) for i in order), bool, n)
+        parts["exclusive-area"] = _area_bound(rel[alone], gpus[alone] * dur[alone], cluster.total_gpus)
     else:
-        parts["gpu-area"] = _area_bound(rel, lambda j: float(j.gpus), cluster.total_gpus)
-        parts["big-jobs"] = _big_jobs_bound(rel, cluster)
+        parts["gpu-area"] = _area_bound(rel, gpus * dur, cluster.total_gpus)
+        span = np.fromiter((jobs[i].may_span_nodes for i in order), bool, n)
+        parts["big-jobs"] = _big_jobs_bound(rel, dur, gpus, span, cluster)
     name = max(parts, key=lambda k: parts[k])
     return Bound(parts[name], name, parts)
 
 
-def _area_bound(rel: list[tuple[float, Job]], width, capacity: float) -> float:  # type: ignore[no-untyped-def]
+def _area_bound(rel: np.ndarray, work: np.ndarray, capacity: float) -> float:
     """max over release times r of r + (work released at or after r) / capacity.
 
-    `rel` holds (release, job) sorted by release, latest first."""
-    best, work = 0.0, 0.0
-    for r, j in rel:
-        work += width(j) * (j.duration_s or 0.0)
-        value = r + work / capacity
-        if value > best:
-            best = value
-    return best
+    `rel` (releases, latest first) and `work` (each job's width x duration) are in sweep order; the
+    running sum is a sequential accumulate, the float operations of a plain loop."""
+    if len(rel) == 0:
+        return 0.0
+    return max(0.0, float(np.max(rel + np.cumsum(work) / capacity)))
 
 
-def _big_jobs_bound(rel: list[tuple[float, Job]], cluster: ClusterSpec) -> float:
+def _big_jobs_bound(
+    rel: np.ndarray, dur: np.ndarray, gpus: np.ndarray, span: np.ndarray, cluster: ClusterSpec
+) -> float:
     """Jobs wider than 1/(k+1) of the cluster (or of a node, for single-node jobs) cannot run k+1 at once."""
     total, node_max, nodes = cluster.total_gpus, cluster.max_node_gpus, len(cluster.nodes)
-    widths = Counter(j.gpus for _, j in rel)
-    single = Counter(j.gpus for _, j in rel if not j.may_span_nodes)
+    widths = Counter(gpus.tolist())
+    single = Counter(gpus[~span].tolist())
     best = 0.0
     seen: set[tuple[str, int]] = set()  # groups are nested in k: one already bounded with a smaller k
     for k in range(1, 9):  # gives a weaker bound with this k, so each distinct group is swept once
@@ -73,10 +80,10 @@ def _big_jobs_bound(rel: list[tuple[float, Job]], cluster: ClusterSpec) -> float
             if size == 0 or (kind, size) in seen:
                 continue
             seen.add((kind, size))
-            group = [
-                (r, j) for r, j in rel if j.gpus * (k + 1) > cap and (kind == "whole" or not j.may_span_nodes)
-            ]
-            best = max(best, _area_bound(group, lambda j: 1.0, concurrent))
+            group = gpus * (k + 1) > cap
+            if kind == "node":
+                group &= ~span
+            best = max(best, _area_bound(rel[group], dur[group] * 1.0, concurrent))
     return best
 
 

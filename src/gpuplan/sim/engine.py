@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gpuplan.core.backfill import Backfill
@@ -47,6 +48,7 @@ __all__ = [
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
+_START_THEN_ID = attrgetter("start_s", "job_id")  # the order of a result's records
 _GPU_PHASE = 2  # phases of a sharing job: 0 start-up, 1 init, 2 GPU work
 
 
@@ -105,7 +107,7 @@ def simulate(
     run.adopt(running)
     with _no_cyclic_gc():
         run.loop()
-    records = sorted(run.records, key=lambda r: (r.start_s, r.job_id))
+    records = sorted(run.records, key=_START_THEN_ID)
     if now_s is None:
         bound_s = lower_bound(jobs, cluster).value_s if lower_bound_s is None else lower_bound_s
     else:
