@@ -20,7 +20,15 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError, InputError
 from gpuplan.model import Job
-from gpuplan.traces import ReadOptions, TraceError, TruncatedTraceError, read_trace, reader_names, sacct_arrow
+from gpuplan.traces import (
+    ReadOptions,
+    TraceError,
+    TruncatedTraceError,
+    read_trace,
+    reader_names,
+    sacct_arrow,
+    sacct_text,
+)
 from gpuplan.traces import base as traces_base
 from gpuplan.traces import sacct as sacct_module
 from gpuplan.traces.sacct import (
@@ -328,7 +336,7 @@ def test_every_fixture_reads_the_same_in_chunks_row_by_row_and_at_once(
         # A blank line in the chunk sends every row of it through the row-by-row path.
         slow = read_trace(_write(tmp_path, b"".join([lines[0], b"\n", *lines[1:]]), source.name))
         with monkeypatch.context() as m:
-            m.setattr(sacct_module, "_CHUNK_BYTES", 1)  # one line per chunk
+            m.setattr(sacct_text, "_CHUNK_BYTES", 1)  # one line per chunk
             tiny = read_trace(source)
         assert slow.jobs == whole.jobs == tiny.jobs, source.name
         assert slow.skipped == whole.skipped == tiny.skipped
@@ -363,7 +371,7 @@ def test_arrow_path_matches_the_exact_path() -> None:
         sources += [CAPTURED / n for n in ("sacct_P.txt", "sacct_P_X.txt", "sacct_P_X_states.txt")]
     for source in sources:
         fast = sacct_arrow.read_arrow(source, ReadOptions(), "sacct")  # no fallback for these
-        assert _same(fast, sacct_module._read_exact(source, ReadOptions(), "sacct")), source.name
+        assert _same(fast, sacct_text.read_exact(source, ReadOptions(), "sacct")), source.name
 
 
 @pytest.mark.parametrize(
@@ -393,7 +401,7 @@ def test_arrow_path_leaves_anything_unusual_to_the_exact_path(tmp_path: Path, ol
 def test_large_files_take_the_arrow_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sacct_arrow, "MIN_BYTES", 0)
     calls: list[Path] = []
-    monkeypatch.setattr(sacct_module, "_read_exact", lambda path, *a: calls.append(path))  # type: ignore[arg-type]
+    monkeypatch.setattr(sacct_module, "read_exact", lambda path, *a: calls.append(path))  # type: ignore[arg-type]
     assert len(read_trace(FIXTURES / "cluster_P.txt").jobs) == 17 and calls == []
 
 

@@ -28,7 +28,7 @@ from gpuplan.traces import (
     write_trace,
 )
 from gpuplan.traces import base as traces_base
-from gpuplan.traces._fields import MAX_MEM_GB, MAX_TIME_S
+from gpuplan.traces.fields import MAX_MEM_GB, MAX_TIME_S
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 

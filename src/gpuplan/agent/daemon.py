@@ -28,7 +28,7 @@ from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_pro
 from gpuplan.core.policies import Policy
 from gpuplan.core.quotas import Quotas
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.traces._fields import job_record
+from gpuplan.traces.fields import job_record
 
 __all__ = ["LIVENESS_S", "Agent", "AgentConfig"]
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.policies import Policy, get_policy
+from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.quotas import Quotas
 from gpuplan.core.scheduler import Decisions, Scheduler
 from gpuplan.core.view import JobSlot
@@ -65,7 +66,7 @@ class AgentPolicy(Policy):
 
     @property
     def fallback_jobs(self) -> int:
-        return int(getattr(self.inner, "fallback_jobs", 0))
+        return self.inner.fallback_jobs if isinstance(self.inner, PreemptivePolicy) else 0
 
     def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
         rank = self._rank.get(seq)

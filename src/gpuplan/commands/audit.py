@@ -47,9 +47,9 @@ def audit(
     from gpuplan.commands.common import cluster_for as _cluster_for
 
     with _errors():
-        from gpuplan._progress import LazyProgress
         from gpuplan.cluster import load_cluster
         from gpuplan.profile import audit_jobs
+        from gpuplan.progress import LazyProgress
 
         if cluster is not None:
             load_cluster(cluster)  # a bad --cluster fails before a long read

@@ -36,6 +36,7 @@ __all__ = [
     "load_jobs",
     "load_trace",
     "parse_names",
+    "parse_partitions",
     "parse_specs",
     "runnable_jobs",
     "schedule_json",
@@ -103,6 +104,11 @@ def parse_names(text: str, valid: list[str], kind: str, all_names: list[str] | N
     if not names:
         raise UnknownNameError(kind, text, [*valid, "all"])
     return names
+
+
+def parse_partitions(partition: list[str] | None) -> tuple[str, ...]:
+    """Slurm partitions from repeated and comma-separated `--partition` options (none: every one)."""
+    return tuple(p.strip() for item in partition or [] for p in item.split(",") if p.strip())
 
 
 def parse_specs(text: str, make: Callable[[str], Any], kind: str, all_names: list[str]) -> list[str]:

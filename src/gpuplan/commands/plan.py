@@ -55,12 +55,12 @@ def plan(
     from gpuplan.commands.common import load_trace as _load_trace
 
     with _errors():
-        from gpuplan._progress import LazyProgress
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import get_backfill
         from gpuplan.errors import GpuplanError
         from gpuplan.optimize.evaluate import check_objective
         from gpuplan.optimize.search import plan_order
+        from gpuplan.progress import LazyProgress
 
         if cluster is not None:
             load_cluster(cluster)  # a bad --cluster fails before a long read

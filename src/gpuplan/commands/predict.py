@@ -88,8 +88,8 @@ def fit(
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
-        from gpuplan._progress import LazyProgress
         from gpuplan.predict import get_predictor, save_model
+        from gpuplan.progress import LazyProgress
 
         predictor = get_predictor(model, target, **_params(param))  # bad names fail before the read
         result = _read(history, fmt, column_map, time_unit, skip_bad)
@@ -221,8 +221,8 @@ def _check_schedule_options(
 def _evaluate(
     jobs: list[Job], targets: list[str], names: list[str], chunks: int, params: dict[str, Any], quiet: bool
 ) -> list[EvalReport]:
-    from gpuplan._progress import LazyProgress
     from gpuplan.predict import evaluate, get_predictor
+    from gpuplan.progress import LazyProgress
 
     per_predictor = _split_params(names, params)
     for name in names:
@@ -261,11 +261,11 @@ def _schedule(
     result: TraceResult, report: EvalReport, cluster: str | None, sharing: bool | None, policy: str,
     backfill: str, schedule_with: str, load_factor: float, max_jobs: int, quiet: bool,
 ) -> ScheduleReport:  # fmt: skip
-    from gpuplan._progress import LazyProgress
     from gpuplan.commands.common import cluster_for
     from gpuplan.commands.common import parse_names as _names
     from gpuplan.core.policies import policy_names
     from gpuplan.predict import compare_schedules
+    from gpuplan.progress import LazyProgress
 
     jobs = result.jobs
     after_warmup = _after_warmup(jobs, report.warmup_jobs)

@@ -125,7 +125,7 @@ def serve(
 def _slurm_source(gpus: str | None, policy: str | None, backfill: str | None, partition: list[str] | None,
                   predict: Path | None, cache_s: float) -> LiveSource:  # fmt: skip
     """The Slurm cluster, read-only: its runner retries nothing (the next read, `cache_s` later, does)."""
-    from gpuplan.commands.slurm import _parts
+    from gpuplan.commands.common import parse_partitions
     from gpuplan.slurm.client import SlurmClient
     from gpuplan.slurm.planner import static_policy
     from gpuplan.slurm.runner import SlurmRunner
@@ -144,7 +144,7 @@ def _slurm_source(gpus: str | None, policy: str | None, backfill: str | None, pa
     if policy != "best":
         policy = static_policy(policy)
     client = SlurmClient(SlurmRunner(timeout_s=10.0, retries=0))
-    return SlurmSource(client, _parts(partition), policy, predict, cache_s)
+    return SlurmSource(client, parse_partitions(partition), policy, predict, cache_s)
 
 
 def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool, slurm: bool = False) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpuplan.commands.common import parse_partitions as _parts
+
 if TYPE_CHECKING:
     from gpuplan.slurm.client import SlurmClient
     from gpuplan.slurm.planner import LiveState, QueuePlan
@@ -81,10 +83,6 @@ ModeOpt = Annotated[
         "--mode", help="priority: scontrol update Priority=; nice: Nice= (works without privileges)."
     ),
 ]
-
-
-def _parts(partition: list[str] | None) -> tuple[str, ...]:
-    return tuple(p.strip() for item in partition or [] for p in item.split(",") if p.strip())
 
 
 def _client() -> SlurmClient:

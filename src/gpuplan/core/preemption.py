@@ -18,16 +18,15 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sortedcontainers import SortedList
 
+from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
 if TYPE_CHECKING:
     from gpuplan.core.preemptive import PreemptivePolicy
-    from gpuplan.core.scheduler import Scheduler
-    from gpuplan.core.view import JobSlot, Started
 
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
@@ -35,6 +34,7 @@ __all__ = [
     "MAX_EXAMINED",
     "Decisions",
     "Preempted",
+    "PreemptingScheduler",
     "PreemptionCost",
     "PreemptiveQueue",
 ]
@@ -109,10 +109,23 @@ class Decisions(NamedTuple):
     started: list[Started]
 
 
+class PreemptingScheduler(SchedulerView, Protocol):
+    """What the preemptive pass needs of its scheduler (core/scheduler.py's `Scheduler` is one): the
+    read-only view, plus starting a waiting job and preempting a running one."""
+
+    def start_waiting(
+        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+    ) -> None:
+        """Start a waiting job on `gpus` and take it out of the queue."""
+
+    def preempt(self, jid: int, now: float) -> Preempted:
+        """Take a running job's GPUs by its preempt mode; it waits again."""
+
+
 class PreemptiveQueue:
     """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change."""
 
-    def __init__(self, sched: Scheduler, policy: PreemptivePolicy) -> None:
+    def __init__(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> None:
         self.sched = sched
         self.policy = policy
         self.waiting: SortedList = SortedList()  # (level, *static key ending in jid)

@@ -34,9 +34,9 @@ def run_matrix(
 
     A preemptive policy (las, tiresias, gittins) ignores the backfill mode: it runs once, as +none.
     `estimates` "history": every run learns its estimates online from its own finished jobs."""
-    from gpuplan._progress import LazyProgress
     from gpuplan.core.estimates import OnlineEstimator
     from gpuplan.core.policies import is_preemptive, policy_class
+    from gpuplan.progress import LazyProgress
     from gpuplan.sim.bounds import lower_bound
     from gpuplan.sim.engine import as_policy, queue_order, simulate
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from gpuplan.cluster import cluster_to_toml, load_cluster
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.traces._rows import check_text_encoding, read_head
 from gpuplan.traces.base import (
     FIELD_ALIASES,
     TIME_UNITS,
@@ -29,6 +28,7 @@ from gpuplan.traces.base import (
 from gpuplan.traces.csvgeneric import RECOGNIZED_COLUMNS, GenericCsvReader, parse_column_map
 from gpuplan.traces.jsonl import JsonlReader, write_jsonl
 from gpuplan.traces.owncsv import OwnCsvReader, write_csv
+from gpuplan.traces.rows import check_text_encoding, read_head
 
 # Foreign formats register themselves on import (one module each). Add new ones below this line.
 # isort: split

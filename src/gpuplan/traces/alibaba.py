@@ -17,7 +17,8 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
-from gpuplan.traces._rows import (
+from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
+from gpuplan.traces.rows import (
     CsvRecord,
     RowSink,
     checked_header,
@@ -27,7 +28,6 @@ from gpuplan.traces._rows import (
     ignored_option_warnings,
     row_cells,
 )
-from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
 
 __all__ = [
     "GPU_MEM_GB",

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from gpuplan.errors import GpuplanError, InputError, UnknownNameError
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.traces._fields import JOB_FIELDS, TIME_FIELDS, TIME_UNITS
+from gpuplan.traces.fields import JOB_FIELDS, TIME_FIELDS, TIME_UNITS
 
 __all__ = [
     "FIELD_ALIASES",

@@ -8,16 +8,6 @@ from functools import partial
 from pathlib import Path
 
 from gpuplan.model import Job
-from gpuplan.traces._fields import TIME_FIELDS, job_from_texts
-from gpuplan.traces._rows import (
-    CsvRecord,
-    RowSink,
-    csv_records,
-    header_names,
-    header_record,
-    read_head,
-    row_cells,
-)
 from gpuplan.traces.base import (
     ReadOptions,
     TraceError,
@@ -26,6 +16,16 @@ from gpuplan.traces.base import (
     canonical_field,
     register_reader,
     split_pairs,
+)
+from gpuplan.traces.fields import TIME_FIELDS, job_from_texts
+from gpuplan.traces.rows import (
+    CsvRecord,
+    RowSink,
+    csv_records,
+    header_names,
+    header_record,
+    read_head,
+    row_cells,
 )
 
 __all__ = ["RECOGNIZED_COLUMNS", "GenericCsvReader", "normalize_column", "parse_column_map"]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import job_from_json, loads_object
-from gpuplan.traces._rows import (
+from gpuplan.traces.base import ReadOptions, TraceReader, TraceResult, TruncatedTraceError, register_reader
+from gpuplan.traces.fields import job_from_json, loads_object
+from gpuplan.traces.rows import (
     RowSink,
     atomic_writer,
     checked_records,
@@ -18,7 +19,6 @@ from gpuplan.traces._rows import (
     ignored_option_warnings,
     read_lines,
 )
-from gpuplan.traces.base import ReadOptions, TraceReader, TraceResult, TruncatedTraceError, register_reader
 
 __all__ = ["JsonlReader", "write_jsonl"]
 

@@ -7,9 +7,10 @@ from functools import partial
 from pathlib import Path
 
 from gpuplan.model import Job
-from gpuplan.traces._fastcsv import fast_own_csv_jobs
-from gpuplan.traces._fields import JOB_FIELDS, REQUIRED_FIELDS, cell_text, job_from_texts
-from gpuplan.traces._rows import (
+from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
+from gpuplan.traces.fastcsv import fast_own_csv_jobs
+from gpuplan.traces.fields import JOB_FIELDS, REQUIRED_FIELDS, cell_text, job_from_texts
+from gpuplan.traces.rows import (
     CsvRecord,
     RowSink,
     atomic_writer,
@@ -20,7 +21,6 @@ from gpuplan.traces._rows import (
     ignored_option_warnings,
     row_cells,
 )
-from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
 
 __all__ = ["OwnCsvReader", "write_csv"]
 

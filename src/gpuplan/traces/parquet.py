@@ -15,9 +15,9 @@ from typing import Any
 
 from gpuplan.cluster import cluster_from_toml, cluster_to_toml
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.traces._fields import JOB_FIELDS, REQUIRED_FIELDS, FieldError, job_from_json, loads_object
-from gpuplan.traces._rows import RowSink, checked_records, clip, ignored_option_warnings
 from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
+from gpuplan.traces.fields import JOB_FIELDS, REQUIRED_FIELDS, FieldError, job_from_json, loads_object
+from gpuplan.traces.rows import RowSink, checked_records, clip, ignored_option_warnings
 
 __all__ = ["CLUSTER_KEY", "PARQUET_TYPES", "ParquetReader", "write_parquet"]
 

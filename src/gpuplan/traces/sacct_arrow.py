@@ -11,20 +11,16 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.traces.base import ReadOptions, TraceError, TraceResult
-from gpuplan.traces.sacct import (
-    _columns,
-    _is_gzip,
-    _text_notes,
-    _TextParser,
-)
+from gpuplan.traces.rows import is_gzip
 from gpuplan.traces.sacct_jobs import (
-    _Collector,
+    Collector,
 )
+from gpuplan.traces.sacct_text import TextParser, columns, text_notes
 from gpuplan.traces.sacct_values import (
-    _JOBID_RE,
-    _MAX_EPOCH_S,
-    _NO_TIME,
-    _Bad,
+    JOBID_RE,
+    MAX_EPOCH_S,
+    NO_TIME,
+    BadValue,
 )
 
 __all__ = ["MIN_BYTES", "Fallback", "read_arrow", "worth_it"]
@@ -52,7 +48,7 @@ class Fallback(Exception):
 
 def worth_it(path: Path) -> bool:
     try:
-        return path.stat().st_size >= MIN_BYTES and not _is_gzip(path)
+        return path.stat().st_size >= MIN_BYTES and not is_gzip(path)
     except OSError:
         return False
 
@@ -97,8 +93,8 @@ def read_arrow(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
         raise Fallback from e
     if not first.strip() or not _clean_bytes(path):
         raise Fallback
-    out = _Collector(path, options.skip_bad)
-    parser = _TextParser(path, _columns(path, 1, first), out)
+    out = Collector(path, options.skip_bad)
+    parser = TextParser(path, columns(path, 1, first), out)
     width = parser.cols.width
     names = [f"f{i}" for i in range(width)]
     try:
@@ -116,23 +112,23 @@ def read_arrow(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
         for batch in reader:
             _arrow_batch(pa, pc, parser, batch, offset)
             offset += batch.num_rows
-    except (pa.ArrowException, _Bad, InputError, ValueError, OverflowError) as e:
+    except (pa.ArrowException, BadValue, InputError, ValueError, OverflowError) as e:
         raise Fallback from e
     if out.skipped:
         raise Fallback
     try:
-        return out.result(fmt, _text_notes(options, fmt, parser))
+        return out.result(fmt, text_notes(options, fmt, parser))
     except TraceError as e:
         raise Fallback from e
 
 
-def _arrow_batch(pa: Any, pc: Any, parser: _TextParser, batch: Any, offset: int) -> None:
+def _arrow_batch(pa: Any, pc: Any, parser: TextParser, batch: Any, offset: int) -> None:
     _require(batch.num_columns == parser.cols.width)
     ids = batch.column(parser.i_id)
     is_step = pc.match_substring(ids, ".")
     if pc.any(is_step).as_py():
         steps = pc.filter(ids, is_step)
-        _require(pc.all(pc.match_substring_regex(steps, f"^{_JOBID_RE.pattern}$")))
+        _require(pc.all(pc.match_substring_regex(steps, f"^{JOBID_RE.pattern}$")))
     _arrow_usage(pa, pc, parser, batch, ids)
     is_job = pc.invert(is_step)
     jobs = batch.filter(is_job)
@@ -150,9 +146,9 @@ def _arrow_batch(pa: Any, pc: Any, parser: _TextParser, batch: Any, offset: int)
 
 
 def _arrow_times(pa: Any, pc: Any, cells: Any) -> list[float | None]:
-    """Seconds of time cells in the form sacct prints (`_time`), None for None/Unknown/empty."""
+    """Seconds of time cells in the form sacct prints (`cell_time`), None for None/Unknown/empty."""
     canonical = pc.match_substring_regex(cells, _RE2_TIME)
-    _require(pc.all(pc.or_(canonical, pc.is_in(cells, value_set=pa.array(sorted(_NO_TIME))))))
+    _require(pc.all(pc.or_(canonical, pc.is_in(cells, value_set=pa.array(sorted(NO_TIME))))))
     masked = pc.if_else(canonical, cells, None)
     stamps = pc.strptime(masked, format=_TIME_FORMAT, unit="s", error_is_null=True)
     # strptime turns 2026-02-30 into March 2 where fromisoformat refuses it. The pattern bounds every
@@ -162,12 +158,12 @@ def _arrow_times(pa: Any, pc: Any, cells: Any) -> list[float | None]:
     _require(pc.equal(pc.count(masked), pc.count(stamps)))
     seconds = pc.cast(pc.cast(stamps, pa.int64()), pa.float64())
     if pc.count(seconds).as_py():
-        _require(pc.less(pc.max(seconds), pa.scalar(_MAX_EPOCH_S)))  # the exact path says what is wrong
+        _require(pc.less(pc.max(seconds), pa.scalar(MAX_EPOCH_S)))  # the exact path says what is wrong
     values: list[float | None] = seconds.to_pylist()
     return values
 
 
-def _arrow_usage(pa: Any, pc: Any, parser: _TextParser, batch: Any, ids: Any) -> None:
+def _arrow_usage(pa: Any, pc: Any, parser: TextParser, batch: Any, ids: Any) -> None:
     """Fold the MaxRSS and TRESUsageInMax of every row into its job's peaks, in Arrow."""
     usage: dict[str, Any] = {}
     if parser.i_rss is not None:
@@ -209,7 +205,7 @@ def _arrow_sizes(pa: Any, pc: Any, cells: Any) -> Any:
 
 
 def _arrow_gpu_usage(pa: Any, pc: Any, cells: Any) -> dict[str, Any]:
-    """gres/gpumem bytes and gres/gpuutil percent of TRESUsageInMax cells (`_usage`), after checking them all."""
+    """gres/gpumem bytes and gres/gpuutil percent of TRESUsageInMax cells (`cell_usage`), after checking them all."""
     _require(pc.all(pc.match_substring_regex(cells, f"^(?:{_RE2_TRES})?$")))
     if not pc.any(pc.match_substring(cells, "gres/gpu")).as_py():
         return {}

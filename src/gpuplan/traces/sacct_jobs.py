@@ -11,18 +11,20 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import JOB_FIELDS, MAX_MEM_GB, REPORTED_FIELDS
 from gpuplan.traces.base import TraceError, TraceResult
-from gpuplan.traces.sacct_values import _EXPECT_AT_MOST_MEM
+from gpuplan.traces.fields import JOB_FIELDS, MAX_MEM_GB, REPORTED_FIELDS
+from gpuplan.traces.sacct_values import EXPECT_AT_MOST_MEM
 
-__all__: list[str] = []
+__all__ = ["CPU_ONLY", "SHARES_ONLY", "Collector"]
 
+CPU_ONLY = "no GPUs (CPU-only job)"
+SHARES_ONLY = "GPU shares only (gres/shard or gres/mps, no whole GPU)"
 _GIB = float(1 << 30)
 _MAX_IDS_SHOWN = 5
 _MAX_SAMPLES = 5
 
 
-class _Collector:
+class Collector:
     """The jobs of one file: unique ids, rejected rows counted per reason, jobs left out, usage folding.
 
     It follows `RowSink` (same skipped counts, samples and missing fields) without its per-field scans
@@ -195,7 +197,7 @@ class _Collector:
             if json
             else (self.places[k], self.usage_column)
         )
-        error = InputError(str(self.path), line, column, value, _EXPECT_AT_MOST_MEM, "absurd GPU memory")
+        error = InputError(str(self.path), line, column, value, EXPECT_AT_MOST_MEM, "absurd GPU memory")
         self.reject(error)
 
     def _missing(self) -> list[str]:

@@ -16,8 +16,6 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import MAX_GPUS, MAX_TIME_S
-from gpuplan.traces._rows import clip, ignored_option_warnings
 from gpuplan.traces.base import (
     ReadOptions,
     TraceError,
@@ -26,27 +24,20 @@ from gpuplan.traces.base import (
     TruncatedTraceError,
     register_reader,
 )
-from gpuplan.traces.sacct import (
-    _ACTIVE_STATES,
-    _CPU_ONLY,
-    _NO_NODES,
-    _SHARES_ONLY,
-    SACCT_JSON_COMMAND,
-    _gc_paused,
-    _head_text,
-    _open_binary,
-)
-from gpuplan.traces.sacct_jobs import (
-    _Collector,
-)
+from gpuplan.traces.fields import MAX_GPUS, MAX_TIME_S
+from gpuplan.traces.rows import clip, gc_paused, head_text, ignored_option_warnings, open_binary
+from gpuplan.traces.sacct_jobs import CPU_ONLY, SHARES_ONLY, Collector
 from gpuplan.traces.sacct_values import (
-    _EXPECT_AT_MOST_DURATION,
-    _EXPECT_AT_MOST_GPUS,
-    _EXPECT_AT_MOST_TIME,
-    _MAX_EPOCH_S,
-    _Alloc,
-    _Bad,
-    _state,
+    ACTIVE_STATES,
+    EXPECT_AT_MOST_DURATION,
+    EXPECT_AT_MOST_GPUS,
+    EXPECT_AT_MOST_TIME,
+    MAX_EPOCH_S,
+    NO_NODES,
+    SACCT_JSON_COMMAND,
+    Alloc,
+    BadValue,
+    cell_state,
 )
 
 __all__ = ["SacctJsonReader"]
@@ -73,7 +64,7 @@ class _Usage:
 
 
 class _JsonRecord:
-    """One `jobs[i]` record of `sacct --json`: typed access by key path; a bad value raises _Bad."""
+    """One `jobs[i]` record of `sacct --json`: typed access by key path; a bad value raises BadValue."""
 
     def __init__(self, rec: Any, index: int) -> None:
         self.rec = rec
@@ -106,19 +97,19 @@ class _JsonRecord:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _JSON_MAX:
             number = isinstance(value, int | float) and not isinstance(value, bool)
             what = ("negative" if value < 0 else "too large") if number else "not a count"
-            raise _Bad(_shown(value), "a whole number >= 0", "missing" if value is None else what)
+            raise BadValue(_shown(value), "a whole number >= 0", "missing" if value is None else what)
         return value
 
     def bounded(self, value: int | None, limit: float, expected: str, what: str) -> int | None:
         """`value` (the last count read), refused beyond `limit` as a typing or unit mistake."""
         if value is not None and value > limit:
-            raise _Bad(_shown(value), expected, what)
+            raise BadValue(_shown(value), expected, what)
         return value
 
     def epoch(self, *keys: str, required: bool = False) -> int | None:
         """A time in epoch seconds, before 2100."""
         value = self.count(*keys, required=required)
-        return self.bounded(value, _MAX_EPOCH_S - 1, _EXPECT_AT_MOST_TIME, "absurd time")
+        return self.bounded(value, MAX_EPOCH_S - 1, EXPECT_AT_MOST_TIME, "absurd time")
 
     def text(self, *keys: str | int) -> str:
         value = self.value(*keys)
@@ -127,7 +118,7 @@ class _JsonRecord:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return ",".join(value)  # state.current is a list from 0.0.39 on
         if not isinstance(value, str):
-            raise _Bad(_shown(value), "a string", "not a string")
+            raise BadValue(_shown(value), "a string", "not a string")
         return value
 
     def items(self, *keys: str | int) -> list[Any]:
@@ -135,7 +126,7 @@ class _JsonRecord:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise _Bad(_shown(value), "a list", "not a list")
+            raise BadValue(_shown(value), "a list", "not a list")
         return value
 
 
@@ -173,7 +164,7 @@ def _json_id(rec: _JsonRecord, meta: dict[str, Any]) -> str:
     return str(raw)
 
 
-def _json_alloc(rec: _JsonRecord, which: str) -> _Alloc:
+def _json_alloc(rec: _JsonRecord, which: str) -> Alloc:
     untyped: int | None = None
     typed: list[tuple[str, int]] = []
     nodes: int | None = None
@@ -195,8 +186,8 @@ def _json_alloc(rec: _JsonRecord, which: str) -> _Alloc:
     gpus = untyped if untyped is not None else sum(n for _, n in typed)
     if gpus > MAX_GPUS:
         rec.column = f"{rec.prefix}.tres.{which}"
-        raise _Bad(gpus, _EXPECT_AT_MOST_GPUS, "absurd GPU count")
-    return _Alloc(not items, gpus, nodes, tuple(typed), shares)
+        raise BadValue(gpus, EXPECT_AT_MOST_GPUS, "absurd GPU count")
+    return Alloc(not items, gpus, nodes, tuple(typed), shares)
 
 
 def _json_usage(rec: _JsonRecord) -> _Usage:
@@ -235,11 +226,11 @@ def _json_times(rec: _JsonRecord, meta: dict[str, Any], state: str) -> float | N
         meta["never_started"] = True
         return None
     elapsed = rec.bounded(
-        rec.count("time", "elapsed"), MAX_TIME_S, _EXPECT_AT_MOST_DURATION, "absurd duration"
+        rec.count("time", "elapsed"), MAX_TIME_S, EXPECT_AT_MOST_DURATION, "absurd duration"
     )
     if elapsed is None:
         elapsed = None if end is None else max(0, end - start)
-    if state in _ACTIVE_STATES or end is None:
+    if state in ACTIVE_STATES or end is None:
         meta["elapsed_s"] = float(elapsed or 0)
         return None
     return None if elapsed is None else float(elapsed)
@@ -251,21 +242,21 @@ def _json_limit(rec: _JsonRecord, meta: dict[str, Any]) -> float | None:
         meta["timelimit"] = "Partition_Limit" if limit == _NO_VAL else "UNLIMITED"
         return None
     rec.bounded(
-        limit, MAX_TIME_S / 60, _EXPECT_AT_MOST_DURATION + " (time.limit is in minutes)", "absurd limit"
+        limit, MAX_TIME_S / 60, EXPECT_AT_MOST_DURATION + " (time.limit is in minutes)", "absurd limit"
     )
     return limit * 60.0
 
 
-def _json_job(rec: _JsonRecord) -> tuple[Job, _Alloc, _Usage]:
+def _json_job(rec: _JsonRecord) -> tuple[Job, Alloc, _Usage]:
     if not isinstance(rec.rec, dict):
-        raise _Bad(_shown(rec.rec), "a JSON object per job", "not an object")
+        raise BadValue(_shown(rec.rec), "a JSON object per job", "not an object")
     meta: dict[str, Any] = {}
     job_id = _json_id(rec, meta)
     submit = rec.epoch("time", "submission", required=True)
     state_text = rec.text("state", "current")
     state = ""
     if state_text:
-        state, _ = _state(state_text)
+        state, _ = cell_state(state_text)
         meta["state"] = state
     code = _json_exit(rec)
     if code:
@@ -281,7 +272,7 @@ def _json_job(rec: _JsonRecord) -> tuple[Job, _Alloc, _Usage]:
     for key in ("partition", "account"):
         if rec.text(key):
             meta[key] = rec.text(key)
-    if rec.text("nodes") not in _NO_NODES:
+    if rec.text("nodes") not in NO_NODES:
         meta["nodelist"] = rec.text("nodes")
     if alloc.gpu_types:
         meta["gpu_types"] = dict(alloc.gpu_types)
@@ -300,7 +291,7 @@ def _json_job(rec: _JsonRecord) -> tuple[Job, _Alloc, _Usage]:
 
 
 def _json_document(path: Path) -> Any:
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         try:
             data = f.read()
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
@@ -353,19 +344,19 @@ def _json_jobs(path: Path, doc: Any) -> list[Any]:
 
 
 def _read_json(path: Path, options: ReadOptions, fmt: str) -> TraceResult:
-    out = _Collector(path, options.skip_bad, usage_column="steps[].tres.requested.max (gres/gpumem)")
+    out = Collector(path, options.skip_bad, usage_column="steps[].tres.requested.max (gres/gpumem)")
     notes = ignored_option_warnings(options, fmt)
     for index, raw in enumerate(_json_jobs(path, _json_document(path))):
         rec = _JsonRecord(raw, index)
         try:
             job, alloc, usage = _json_job(rec)
-        except _Bad as bad:
+        except BadValue as bad:
             field = rec.column.removeprefix(rec.prefix).lstrip(".") or "record"
             reason = f"{field}: {bad.what}"
             out.reject(InputError(str(path), None, rec.column, bad.value, bad.expected, reason))
             continue
         if job.gpus == 0:
-            out.leave_out(_SHARES_ONLY if alloc.shares else _CPU_ONLY, job.id)
+            out.leave_out(SHARES_ONLY if alloc.shares else CPU_ONLY, job.id)
             continue
         first = out.keep(job, index)
         if first is not None:
@@ -390,9 +381,9 @@ class SacctJsonReader(TraceReader):
     priority = 20
 
     def detect(self, path: Path, head: str) -> bool:
-        text = _head_text(path, head).lstrip()
+        text = head_text(path, head).lstrip()
         return text.startswith("{") and '"jobs"' in text and ('"submission"' in text or "openapi/dbv" in text)
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
-        with _gc_paused():
+        with gc_paused():
             return _read_json(path, options, self.name)

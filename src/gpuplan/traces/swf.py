@@ -18,7 +18,6 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
-from gpuplan.traces._rows import RowSink, clip, ignored_option_warnings, read_lines
 from gpuplan.traces.base import (
     ReadOptions,
     TraceError,
@@ -27,6 +26,7 @@ from gpuplan.traces.base import (
     TruncatedTraceError,
     register_reader,
 )
+from gpuplan.traces.rows import RowSink, clip, ignored_option_warnings, read_lines
 
 __all__ = ["SLOT_MODEL", "SWF_FIELDS", "SWF_STATUS", "SwfReader"]
 

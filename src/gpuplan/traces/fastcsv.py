@@ -1,7 +1,7 @@
 """A columnar fast path for gpuplan's own CSV: pyarrow parses and checks whole columns at C speed.
 
 It only accepts a file it can prove clean by the same rules as the exact row-by-row reader
-(`_fields.py`); on anything unusual it returns None and the exact reader runs, so every error still
+(`fields.py`); on anything unusual it returns None and the exact reader runs, so every error still
 names its file, line, column and value.
 """
 
@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.model import Job
-from gpuplan.traces._fields import (
-    _FALSE,
-    _FLOAT_FIELDS,
-    _TRUE,
+from gpuplan.traces.fields import (
     BOOL_FIELDS,
+    FALSE_WORDS,
+    FLOAT_FIELDS,
     PHASE_FIELDS,
     PLAUSIBLE_MAX,
     REQUIRED_FIELDS,
+    TRUE_WORDS,
 )
 
 __all__ = ["fast_own_csv_jobs"]
@@ -39,7 +39,7 @@ def fast_own_csv_jobs(path: Path, header: list[str]) -> list[Job] | None:
         return None
     if any(f in PHASE_FIELDS for f in header):
         return None  # the exact reader checks startup_s + init_s against duration_s row by row
-    types = {f: pa.float64() for f in header if f in (*_FLOAT_FIELDS, "gpus")}
+    types = {f: pa.float64() for f in header if f in (*FLOAT_FIELDS, "gpus")}
     types.update({f: pa.string() for f in header if f in _STRING_FIELDS})
     try:
         table = pacsv.read_csv(
@@ -71,7 +71,7 @@ def _clean_column(name: str, column: Any) -> list[Any] | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if name in _FLOAT_FIELDS or name == "gpus":
+    if name in FLOAT_FIELDS or name == "gpus":
         if column.null_count and (name in REQUIRED_FIELDS or name == "gpus"):
             return None
         if column.null_count == len(column):
@@ -100,9 +100,9 @@ def _clean_column(name: str, column: Any) -> list[Any] | None:
     values = _shared_strings(column)
     if name in BOOL_FIELDS:
         lowered = [v.strip().lower() for v in values]
-        if any(v not in _TRUE and v not in _FALSE for v in lowered):
+        if any(v not in TRUE_WORDS and v not in FALSE_WORDS for v in lowered):
             return None
-        return [v in _TRUE for v in lowered]
+        return [v in TRUE_WORDS for v in lowered]
     if name == "meta":
         return _metas(values)
     return values

@@ -7,8 +7,11 @@ decoding error is reported on its exact line; a leading byte-order mark is dropp
 from __future__ import annotations
 
 import csv
+import gc
+import gzip
 import json
 import os
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +21,8 @@ from typing import IO, Any
 
 from gpuplan.errors import InputError
 from gpuplan.model import Job
-from gpuplan.traces._fields import (
+from gpuplan.traces.base import ReadOptions, TraceError, TraceResult, TruncatedTraceError
+from gpuplan.traces.fields import (
     JOB_FIELDS,
     REPORTED_FIELDS,
     FieldError,
@@ -26,7 +30,6 @@ from gpuplan.traces._fields import (
     job_from_json,
     job_record,
 )
-from gpuplan.traces.base import ReadOptions, TraceError, TraceResult, TruncatedTraceError
 
 __all__ = [
     "CsvRecord",
@@ -36,9 +39,13 @@ __all__ = [
     "checked_records",
     "clip",
     "csv_records",
+    "gc_paused",
+    "head_text",
     "header_names",
     "header_record",
     "ignored_option_warnings",
+    "is_gzip",
+    "open_binary",
     "read_head",
     "read_lines",
     "row_cells",
@@ -395,3 +402,44 @@ def checked_records(jobs: Iterable[Job], path: Path) -> list[dict[str, Any]]:
     if not records:
         raise TraceError(f"{path}: no jobs to write (readers reject a trace without jobs)")
     return records
+
+
+# ---- opening trace files --------------------------------------------------------------------------
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: reading makes millions of objects that hold no cycles, and the
+    collector would rescan all of them again and again (about 3x slower)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    try:
+        if is_gzip(path):
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return path.open("rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open the trace file: {e.strerror or e}") from e
+
+
+def is_gzip(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def head_text(path: Path, head: str) -> str:
+    """The first bytes of the file as text, decompressed when it is gzip (detection never raises)."""
+    if not head.startswith("\x1f\ufffd") and path.suffix.lower() != ".gz":
+        return head
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read(HEAD_BYTES).decode("utf-8", errors="replace").removeprefix("\ufeff")
+    except (OSError, EOFError, zlib.error):
+        return ""

@@ -18,6 +18,8 @@ from gpuplan.model import Job
 
 __all__ = [
     "BOOL_FIELDS",
+    "FALSE_WORDS",
+    "FLOAT_FIELDS",
     "JOB_FIELDS",
     "PHASE_FIELDS",
     "PLAUSIBLE_MAX",
@@ -25,6 +27,7 @@ __all__ = [
     "REQUIRED_FIELDS",
     "TIME_FIELDS",
     "TIME_UNITS",
+    "TRUE_WORDS",
     "FieldError",
     "cell_text",
     "check_plausible",
@@ -46,7 +49,7 @@ TIME_FIELDS: tuple[str, ...] = (
     "init_s",
 )
 PHASE_FIELDS: tuple[str, ...] = ("startup_s", "init_s")
-_FLOAT_FIELDS: tuple[str, ...] = (
+FLOAT_FIELDS: tuple[str, ...] = (
     *TIME_FIELDS,
     "mem_gb",
     "est_mem_gb",
@@ -106,8 +109,8 @@ _JSON_KINDS: dict[str, tuple[type, str]] = {
     "meta": (dict, "not an object"),
 }
 BOOL_FIELDS: tuple[str, ...] = ("may_span_nodes", "duration_includes_sharing")
-_TRUE = {"true", "t", "yes", "y", "1"}
-_FALSE = {"false", "f", "no", "n", "0", ""}
+TRUE_WORDS = {"true", "t", "yes", "y", "1"}
+FALSE_WORDS = {"false", "f", "no", "n", "0", ""}
 _DEFAULTS: dict[str, Any] = {
     f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
     for f in dataclasses.fields(Job)
@@ -215,9 +218,9 @@ def _gpus_text(text: str) -> int:
 
 def _bool_text(field: str, text: str) -> bool:
     s = text.strip().lower()
-    if s in _TRUE:
+    if s in TRUE_WORDS:
         return True
-    if s in _FALSE:
+    if s in FALSE_WORDS:
         return False
     raise FieldError(field, text, "not true/false")
 
@@ -235,7 +238,7 @@ def _meta_text(text: str) -> dict[str, Any]:
 
 
 def _value_from_text(field: str, text: str, unit: str) -> Any:
-    if field in _FLOAT_FIELDS:
+    if field in FLOAT_FIELDS:
         return _float_text(field, text, unit)
     if field == "gpus":
         return _gpus_text(text)
@@ -332,7 +335,7 @@ def _value_from_json(field: str, value: Any) -> Any:
         if field in REQUIRED_FIELDS:
             raise FieldError(field, value, "missing")
         return None
-    if field in _FLOAT_FIELDS:
+    if field in FLOAT_FIELDS:
         return _float_json(field, value)
     if field == "gpus":
         return _gpus_json(value)
@@ -405,6 +408,6 @@ def cell_text(field: str, value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, allow_nan=False) if value else ""
     if field in BOOL_FIELDS:
         return "true" if value else "false"
-    if field in _FLOAT_FIELDS:
+    if field in FLOAT_FIELDS:
         return repr(float(value))
     return str(value)
