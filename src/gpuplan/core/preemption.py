@@ -121,6 +121,9 @@ class PreemptingScheduler(SchedulerView, Protocol):
     def preempt(self, jid: int, now: float) -> Preempted:
         """Take a running job's GPUs by its preempt mode; it waits again."""
 
+    def note_change(self) -> None:
+        """Bump `version`: the pass changed live state (ranks, a suspended job's memory)."""
+
 
 class PreemptiveQueue:
     """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change."""
@@ -134,7 +137,7 @@ class PreemptiveQueue:
         self._changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
         self._stamp: dict[int, int] = {}
 
-    def fork(self, sched: Scheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
+    def fork(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
         new.waiting = self.waiting.copy()
