@@ -219,7 +219,8 @@ def test_unknown_mode_is_refused_before_slurm_is_asked() -> None:
     r = _cli("apply", "--mode", "loud")
     assert (
         r.exit_code == 2
-        and r.stderr.strip() == "gpuplan: error: unknown --mode 'loud'; valid modes: priority, nice"
+        and r.stderr.strip()
+        == "gpuplan: error: unknown --mode 'loud'; valid modes: site-factor, priority, nice"
     )
 
 

@@ -22,9 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["GPUS_PER_NODE", "NODES", "SlurmCluster", "install_hint", "missing_binaries"]
+__all__ = ["DEFAULT_WEIGHTS", "GPUS_PER_NODE", "NODES", "SlurmCluster", "install_hint", "missing_binaries"]
 
 NODES = 4
+# Non-zero Age and JobSize weights, as real sites set them (with zero weights an explicit Priority=
+# freezing multifactor goes unseen). Age: 1000 after PriorityMaxAge (5 min), i.e. ~3.3 per second.
+DEFAULT_WEIGHTS = {"Age": 1000, "Fairshare": 0, "JobSize": 1000, "Partition": 0, "QOS": 0}
 GPUS_PER_NODE = 8
 _BINARIES = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "mariadb-install-db", "sbatch", "sacct")
 _DB_PASS = "gpuplan-test"
@@ -69,6 +72,7 @@ class SlurmCluster:
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
     started_s: float = 0.0
+    weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     _mariadb: subprocess.Popen[bytes] | None = None
     base_path: str = field(default_factory=lambda: os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
@@ -129,7 +133,7 @@ class SlurmCluster:
 
     # -- configs -------------------------------------------------------------------------------
     def write_config(self, scheduler: str, accounting: bool = True) -> None:
-        """slurm.conf, gres.conf, cgroup.conf for sched/`scheduler` + priority/multifactor (weights 0).
+        """slurm.conf, gres.conf, cgroup.conf for sched/`scheduler` + priority/multifactor (`self.weights`).
 
         MessageTimeout=5 (default 10): a client facing a stopped slurmctld gives up after ~4 s, not ~9 s."""
         r, p = self.root, self.ports
@@ -143,6 +147,7 @@ class SlurmCluster:
             if accounting
             else "AccountingStorageType=accounting_storage/none\n"
         )
+        weights = "".join(f"PriorityWeight{k}={v}\n" for k, v in self.weights.items())
         nodes = "".join(
             f"NodeName=node{i} NodeAddr=127.0.0.1 Port={p[f'node{i}']} CPUs=32 Sockets=1 CoresPerSocket=32 "
             f"ThreadsPerCore=1 RealMemory=64000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN\n"
@@ -180,11 +185,7 @@ SchedulerParameters={params}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 PriorityType=priority/multifactor
-PriorityWeightAge=0
-PriorityWeightFairshare=0
-PriorityWeightJobSize=0
-PriorityWeightPartition=0
-PriorityWeightQOS=0
+{weights}PriorityMaxAge=00:05:00
 PriorityCalcPeriod=00:00:10
 PriorityFavorSmall=NO
 GresTypes=gpu
@@ -299,6 +300,12 @@ MaxJobCount=20000
         self.run("scontrol", "update", "NodeName=node[1-4]", "State=RESUME", check=False)
         self.wait_idle()
         self.set_partition(up=True)
+
+    def set_weights(self, **weights: int) -> None:
+        """Change PriorityWeight* (e.g. Age=0) by `scontrol reconfigure`: no restart, jobs kept."""
+        self.weights.update(weights)
+        self.write_config(self.scheduler, accounting="slurmdbd" in self.pids)
+        self.run("scontrol", "reconfigure")
 
     # -- helpers for tests ---------------------------------------------------------------------
     def sbatch(self, *args: str, script: str = "sleep 1") -> str:

@@ -43,7 +43,7 @@ def test_article_experiment_on_real_slurm(slurm: SlurmCluster, tmp_path: Path) -
     # Slurm started run A in submission order and run B in the order gpuplan applied (sacct Start)
     starts_a = _starts_in(run.ids_a, run.times_a)
     assert starts_a == sorted(starts_a), figures
-    assert sorted(run.order_b) == sorted(run.ids_b) and run.changed == JOBS
+    assert sorted(run.order_b) == sorted(run.ids_b) and JOBS - 1 <= run.changed <= JOBS  # the last may stay
     assert run.order_b != run.ids_b  # gpuplan did reorder
     starts_b = _starts_in(run.order_b, run.times_b)
     assert starts_b == sorted(starts_b), (run.order_b, starts_b)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,9 +17,10 @@ from harness import SlurmCluster
 from typer.testing import CliRunner, Result
 
 from gpuplan.cli import app
-from gpuplan.commands.slurm import run_watch
 from gpuplan.slurm import SlurmClient, SlurmError, apply_order, live_state, plan_queue, reset_order
+from gpuplan.slurm.apply import PAUSE_ENV
 from gpuplan.slurm.client import UpdateOutcome
+from gpuplan.slurm.watch import Watcher, WatchOptions
 
 runner = CliRunner()
 
@@ -45,7 +48,8 @@ def test_plan_apply_then_jobs_start_in_planned_order(slurm: SlurmCluster) -> Non
     assert plan["order"] == list(reversed(ids)) and plan["slurm_order"] == ids
     assert plan["gain"]["mean_wait_s"] > 0.3
     applied = _ok(_cli("apply", "--json"))
-    assert applied["plan"]["order"] == plan["order"] and set(applied["apply"]["changed"]) == set(ids)
+    assert applied["plan"]["order"] == plan["order"] and applied["apply"]["mode"] == "site-factor"
+    assert set(applied["apply"]["changed"]) == set(ids[1:])  # the last planned job keeps its priority
     prios = slurm.priorities()
     assert [prios[j] for j in plan["order"]] == sorted(prios.values(), reverse=True)
     slurm.set_partition(up=True)
@@ -57,25 +61,46 @@ def test_plan_apply_then_jobs_start_in_planned_order(slurm: SlurmCluster) -> Non
         assert times[b][0] >= times[a][1]  # each waited for the one planned before it
 
 
-def test_reset_restores_recorded_priorities(slurm: SlurmCluster) -> None:
+def test_priority_mode_reset_unfreezes_by_hold_and_release(slurm: SlurmCluster) -> None:
     ids = _whole_cluster_jobs(slurm, [1, 2, 3])
-    slurm.run("scontrol", "update", f"JobId={ids[2]}", "Priority=5")
+    slurm.run("scontrol", "update", f"JobId={ids[2]}", "Priority=5")  # set explicitly before gpuplan
     # a job gpuplan leaves alone (it waits on a dependency) with a higher admin priority
     dep = slurm.sbatch("--gres=gpu:1", f"--dependency=afterok:{ids[0]}", script="true")
-    slurm.run("scontrol", "update", f"JobId={dep}", "Priority=7")
+    slurm.run("scontrol", "update", f"JobId={dep}", "Priority=7000")
     before = slurm.priorities()
-    assert before == {ids[0]: 1, ids[1]: 1, ids[2]: 5, dep: 7}
-    out = _ok(_cli("apply", "--json", "--policy", "sjf"))
+    assert before[ids[2]] == 5 and before[dep] == 7000 and before[ids[0]] == before[ids[1]] > 1
+    out = _ok(_cli("apply", "--json", "--policy", "sjf", "--mode", "priority"))
     changed = out["apply"]["changed"]
-    assert changed == {ids[0]: 10, ids[1]: 9, ids[2]: 8}  # above the untouched job's priority
+    assert changed == {ids[0]: 7003, ids[1]: 7002, ids[2]: 7001}  # above the untouched job's priority
     assert list(out["plan"]["unmanaged"]) == [dep] and "not eligible yet" in out["plan"]["unmanaged"][dep]
-    assert slurm.priorities() == {**changed, dep: 7}
-    # applying twice records nothing new: reset still returns the first values
-    _ok(_cli("apply", "--json", "--policy", "ljf"))
+    assert any("freezes" in w for w in out["setup_warnings"])
+    assert slurm.priorities() == {**changed, dep: 7000}
+    assert all(_prio(slurm)[j]["frozen"] for j in ids)  # what --mode priority costs: no factor moves them
+    # applying twice records nothing new; another mode is refused until reset
+    _ok(_cli("apply", "--json", "--policy", "ljf", "--mode", "priority"))
+    mixed = _cli("apply", "--json")
+    assert mixed.exit_code == 2 and "run `gpuplan slurm reset` first" in mixed.stderr
     reset = _ok(_cli("reset", "--json"))
-    assert reset["changed"] == {j: before[j] for j in ids} and slurm.priorities() == before
+    assert reset["changed"] == {ids[2]: 5} and sorted(reset["released"]) == sorted(ids[:2])
+    prio = _prio(slurm)
+    assert [prio[j]["frozen"] for j in ids[:2]] == [False, False] and all(
+        prio[j]["job_size"] > 0 for j in ids[:2]
+    )
+    after = slurm.priorities()  # multifactor computes them again: age moved them on
+    assert after[ids[2]] == 5 and after[dep] == 7000 and after[ids[0]] == after[ids[1]] >= before[ids[0]]
     again = _cli("reset")
     assert again.exit_code == 2 and "nothing to reset" in again.stderr
+
+
+def _prio(c: SlurmCluster) -> dict[str, dict]:
+    """sprio's view of every pending job, read by gpuplan's own parser (a job just released shows in
+    sprio again once Slurm has recomputed it)."""
+    deadline = time.monotonic() + 15
+    want = set(c.priorities())
+    while not want <= set(rows := SlurmClient().prio()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return {j: {"frozen": r.frozen, "job_size": r.job_size, "site": r.site, "priority": r.priority}
+            for j, r in rows.items()}  # fmt: skip
 
 
 def test_job_cancelled_between_plan_and_apply_is_skipped(slurm: SlurmCluster) -> None:
@@ -86,7 +111,7 @@ def test_job_cancelled_between_plan_and_apply_is_skipped(slurm: SlurmCluster) ->
     slurm.run("scancel", ids[1])
     res = apply_order(client, plan.order)
     assert ids[1] in res.skipped and "no longer pending" in res.skipped[ids[1]]
-    assert list(res.changed) == [ids[3], ids[2], ids[0]]
+    assert list(res.changed) == [ids[3], ids[2]]  # ids[0], planned last, keeps its priority
     prios = slurm.priorities()
     assert prios[ids[3]] > prios[ids[2]] > prios[ids[0]] > 1
 
@@ -102,13 +127,14 @@ def test_job_gone_during_the_update_batch_is_skipped(slurm: SlurmCluster) -> Non
             slurm.wait_done([order[0]], 20)
             return super().update_jobs(changes)
 
-    res = apply_order(CancelsFirst(), order)
+    res = apply_order(CancelsFirst(), order, mode="priority")
     assert set(res.skipped) == {order[0]} and set(res.changed) == set(order[1:])
 
 
-def test_slurm_stopped_during_apply_leaves_no_inverted_order(slurm: SlurmCluster) -> None:
+def test_slurm_stopped_during_apply_is_finished_from_the_journal(slurm: SlurmCluster) -> None:
     ids = _whole_cluster_jobs(slurm, [6, 5, 4, 3, 2, 1])
     order = plan_queue(live_state(SlurmClient()), policy="sjf").order
+    before = _prio(slurm)
 
     class StopsSlurm(SlurmClient):
         calls = 0
@@ -125,15 +151,20 @@ def test_slurm_stopped_during_apply_leaves_no_inverted_order(slurm: SlurmCluster
         with pytest.raises(SlurmError) as e:
             apply_order(client, order, chunk=2)
         msg = str(e.value)
-        assert "Slurm stopped answering during apply" in msg and "gpuplan slurm reset" in msg
+        assert "Slurm stopped answering during apply" in msg and "journaled" in msg
     finally:
         slurm.start_ctld()
+    half = _prio(slurm)
+    assert sum(half[j]["site"] != before[j]["site"] for j in ids) == 2  # the first batch only
+    # the next apply finishes the journaled pass first, then finds nothing left to change
+    res = apply_order(SlurmClient(), order)
+    assert len(res.recovered) == 5 and res.changed == {}
     prios = slurm.priorities()
-    got = [prios[j] for j in order]
-    # the first batch (2 jobs) is set, in plan order and above the rest; the rest untouched
-    assert got[0] > got[1] > 1 and got[2:] == [1, 1, 1, 1], got
+    assert [prios[j] for j in order] == sorted(prios.values(), reverse=True)
+    assert not any(p["frozen"] for p in _prio(slurm).values())
     res = reset_order(SlurmClient())
-    assert set(res.changed) == set(order) and set(slurm.priorities().values()) == {1}
+    assert len(res.changed) == 5 and set(res.changed) < set(order)  # the jobs gpuplan ever changed
+    assert {j: p["site"] for j, p in _prio(slurm).items()} == {j: 0 for j in ids}
     assert sorted(ids) == sorted(order)
 
 
@@ -149,14 +180,15 @@ def test_permission_denied_is_explained_and_dry_run_works(
         path.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     state = tmp_path / "state.json"
+    before = slurm.priorities()
     dry = _ok(_cli("apply", "--dry-run", "--json", "--policy", "sjf", "--state", str(state)))
-    assert list(dry["apply"]["changed"]) == list(reversed(ids)) and dry["apply"]["dry_run"]
+    assert list(dry["apply"]["changed"]) == [ids[1]] and dry["apply"]["dry_run"]  # ids[0] stays, last
     denied = _cli("apply", "--policy", "sjf", "--state", str(state))
     assert denied.exit_code == 2
     err = denied.stderr.strip()
     assert len(err.splitlines()) == 1 and err.startswith("gpuplan: error: `scontrol")
     assert "needs root, the SlurmUser, or a Slurm Operator" in err and "--dry-run" in err
-    assert slurm.priorities() == {ids[0]: 1, ids[1]: 1}
+    assert slurm.priorities() == before
 
 
 def test_status_history_and_a_real_subprocess(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -194,7 +226,8 @@ def test_watch_reapplies_when_the_queue_changes(slurm: SlurmCluster) -> None:
         if not added:
             added.extend(_whole_cluster_jobs(slurm, [1]))
 
-    applied = run_watch(SlurmClient(), (), "sjf", None, "priority", None, 5.0, 3, True, sleep)
+    opts = WatchOptions(policy="sjf", mode="priority", interval_s=5.0)
+    applied = Watcher(SlurmClient(), opts, lambda e: None, sleep).run(3)
     assert applied == 2  # at start, then once after the new job; not on the unchanged third look
     prios = slurm.priorities()
     assert prios[added[0]] > prios[first[1]] > prios[first[0]]
@@ -213,5 +246,85 @@ def test_bench_code_runs_on_a_small_queue(slurm: SlurmCluster) -> None:
     from bench_slurm import _measure
 
     row = _measure(slurm, 20)
-    assert row["pending_jobs"] == 20 and row["changed"] == 20 and row["cli_changed"] == 20
+    assert (
+        row["pending_jobs"] == 20
+        and 0 < row["changed"] <= 20
+        and row["scontrol_update_lines"] == row["changed"]
+    )
+    assert row["reapply_changed"] == 0
     assert {"plan_s", "apply_s", "plan_plus_apply_s", "cli_apply_wall_s", "within_floor"} <= set(row)
+
+
+def test_watcher_killed_mid_apply_restarts_into_the_planned_order(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    ids = _whole_cluster_jobs(slurm, [6, 5, 4, 3, 2, 1])
+    state, marker = tmp_path / "applied.json", tmp_path / "paused"
+    cmd = [sys.executable, "-m", "gpuplan.cli", "slurm", "watch", "--policy", "sjf", "--interval", "1",
+           "--state", str(state)]  # fmt: skip
+    # TEST-ONLY hook: one update line per scontrol process, a pause after the first one
+    err = tmp_path / "first.err"
+    with err.open("w") as f:
+        first = subprocess.Popen(
+            cmd, env={**slurm.env, PAUSE_ENV: str(marker)}, stdout=subprocess.DEVNULL, stderr=f
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert first.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.1)
+        second = subprocess.run(cmd, env=slurm.env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2 and f"pid {first.pid} on {socket.gethostname()}" in second.stderr
+        assert "gpuplan slurm watch since" in second.stderr and len(second.stderr.strip().splitlines()) == 1
+        first.send_signal(signal.SIGKILL)  # between two scontrol calls
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    journal = json.loads(state.read_text())["journal"]
+    assert len(journal["lines"]) == 5  # 6 jobs, the last planned keeps its priority
+    assert sum(p["site"] != 0 for p in _prio(slurm).values()) == 1  # half-applied: one line went through
+    again = subprocess.run([*cmd, "--iterations", "1", "--json"], env=slurm.env, capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    events = [json.loads(line) for line in again.stdout.splitlines()]
+    passes = [e for e in events if e["event"] == "pass"]
+    assert len(passes) == 1 and passes[0]["recovered"] == 5 and passes[0]["changed"] == 0
+    assert "journal" not in json.loads(state.read_text())
+    prios = slurm.priorities()
+    assert sorted(ids, key=lambda j: -prios[j]) == list(reversed(ids))  # the new order, exactly (sjf)
+
+
+def test_nice_mode_as_a_user_who_is_not_an_operator(slurm: SlurmCluster, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    user = "gpuplan-nonop"
+    subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", user], check=True, capture_output=True)
+    try:
+        ids = [slurm.run("runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={slurm.root}/out",
+                         "-o", "/dev/null", "-N", "4", "--gres=gpu:8", f"--time={m}", "--wrap=sleep 1"
+                         ).stdout.strip() for m in (3, 2, 1)]  # fmt: skip
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        for cmd in ("squeue", "sinfo", "scontrol", "sprio", "sacct"):  # every Slurm command runs as that user
+            path = bindir / cmd
+            path.write_text(f'#!/bin/sh\nexec runuser -u {user} -- /usr/bin/{cmd} "$@"\n')
+            path.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        state = str(tmp_path / "applied.json")
+        denied = _cli("apply", "--policy", "sjf", "--state", state)  # SiteFactor needs an operator
+        assert denied.exit_code == 2 and "Operator" in denied.stderr and "--mode nice" in denied.stderr
+        out = _ok(_cli("apply", "--json", "--policy", "sjf", "--mode", "nice", "--state", state))
+        assert out["plan"]["order"] == list(reversed(ids)) and list(out["apply"]["changed"].values()) == [
+            0,
+            1,
+            2,
+        ]
+        prios = slurm.priorities()
+        assert sorted(ids, key=lambda j: -prios[j]) == list(reversed(ids))
+        reset = _ok(_cli("reset", "--json", "--state", state))
+        assert reset["mode"] == "nice" and set(reset["changed"]) == set(ids)
+        nice = slurm.run("squeue", "-h", "-j", ",".join(ids), "-o", "%i %y").stdout.split()
+        assert nice[1::2] == ["0", "0", "0"]
+    finally:
+        slurm.run("scancel", "-u", user, check=False)
+        subprocess.run(["userdel", user], capture_output=True)

@@ -5,9 +5,10 @@ Slurm's commands come from PATH and honour SLURM_CONF. Registered by cli.py as t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -80,7 +81,28 @@ StateOpt = Annotated[
 ModeOpt = Annotated[
     str,
     typer.Option(
-        "--mode", help="priority: scontrol update Priority=; nice: Nice= (works without privileges)."
+        "--mode",
+        help="site-factor (default): scontrol update SiteFactor=, every multifactor factor stays live; "
+        "priority: Priority= (freezes multifactor for those jobs until reset); nice: Nice= (works "
+        "without privileges).",
+    ),
+]
+WeightOpt = Annotated[
+    float,
+    typer.Option(
+        "--weight",
+        min=0.0,
+        max=1.0,
+        help="Site-factor mode: 1 = the plan's exact order; below 1 each job moves only that fraction of "
+        "the way from Slurm's own priority (a nudge; the output lists the jobs left out of plan order).",
+    ),
+]
+HorizonOpt = Annotated[
+    float,
+    typer.Option(
+        "--horizon-s",
+        min=0.0,
+        help="Site-factor mode: keep the order through this many seconds of age growth without a re-set.",
     ),
 ]
 
@@ -198,7 +220,7 @@ def history(
 
 
 def _make_plan(client: SlurmClient, partitions: tuple[str, ...], policy: str, search: float,
-               predict: Path | None, mode: str = "priority") -> tuple[LiveState, QueuePlan, list[str]]:  # fmt: skip
+               predict: Path | None, mode: str = "site-factor") -> tuple[LiveState, QueuePlan, list[str]]:  # fmt: skip
     from gpuplan.slurm.client import live_state
     from gpuplan.slurm.planner import plan_queue, predicted_durations
     from gpuplan.slurm.setup import setup_warnings
@@ -265,7 +287,9 @@ def apply(
     policy: PolicyOpt = "best",
     search: SearchOpt = 0.0,
     predict: PredictOpt = None,
-    mode: ModeOpt = "priority",
+    mode: ModeOpt = "site-factor",
+    weight: WeightOpt = 1.0,
+    horizon_s: HorizonOpt = 3600.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the values that would be set; change nothing.")] = False,
     state_file: StateOpt = None,
     max_requeues: MaxRequeuesOpt = 1,
@@ -279,6 +303,7 @@ def apply(
     with _errors():
         from gpuplan.slurm.apply import apply_order, check_mode
         from gpuplan.slurm.preempt import is_preemptive
+        from gpuplan.slurm.watch import writer_lock
 
         check_mode(mode)
         if is_preemptive(policy):
@@ -287,20 +312,53 @@ def apply(
             return
         client = _client()
         parts = _parts(partition)
-        _, p, setup = _make_plan(client, parts, policy, search, predict, mode)
-        res = apply_order(
-            client, p.order, mode=mode, partitions=parts, state_path=state_file, dry_run=dry_run
+        state, p, setup = _make_plan(client, parts, policy, search, predict, mode)
+        lock = (
+            contextlib.nullcontext()
+            if dry_run
+            else writer_lock(
+                state_file, state.config.get("ClusterName", "") or "slurm", "gpuplan slurm apply"
+            )
         )
+        with lock:
+            res = apply_order(client, p.order, mode=mode, partitions=parts, state_path=state_file, dry_run=dry_run,
+                              weight=weight, horizon_s=horizon_s, config=state.config)  # fmt: skip
         if as_json:
             _emit({"plan": p.as_dict(), "apply": res.as_dict(), "setup_warnings": setup})
             return
         _warn(setup + p.warnings)
         _print_plan(p)
-        verb = "would set" if dry_run else "set"
-        typer.echo(f"{verb} {mode} on {len(res.changed)} job(s); skipped {len(res.skipped)}"
-                   + ("" if dry_run else f"; previous values in {res.state_path}"))  # fmt: skip
-        for jid, why in list(res.skipped.items())[:10]:
-            typer.echo(f"  skipped {jid}: {why}")
+        for line in apply_lines(res):
+            typer.echo(line)
+
+
+def apply_lines(res: Any) -> list[str]:
+    """What apply did, for people: counts, the headroom, jobs out of plan order, where others landed."""
+    verb = "would set" if res.dry_run else "set"
+    key = {"site-factor": "SiteFactor", "priority": "Priority", "nice": "Nice"}[res.mode]
+    out = [f"{verb} {key} on {len(res.changed)} job(s); skipped {len(res.skipped)}"
+           + ("" if res.dry_run else f"; previous values in {res.state_path}")]  # fmt: skip
+    if res.recovered:
+        out.append(f"  finished an interrupted pass first: {len(res.recovered)} job(s) set again")
+    d = res.details
+    if d:
+        h = d["headroom"]
+        kept = len(d["site_factor"]) - len(d["changes"])
+        out.append(f"  {kept} planned job(s) already in place kept their SiteFactor; consecutive planned jobs are "
+                   f">= {h['base'] + h['stale']} priority points apart ({h['base']} rounding + {h['stale']} for "
+                   f"the PriorityCalcPeriod lag), more where the younger job can still gain age within "
+                   f"{h['horizon_s']:.0f} s")  # fmt: skip
+        if d["out_of_plan_order"]:
+            shown = " ".join(d["out_of_plan_order"][:20])
+            out.append(f"  at --weight {d['weight']:g}, {len(d['out_of_plan_order'])} job(s) stay out of plan "
+                       f"order: {shown}")  # fmt: skip
+        moved = {j: r for j, r in d["unmanaged"].items() if r["rank_before"] != r["rank_after"]}
+        out.append(f"  {len(d['unmanaged'])} pending job(s) left alone; {len(moved)} changed rank")
+        for jid, r in list(moved.items())[:10]:
+            out.append(f"    {jid}: rank {r['rank_before']} -> {r['rank_after']} (priority {r['priority']})")
+    for jid, why in list(res.skipped.items())[:10]:
+        out.append(f"  skipped {jid}: {why}")
+    return out
 
 
 def _preempt_pass(policy: str, quantum_gpu_s: float | None, max_requeues: int, parts: tuple[str, ...],
@@ -352,17 +410,41 @@ def _preempt_lines(res: Any, dry_run: bool) -> list[str]:
 
 @slurm_app.command("reset")
 def reset(state_file: StateOpt = None, as_json: JsonOpt = False) -> None:
-    """Restore the priorities (or nice values) recorded by `apply` on the jobs still pending."""
+    """Undo `apply` on the jobs still pending: SiteFactor and Nice written back; priority mode's jobs
+    handed back to multifactor by hold + release."""
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
-        from gpuplan.slurm.apply import reset_order
+        from gpuplan.slurm.apply import default_state_path, reset_order, state_to_reset
+        from gpuplan.slurm.watch import writer_lock
 
-        res = reset_order(_client(), state_file)
+        state_to_reset(state_file or default_state_path())  # before asking Slurm anything
+        client = _client()
+        with writer_lock(state_file, _cluster_name(client), "gpuplan slurm reset"):
+            res = reset_order(client, state_file)
         if as_json:
             _emit(res.as_dict())
             return
-        typer.echo(f"restored {res.mode} of {len(res.changed)} job(s); {len(res.skipped)} no longer pending")
+        released = (
+            f", {len(res.released)} handed back to multifactor (hold + release)" if res.released else ""
+        )
+        typer.echo(
+            f"restored {res.mode} of {len(res.changed)} job(s){released}; {len(res.skipped)} no longer pending"
+        )
+
+
+def _cluster_name(client: SlurmClient) -> str:
+    return client.config().get("ClusterName", "") or "slurm"
+
+
+HealthPortOpt = Annotated[
+    int | None,
+    typer.Option("--health-port", min=0, max=65535,
+                 help="Serve /healthz and Prometheus /metrics on this port (0: any free port, logged)."),
+]  # fmt: skip
+HealthHostOpt = Annotated[
+    str, typer.Option("--health-host", help="Address for --health-port (0.0.0.0: all).")
+]
 
 
 @slurm_app.command("watch")
@@ -371,28 +453,97 @@ def watch(
     partition: PartitionOpt = None,
     policy: PolicyOpt = "best",
     predict: PredictOpt = None,
-    mode: ModeOpt = "priority",
+    mode: ModeOpt = "site-factor",
+    weight: WeightOpt = 1.0,
+    horizon_s: HorizonOpt = 3600.0,
     state_file: StateOpt = None,
     iterations: Annotated[int | None, typer.Option("--iterations", min=1, help="Stop after this many looks (default: run until interrupted).")] = None,
     max_requeues: MaxRequeuesOpt = 1,
     quantum_gpu_s: QuantumOpt = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
+    max_backoff_s: Annotated[float, typer.Option("--max-backoff-s", min=1.0, help="Longest wait between tries while slurmctld does not answer.")] = 300.0,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Replan and reapply whenever the set of pending or running jobs changes (Ctrl-C stops); a
-    preemptive policy makes a pass (requeues included) at every look, as levels change while jobs run."""
+    """Keep the planned order (a service: docs/slurm.md): one watcher per cluster (a lock); site-factor
+    mode re-sets only the jobs whose rank drifted, replanning when the queue changes; waits (with
+    backoff) while slurmctld is down; an interrupted pass is finished at the next start. A preemptive
+    policy makes a pass (requeues included) at every look."""
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
         from gpuplan.slurm.apply import check_mode
         from gpuplan.slurm.preempt import is_preemptive, preemptive_policy
+        from gpuplan.slurm.watch import Metrics, Watcher, WatchOptions, writer_lock
 
         check_mode(mode)
-        if is_preemptive(policy):
-            run_preempt_watch(_client(), _parts(partition), preemptive_policy(policy, quantum_gpu_s), max_requeues,
-                              mode, state_file, interval, iterations, as_json, time.sleep)  # fmt: skip
-            return
-        run_watch(_client(), _parts(partition), policy, predict, mode, state_file, interval, iterations,
-                  as_json, time.sleep)  # fmt: skip
+        client = _client()
+        log = _watch_log(as_json, client)
+        metrics = Metrics(client.clock)
+        opts = WatchOptions(_parts(partition), policy, predict, mode, weight, horizon_s, state_file, interval,
+                            max_backoff_s)  # fmt: skip
+        watcher = Watcher(client, opts, log, time.sleep, metrics)
+        cluster = _wait_for_cluster_name(watcher)
+        with (
+            writer_lock(state_file, cluster, "gpuplan slurm watch"),
+            _health(metrics, opts, health_port, health_host, log),
+        ):
+            log({"event": "start", "cluster": cluster, "mode": mode, "interval_s": interval,
+                 "message": f"watching Slurm cluster {cluster!r} every {interval:g} s (--mode {mode})"})  # fmt: skip
+            if is_preemptive(policy):
+                run_preempt_watch(client, opts.partitions, preemptive_policy(policy, quantum_gpu_s), max_requeues,
+                                  mode, state_file, interval, iterations, as_json, time.sleep)  # fmt: skip
+                return
+            watcher.run(iterations)
+
+
+def _watch_log(as_json: bool, client: SlurmClient) -> Callable[[dict[str, Any]], None]:
+    def log(event: dict[str, Any]) -> None:
+        if as_json:
+            typer.echo(json.dumps({"time_s": client.clock(), **event}))
+        elif event.get("event") == "pass":
+            typer.echo(f"applied: {event['changed']} job(s) reordered, {event['skipped']} skipped"
+                       + (f", {event['recovered']} set again from an interrupted pass" if event["recovered"] else "")
+                       + f"; expected makespan {_fmt_s(event['expected_makespan_s'])}")  # fmt: skip
+        else:
+            typer.echo(f"gpuplan slurm watch: {event.get('message', event)}", err=event["event"] != "start")
+
+    return log
+
+
+def _wait_for_cluster_name(w: Any) -> str:
+    """`ClusterName`, waiting (with the watcher's backoff) while slurmctld does not answer."""
+    from gpuplan.slurm.runner import SlurmError
+
+    delay = 0.0
+    while True:
+        try:
+            return _cluster_name(w.client)
+        except SlurmError as e:
+            delay = w.failed(e, delay)
+            if delay == 0.0:
+                raise
+            w.sleep(delay)
+
+
+@contextlib.contextmanager
+def _health(
+    metrics: Any, opts: Any, port: int | None, host: str, log: Callable[[dict[str, Any]], None]
+) -> Iterator[None]:
+    if port is None:
+        yield
+        return
+    from gpuplan.slurm.health import HealthServer
+
+    server = HealthServer(
+        metrics, max(3 * opts.interval_s, opts.max_backoff_s + opts.interval_s), host, port
+    ).start()
+    log({"event": "health", "port": server.port,
+         "message": f"health on http://{host}:{server.port}/healthz and /metrics"})  # fmt: skip
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 def run_preempt_watch(client: SlurmClient, parts: tuple[str, ...], policy: Any, max_requeues: int, mode: str,
@@ -416,34 +567,3 @@ def run_preempt_watch(client: SlurmClient, parts: tuple[str, ...], policy: Any, 
     except KeyboardInterrupt:
         pass
     return n
-
-
-def run_watch(client: SlurmClient, parts: tuple[str, ...], policy: str, predict: Path | None, mode: str,
-              state_file: Path | None, interval: float, iterations: int | None, as_json: bool,
-              sleep: Callable[[float], None]) -> int:  # fmt: skip
-    """The watch loop (sleep injected); returns how many times it applied."""
-    from gpuplan.slurm.apply import apply_order
-
-    last: frozenset[tuple[str, str]] | None = None
-    applied = 0
-    n = 0
-    try:
-        while iterations is None or n < iterations:
-            if n:
-                sleep(interval)
-            n += 1
-            sig = frozenset((q.job_id, q.state) for q in client.queue(parts))
-            if sig == last:
-                continue
-            _, p, _ = _make_plan(client, parts, policy, 0.0, predict, mode)
-            res = apply_order(client, p.order, mode=mode, partitions=parts, state_path=state_file)
-            # our own changes do not alter the signature (ids and states only)
-            last = frozenset((q.job_id, q.state) for q in client.queue(parts))
-            applied += 1
-            line = {"time_s": client.clock(), "changed": len(res.changed), "skipped": len(res.skipped),
-                    "expected_makespan_s": p.planned.makespan_s, "order": p.order[:10]}  # fmt: skip
-            typer.echo(json.dumps(line) if as_json else f"applied: {len(res.changed)} job(s) reordered, "
-                       f"{len(res.skipped)} skipped; expected makespan {_fmt_s(p.planned.makespan_s)}")  # fmt: skip
-    except KeyboardInterrupt:
-        pass
-    return applied

@@ -10,11 +10,14 @@ from typing import TYPE_CHECKING
 
 from gpuplan.slurm.parse import (
     SINFO_FIELDS,
+    SPRIO_FORMAT,
     SQUEUE_FIELDS,
     NodeInfo,
+    PrioRow,
     QueueJob,
     parse_config,
     parse_sinfo,
+    parse_sprio,
     parse_squeue,
 )
 from gpuplan.slurm.runner import SlurmCommandError, SlurmPermissionError, SlurmRunner
@@ -44,6 +47,7 @@ class SlurmClient:
 
     runner: SlurmRunner = field(default_factory=SlurmRunner)
     clock: Callable[[], float] = time.time
+    update_lines: int = 0  # `scontrol update` lines sent so far (one per changed job)
 
     def queue(self, partitions: Sequence[str] = (), states: str = "PD,R,CG,CF,S") -> list[QueueJob]:
         """`squeue -O ... -t STATES [-p P]` (array tasks of a running array each on their own line)."""
@@ -58,6 +62,13 @@ class SlurmClient:
         if partitions:
             args += ["-p", ",".join(partitions)]
         return parse_sinfo(self.runner.run(args), "sinfo -N -O output")
+
+    def prio(self) -> dict[str, PrioRow]:
+        """`sprio -o SPRIO_FORMAT`: every pending job's priority and its weighted factors, by job id."""
+        return {
+            r.job_id: r
+            for r in parse_sprio(self.runner.run(["sprio", "-o", SPRIO_FORMAT]), "sprio -o output")
+        }
 
     def config(self) -> dict[str, str]:
         """`scontrol show config` as a dict."""
@@ -75,6 +86,7 @@ class SlurmClient:
         """
         if not changes:
             return UpdateOutcome()
+        self.update_lines += len(changes)
         text = "".join(f"update JobId={jid} {kv}\n" for jid, kv in changes) + "quit\n"
         try:
             self.runner.run(["scontrol"], input_text=text, retry=False)
@@ -93,6 +105,32 @@ class SlurmClient:
                 if e.returncode is None or _controller_down(e.stderr):
                     raise
                 outcome.errors[jid] = e.stderr or str(e)
+        return outcome
+
+    def hold_release(self, job_ids: Sequence[str]) -> UpdateOutcome:
+        """`scontrol hold N` then `release N` for each job (one scontrol process): hands a job whose
+        priority was set explicitly back to the priority plugin (Slurm 22.05 has no other way).
+
+        Raises:
+            SlurmCommandError: scontrol itself cannot run or the controller is unreachable.
+        """
+        if not job_ids:
+            return UpdateOutcome()
+        text = "".join(f"hold {j}\nrelease {j}\n" for j in job_ids) + "quit\n"
+        try:
+            self.runner.run(["scontrol"], input_text=text, retry=False)
+            return UpdateOutcome()
+        except SlurmCommandError as e:
+            if e.returncode is None or _controller_down(e.stderr):
+                raise
+        outcome = UpdateOutcome()
+        for j in job_ids:  # some line was refused: find which, one job at a time
+            try:
+                self.runner.run(["scontrol"], input_text=f"hold {j}\nrelease {j}\nquit\n", retry=False)
+            except SlurmCommandError as e:
+                if e.returncode is None or _controller_down(e.stderr):
+                    raise
+                outcome.errors[j] = e.stderr or str(e)
         return outcome
 
     def requeue(self, job_ids: Sequence[str]) -> UpdateOutcome:

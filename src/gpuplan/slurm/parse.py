@@ -2,6 +2,7 @@
 
 - `squeue -O 'JobID:|,...'` (fields named by the header, every line ends with `|`): `parse_squeue`
 - `sinfo -N -O 'NodeList:|,StateLong:|,Gres:|,GresUsed:|,...'`: `parse_sinfo`
+- `sprio -o '%i|%u|%Y|%S|...|'` (the jobs' multifactor components): `parse_sprio`
 - `scontrol show config`: `parse_config`
 - hostlists (`node[1-3,7]`), GPU counts in TRES/GRES strings, limits and times.
 
@@ -20,8 +21,10 @@ from gpuplan.traces.sacct import parse_duration
 
 __all__ = [
     "SINFO_FIELDS",
+    "SPRIO_FORMAT",
     "SQUEUE_FIELDS",
     "NodeInfo",
+    "PrioRow",
     "QueueJob",
     "parse_config",
     "parse_gpu_count",
@@ -30,6 +33,7 @@ __all__ = [
     "parse_limit_s",
     "parse_local_time",
     "parse_sinfo",
+    "parse_sprio",
     "parse_squeue",
 ]
 
@@ -37,7 +41,7 @@ __all__ = [
 SQUEUE_FIELDS = (
     "JobID", "ArrayJobID", "ArrayTaskID", "HetJobID", "Partition", "UserName", "State", "TimeLimit",
     "TimeUsed", "NumNodes", "tres-per-job", "tres-per-node", "PriorityLong", "Nice", "Reason",
-    "SubmitTime", "StartTime", "EligibleTime", "Dependency", "NodeList", "Requeue", "Name",
+    "SubmitTime", "StartTime", "EligibleTime", "Dependency", "NodeList", "Requeue", "Account", "Name",
 )  # fmt: skip
 SINFO_FIELDS = ("NodeList", "StateLong", "Gres", "GresUsed", "Partition")
 
@@ -81,6 +85,7 @@ class QueueJob:
     dependency: str = ""
     eligible_s: float | None = None
     requeue: bool | None = None  # Slurm may requeue it (squeue Requeue 1/0; None: not asked)
+    account: str = ""
 
     @property
     def is_pending(self) -> bool:
@@ -266,7 +271,7 @@ _SQUEUE_HEADERS = {
     "NODES": "num_nodes", "TRES_PER_JOB": "tres_job", "TRES_PER_NODE": "tres_node", "PRIORITY": "priority",
     "NICE": "nice", "REASON": "reason", "SUBMIT_TIME": "submit", "START_TIME": "start", "NODELIST": "node_list",
     "ELIGIBLE_TIME": "eligible", "DEPENDENCY": "dependency", "REQUEUE": "requeue",
-    "NAME": "name",
+    "ACCOUNT": "account", "NAME": "name",
 }  # fmt: skip
 _REQUIRED = ("job_id", "state", "num_nodes", "priority")
 
@@ -308,6 +313,7 @@ def _queue_job(cells: list[str], index: dict[str, int], what: str, number: int) 
             array_job_id=_opt(cell("array_job_id")) if task is not None else None, array_task=task,
             het_job_id=_opt(cell("het_job_id")), dependency=_opt(cell("dependency")) or "",
             eligible_s=parse_local_time(cell("eligible")), requeue=_flag(cell("requeue")),
+            account=cell("account"),
         )  # fmt: skip
     except (ValueError, InputError) as e:
         col = _bad_column(cells, index)
@@ -329,6 +335,93 @@ def _bad_column(cells: list[str], index: dict[str, int]) -> str:
         except (ValueError, InputError):
             return key
     return ""
+
+
+# `sprio -o FORMAT`: job id, user, priority, then the weighted components (site, age, assoc, fair-share,
+# job size, partition, QOS), the nice adjustment and the weighted TRES string. Parsed by position: the
+# header names PARTITION twice in other formats, and sprio has no `-O`.
+SPRIO_FORMAT = "%i|%u|%Y|%S|%A|%B|%F|%J|%P|%Q|%N|%T|"
+_SPRIO_HEADER = ("JOBID", "USER", "PRIORITY", "SITE", "AGE", "ASSOC", "FAIRSHARE", "JOBSIZE", "PARTITION", "QOS",
+                 "NICE", "TRES")  # fmt: skip
+_PRIO_FACTORS = ("age", "assoc", "fairshare", "job_size", "partition", "qos")
+
+
+@dataclass(slots=True)
+class PrioRow:
+    """One pending job's multifactor priority as sprio shows it: the total and its weighted parts.
+
+    Slurm 22.05: priority = site + age + assoc + fairshare + job_size + partition + qos (+ TRES) - nice,
+    summed as floating point, truncated, and at least 1 (sprio rounds each part, so the parts can
+    exceed the total by about one per part)."""
+
+    job_id: str
+    user: str
+    priority: int
+    site: int
+    age: int
+    assoc: int
+    fairshare: int
+    job_size: int
+    partition: int
+    qos: int
+    nice: int
+    tres: str = ""
+
+    @property
+    def factors(self) -> int:
+        """The weighted factors without the site factor and nice."""
+        return sum(getattr(self, f) for f in _PRIO_FACTORS)
+
+    @property
+    def frozen(self) -> bool:
+        """The priority was set explicitly (`scontrol update Priority=`): multifactor no longer computes
+        it, and sprio shows every factor as 0 while the total is the value set."""
+        if self.factors != 0 or self.tres:
+            return False
+        return self.priority != max(self.site - self.nice, 1)  # no parts, so nothing to round
+
+    @property
+    def base(self) -> int:
+        """What multifactor gives this job without its site factor (the total minus the site factor;
+        from the parts when the total sits at Slurm's floor of 1)."""
+        if self.priority <= 1:
+            return self.factors - self.nice
+        return self.priority - self.site
+
+
+def parse_sprio(text: str, what: str = "sprio output") -> list[PrioRow]:
+    """Rows of `sprio -o SPRIO_FORMAT` (header line first; an empty queue prints only the header).
+
+    Raises:
+        InputError: another header (another format or Slurm version), or a bad number (names the line).
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    header = tuple(c.strip() for c in lines[0].rstrip("|").split("|"))
+    if header != _SPRIO_HEADER:
+        raise _bad(
+            what,
+            1,
+            "header",
+            lines[0],
+            f"the header {'|'.join(_SPRIO_HEADER)}| (run: sprio -o '{SPRIO_FORMAT}')",
+        )
+    out = []
+    for number, ln in enumerate(lines[1:], start=2):
+        cells = [c.strip() for c in ln.rstrip("|").split("|")]
+        if len(cells) < len(_SPRIO_HEADER) - 1:
+            raise _bad(what, number, "", ln, f"{len(_SPRIO_HEADER)} '|'-separated fields")
+        cells += [""] * (len(_SPRIO_HEADER) - len(cells))
+        nums = []
+        for col, cell in zip(_SPRIO_HEADER[2:11], cells[2:11]):
+            try:
+                nums.append(_int(cell))
+            except ValueError:
+                raise _bad(what, number, col, cell, "an integer") from None
+        p, site, age, assoc, fs, size, part, qos, nice = nums
+        out.append(PrioRow(cells[0], cells[1], p, site, age, assoc, fs, size, part, qos, nice, cells[11]))
+    return out
 
 
 _SINFO_HEADERS = {"NODELIST": "name", "STATE": "state", "GRES": "gres", "GRES_USED": "gres_used",

@@ -165,7 +165,7 @@ class SlurmRunner:
 PERMISSION_HINT = (
     "changing job priorities needs root, the SlurmUser, or a Slurm Operator/Admin "
     "(`sacctmgr modify user NAME set adminlevel=Operator`); `gpuplan slurm plan` and "
-    "`gpuplan slurm apply --dry-run` work for everyone"
+    "`gpuplan slurm apply --dry-run` work for everyone, and `--mode nice` orders your own jobs"
 )
 
 

@@ -3,6 +3,7 @@
 Facts (Slurm 22.05, ../shared/slurm/NOTES.md section 7): sched/builtin + priority/basic runs jobs by
 job id and silently ignores Priority= and Nice=; sched/builtin + priority/multifactor follows them
 strictly; sched/backfill follows them but starts lower jobs into holes when their time limit allows.
+SiteFactor (the default mode) is a term of priority/multifactor's sum: it needs that plugin.
 """
 
 from __future__ import annotations
@@ -32,9 +33,15 @@ def setup_warnings(config: dict[str, str], mode: str = "priority") -> list[str]:
         out.append(f"SchedulerType={sched} is unknown to gpuplan: the order may not take effect")
     if prio == "priority/multifactor" and mode == "priority" and _nonzero_weights(config):
         out.append(
-            "priority/multifactor with non-zero weights: the Priority= values gpuplan sets are fixed, while "
-            "other jobs' priorities keep growing (age, fairshare) and may overtake them; re-run `gpuplan slurm "
-            "apply` (or `watch`), or use --mode nice"
+            "priority/multifactor with non-zero weights: --mode priority freezes the jobs it sets (Slurm stops "
+            "computing their priority: age, job size and fair-share no longer move them, and other jobs' "
+            "priorities keep growing and may overtake them) until `gpuplan slurm reset` (hold + release); "
+            "the default --mode site-factor keeps every factor live"
+        )
+    if mode == "site-factor" and prio and prio != "priority/multifactor":
+        out.append(
+            f"--mode site-factor needs PriorityType=priority/multifactor (the SiteFactor is part of its sum; "
+            f"this cluster has {prio}): use --mode priority"
         )
     if mode == "nice" and prio == "priority/basic":
         out.append(

@@ -1,0 +1,262 @@
+"""SiteFactor values that make Slurm's own multifactor priority rank the managed jobs in the planned order.
+
+Slurm 22.05 (../shared/slurm/NOTES.md section 9): a job's priority is the integer part of
+`SiteFactor + sum(weight x factor) - nice`, at least 1, recomputed every PriorityCalcPeriod and right
+after `scontrol update JobId=N SiteFactor=X` (X within +-2147483645). Setting the SiteFactor keeps age,
+job size and fair-share live; `Priority=` would freeze them.
+
+Pure: sprio rows and the plan in, the values to set out. The rules:
+- Consecutive planned jobs get priorities at least `Headroom.gap` apart: 3 for rounding, plus what a job
+  updated now gains over one Slurm recomputes only at the next PriorityCalcPeriod (its age moves on),
+  plus what the younger of the two can still gain in age over `horizon_s` once the older one stops at
+  PriorityMaxAge (while both age, their difference stays the same). A job keeps its value while it
+  still leads the next one by 1 plus that age lead: the slack between the two gaps absorbs sprio
+  readings taken between two recalculations, so `watch` re-sets only jobs that really drifted.
+- The fewest changes: the jobs that can keep their current priority are the longest chain, in plan
+  order, whose priorities leave room for the gaps of the jobs between them (a longest non-increasing
+  subsequence of priority + cumulative gap); only the others change.
+- A changed job goes to the priority its slot had in Slurm's own ranking when the gaps allow it, so
+  the jobs gpuplan leaves alone keep their place as far as the plan allows; where they land is reported.
+- `weight` below 1 moves each job only that fraction of the way from Slurm's own priority to its
+  planned one: a nudge; the jobs that then stay out of plan order are reported.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.slurm.parse import PrioRow, parse_limit_s
+
+__all__ = ["SITE_FACTOR_MAX", "Headroom", "SiteFactorPlan", "headroom_for", "site_factor_plan"]
+
+SITE_FACTOR_MAX = 2147483645
+"""`scontrol update SiteFactor=` accepts -2147483645..2147483645 (22.05: "value out of range")."""
+_DEFAULT_MAX_AGE_S = 7 * 86400.0  # Slurm's defaults for PriorityMaxAge and PriorityCalcPeriod
+_DEFAULT_CALC_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """How far apart consecutive planned jobs' priorities are set (see the module docstring)."""
+
+    base: int = 3
+    stale: int = 0
+    age_weight: float = 0.0
+    age_rate_per_s: float = 0.0
+    horizon_s: float = 0.0
+
+    def gap(self, above_age: float, below_age: float, keep: bool = False) -> int:
+        """Priority points a job must lead the next one by, from their age points now. `keep`: the
+        smaller gap that still lets a job keep its value (without the recalculation lag, which a
+        reading taken between two PriorityCalcPeriods shows on some jobs and not others)."""
+        lead = 0.0
+        if self.age_rate_per_s > 0 and self.horizon_s > 0:
+            lead = max(self._grow(below_age) - self._grow(above_age), 0.0)
+        if keep:  # hysteresis: a value set with the full gap is kept until that gap is nearly used up
+            return 1 + math.floor(lead)
+        return self.base + self.stale + math.ceil(lead)
+
+    def age_points(self, age_s: float) -> float:
+        """The weighted age factor of a job eligible for `age_s` seconds."""
+        return min(max(age_s, 0.0) * self.age_rate_per_s, self.age_weight)
+
+    def _grow(self, age: float) -> float:
+        return max(min(age + self.age_rate_per_s * self.horizon_s, self.age_weight) - age, 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"base": self.base, "stale": self.stale, "age_weight": self.age_weight,
+                "age_per_s": round(self.age_rate_per_s, 6), "horizon_s": self.horizon_s}  # fmt: skip
+
+
+def headroom_for(config: Mapping[str, str], horizon_s: float) -> Headroom:
+    """The headroom this cluster's PriorityWeightAge, PriorityMaxAge and PriorityCalcPeriod call for."""
+    weight = _number(config.get("PriorityWeightAge", "0"))
+    max_age = _seconds(config.get("PriorityMaxAge", ""), _DEFAULT_MAX_AGE_S)
+    calc = _seconds(config.get("PriorityCalcPeriod", ""), _DEFAULT_CALC_S)
+    rate = weight / max_age if weight > 0 and max_age > 0 else 0.0
+    return Headroom(3, math.ceil(rate * calc), weight, rate, max(horizon_s, 0.0))
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return 0.0
+
+
+def _seconds(text: str, default: float) -> float:
+    try:
+        value = parse_limit_s(text)
+    except (ValueError, GpuplanError):
+        return default
+    return default if value is None else value
+
+
+@dataclass
+class SiteFactorPlan:
+    """What to set: per managed job its SiteFactor and the priority that gives it."""
+
+    order: list[str]
+    site: dict[str, int]
+    expected_priority: dict[str, int]
+    changes: list[tuple[str, int, int]]  # (job id, SiteFactor now, to set), top of the plan first
+    out_of_order: list[str]  # managed jobs whose rank is not the plan's (weight < 1)
+    unmanaged: dict[str, dict[str, int]]  # job id -> rank_before, rank_after (1 = first), priority
+    headroom: Headroom
+    weight: float
+    kept: list[str] = field(default_factory=list)  # managed jobs whose priority stays as it is
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "weight": self.weight,
+            "headroom": self.headroom.as_dict(),
+            "site_factor": self.site,
+            "expected_priority": self.expected_priority,
+            "changes": [{"job": j, "from": a, "to": b} for j, a, b in self.changes],
+            "out_of_plan_order": self.out_of_order,
+            "unmanaged": self.unmanaged,
+        }
+
+
+def site_factor_plan(
+    order: Sequence[str],
+    rows: Mapping[str, PrioRow],
+    original_site: Mapping[str, int],
+    others: Sequence[str] = (),
+    headroom: Headroom | None = None,
+    weight: float = 1.0,
+    ages_s: Mapping[str, float] | None = None,
+) -> SiteFactorPlan:
+    """SiteFactors that rank `order` (every id must have a row) first to last.
+
+    `original_site`: the SiteFactor each job had before gpuplan changed it (default: its current one);
+    `others`: the pending jobs gpuplan leaves alone (their ranks are reported); `ages_s`: seconds each
+    job has been eligible (its age points then come from the clock, not from sprio, whose age lags by
+    up to one PriorityCalcPeriod on the jobs Slurm did not recompute since).
+
+    Raises:
+        GpuplanError: a weight outside 0..1, or a SiteFactor out of Slurm's range.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise GpuplanError(f"--weight {weight:g}: must be between 0 and 1 (1 = the plan's exact order)")
+    room = headroom or Headroom()
+    managed = [rows[j] for j in order]
+    own = [r.base + original_site.get(r.job_id, r.site) for r in managed]  # Slurm's priority without gpuplan
+    now = [max(r.base + r.site, 1) for r in managed]  # = the priority (Slurm's floor is 1)
+    ages = [
+        room.age_points(ages_s[r.job_id]) if ages_s and r.job_id in ages_s else float(r.age) for r in managed
+    ]
+    pairs = list(itertools.pairwise(ages))
+    gaps = [room.gap(a, b) for a, b in pairs]
+    keep_gaps = [room.gap(a, b, keep=True) for a, b in pairs]
+    seeds = now if weight >= 1.0 else own  # a nudge is measured from Slurm's own order, every pass alike
+    target, kept = _targets(seeds, gaps, keep_gaps, sorted(own, reverse=True))
+    site: dict[str, int] = {}
+    keep = set(kept) if weight >= 1.0 else set()
+    for i, r in enumerate(managed):
+        orig = original_site.get(r.job_id, r.site)
+        if i in keep:
+            site[r.job_id] = r.site
+            continue
+        value = target[i] - r.base if weight >= 1.0 else orig + round(weight * (target[i] - own[i]))
+        if abs(value) > SITE_FACTOR_MAX:
+            raise GpuplanError(
+                f"job {r.job_id}: SiteFactor {value} is outside Slurm's range +-{SITE_FACTOR_MAX}; lower "
+                "--horizon-s or the PriorityWeight* values"
+            )
+        site[r.job_id] = value
+    expected = {r.job_id: max(r.base + site[r.job_id], 1) for r in managed}
+    changes = [(r.job_id, r.site, site[r.job_id]) for r in managed if site[r.job_id] != r.site]
+    ranked = sorted(order, key=lambda j: (-expected[j], _id_key(j)))
+    out_of_order = [j for j, planned in zip(ranked, order) if j != planned]
+    out_of_order.sort(key=list(order).index)
+    return SiteFactorPlan(list(order), site, expected, changes, out_of_order,
+                          _landing(managed, own, expected, [rows[j] for j in others if j in rows]), room, weight,
+                          [managed[i].job_id for i in kept])  # fmt: skip
+
+
+def _targets(seeds: Sequence[int], gaps: Sequence[int], keep_gaps: Sequence[int],
+             slots: Sequence[int]) -> tuple[list[int], list[int]]:  # fmt: skip
+    """Priorities in plan order (returned with the indices that keep their seed).
+
+    The kept seeds: a longest chain whose seeds leave at least `keep_gaps` between consecutive jobs
+    (the jobs between them included). Every other job takes its slot's value, moved just enough to
+    be `gaps` away from its neighbours, or, where the kept jobs leave less room, `keep_gaps`.
+    Nothing goes below 1."""
+    k = len(seeds)
+    cum, kcum = _cumulative(gaps), _cumulative(keep_gaps)
+    floor, kfloor = 1 + cum[-1], 1 + kcum[-1]
+    z = [seeds[i] + kcum[i] for i in range(k)]
+    kept = _longest_non_increasing([i for i in range(k) if z[i] >= kfloor], z)
+    keep = set(kept)
+    nxt: list[int | None] = [None] * k
+    following: int | None = None
+    for i in range(k - 1, -1, -1):
+        nxt[i] = following
+        if i in keep:
+            following = i
+    out: list[int] = []
+    for i in range(k):
+        if i in keep:
+            out.append(seeds[i])
+            continue
+        n = nxt[i]
+        lo = (seeds[n] + cum[n] - cum[i]) if n is not None else (floor - cum[i])
+        klo = (z[n] - kcum[i]) if n is not None else (kfloor - kcum[i])
+        value = max(slots[i], lo)
+        if i:
+            value = min(value, out[-1] - gaps[i - 1])
+            value = min(max(value, klo), out[-1] - keep_gaps[i - 1])
+        out.append(max(value, klo))
+    return out, kept
+
+
+def _cumulative(gaps: Sequence[int]) -> list[int]:
+    out = [0]
+    for g in gaps:
+        out.append(out[-1] + g)
+    return out
+
+
+def _longest_non_increasing(candidates: Sequence[int], z: Sequence[int]) -> list[int]:
+    """Indices (ascending) of a longest subsequence of `candidates` whose z never increases."""
+    tails: list[int] = []  # -z of the smallest tail of each length (non-decreasing in -z)
+    tail_idx: list[int] = []
+    prev: dict[int, int | None] = {}
+    for i in candidates:
+        pos = bisect.bisect_right(tails, -z[i])
+        prev[i] = tail_idx[pos - 1] if pos else None
+        if pos == len(tails):
+            tails.append(-z[i])
+            tail_idx.append(i)
+        else:
+            tails[pos] = -z[i]
+            tail_idx[pos] = i
+    out: list[int] = []
+    cur = tail_idx[-1] if tail_idx else None
+    while cur is not None:
+        out.append(cur)
+        cur = prev[cur]
+    return out[::-1]
+
+
+def _landing(managed: Sequence[PrioRow], own: Sequence[int], expected: Mapping[str, int],
+             others: Sequence[PrioRow]) -> dict[str, dict[str, int]]:  # fmt: skip
+    """Rank (1 = first) of each job left alone among all pending jobs, before and after."""
+    before = {r.job_id: own[i] for i, r in enumerate(managed)} | {r.job_id: r.priority for r in others}
+    after = dict(expected) | {r.job_id: r.priority for r in others}
+    rb = {j: n for n, j in enumerate(sorted(before, key=lambda j: (-before[j], _id_key(j))), start=1)}
+    ra = {j: n for n, j in enumerate(sorted(after, key=lambda j: (-after[j], _id_key(j))), start=1)}
+    return {r.job_id: {"rank_before": rb[r.job_id], "rank_after": ra[r.job_id], "priority": r.priority}
+            for r in others}  # fmt: skip
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_")[0].split("+")[0]
+    return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)

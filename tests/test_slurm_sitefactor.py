@@ -1,0 +1,154 @@
+"""sprio parsing (captured Slurm 22.05 output) and the SiteFactor arithmetic (slurm/sitefactor.py)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuplan.errors import GpuplanError, InputError
+from gpuplan.slurm.parse import PrioRow, parse_sprio
+from gpuplan.slurm.sitefactor import SITE_FACTOR_MAX, Headroom, headroom_for, site_factor_plan
+
+FIX = Path(__file__).parent / "fixtures" / "slurm"
+
+
+def _row(jid: str, prio: int, site: int = 0, age: int = 0, size: int = 0, nice: int = 0) -> PrioRow:
+    return PrioRow(jid, "u", prio, site, age, 0, 0, size, 0, 0, nice)
+
+
+def test_sprio_capture_parses_with_site_frozen_and_clamped_jobs() -> None:
+    rows = {r.job_id: r for r in parse_sprio((FIX / "sprio_o_gpuplan.txt").read_text(), "sprio.txt")}
+    # the same moment's squeue %Q: sprio's PRIORITY is the job's priority
+    squeue = dict(line.split("|")[:2] for line in (FIX / "sprio_o_gpuplan.squeue.txt").read_text().split())
+    assert {j: r.priority for j, r in rows.items()} == {j: int(p) for j, p in squeue.items()}
+    assert rows["6"].site == 1000 and rows["6"].age == 107 and rows["6"].job_size == 129
+    assert rows["6"].base == 235 and not rows["6"].frozen
+    assert rows["11"].frozen and rows["11"].priority == 500  # Priority=500: every factor shows 0
+    assert [j for j, r in rows.items() if r.frozen] == ["11"]
+    assert rows["8"].priority == 1 and rows["8"].base == 236  # clamped at 1: base from the parts
+    assert rows["12"].site == SITE_FACTOR_MAX and rows["20"].nice == 100 and rows["20"].base == 28
+
+
+def test_sprio_wrong_format_is_one_clear_error() -> None:
+    with pytest.raises(InputError) as e:
+        parse_sprio("JOBID PARTITION PRIORITY\n5 gpu 128\n", "sprio.txt")
+    msg = str(e.value)
+    assert msg.startswith("sprio.txt:1: column header") and "sprio -o" in msg and "\n" not in msg
+    with pytest.raises(InputError, match="s:2: column AGE"):
+        parse_sprio(
+            "JOBID|USER|PRIORITY|SITE|AGE|ASSOC|FAIRSHARE|JOBSIZE|PARTITION|QOS|NICE|TRES|\n5|u|1|0|x|0|0|0|0|0|0||\n",
+            "s",
+        )
+
+
+def test_headroom_from_the_test_clusters_config() -> None:
+    cfg = {"PriorityWeightAge": "1000", "PriorityMaxAge": "00:05:00", "PriorityCalcPeriod": "00:01:00"}
+    h = headroom_for(cfg, 60.0)
+    assert h.stale == 200 and h.base == 3  # 1000 / 300 s x 60 s: what a job updated now gains on the rest
+    assert h.gap(0, 900) == 203  # the younger above: it only gains on the older one
+    assert h.gap(900, 0) == 203 + 100  # the older stops at 1000 after 30 s; the younger gains 200 in 60 s
+    assert h.gap(900, 0, keep=True) == 101  # enough to keep a value: the recalculation lag is transient
+    assert h.age_points(30) == 100 and h.age_points(10_000) == 1000
+    assert headroom_for({}, 3600).stale == 0  # no age weight: rounding only
+
+
+def test_already_in_order_changes_nothing_and_one_move_is_one_change() -> None:
+    rows = {str(i): _row(str(i), 10_000 - 1000 * i) for i in range(6)}
+    order = [str(i) for i in range(6)]
+    assert site_factor_plan(order, rows, {}).changes == []
+    moved = ["5", *order[:5]]  # the last job to the front
+    sf = site_factor_plan(moved, rows, {})
+    assert [j for j, _, _ in sf.changes] == ["5"]
+    assert sf.expected_priority["5"] >= rows["0"].priority + 3 and sf.out_of_order == []
+
+
+def test_planned_order_is_strict_with_gaps_and_others_keep_their_place() -> None:
+    rows = {j: _row(j, 128, size=129) for j in "abcd"} | {"x": _row("x", 257), "y": _row("y", 28, nice=100)}
+    h = Headroom(stale=200)
+    sf = site_factor_plan(["d", "c", "b", "a"], rows, {}, ["x", "y"], h)
+    p = [sf.expected_priority[j] for j in "dcba"]
+    assert all(a - b >= 203 for a, b in itertools.pairwise(p)) and p[-1] == 128
+    assert len(sf.changes) == 3 and sf.kept == ["a"]
+    assert sf.unmanaged["y"] == {"rank_before": 6, "rank_after": 6, "priority": 28}  # still last
+    assert (
+        sf.unmanaged["x"]["rank_before"] == 1 and sf.unmanaged["x"]["rank_after"] > 1
+    )  # the plan needs room
+
+
+def test_weight_below_one_nudges_and_says_who_stays_out_of_order() -> None:
+    rows = {str(i): _row(str(i), 1000 - 100 * i) for i in range(5)}
+    order = ["4", "3", "2", "1", "0"]  # the reverse of Slurm's
+    exact = site_factor_plan(order, rows, {}, weight=1.0)
+    assert exact.out_of_order == []
+    none = site_factor_plan(order, rows, {}, weight=0.0)
+    assert none.changes == [] and none.out_of_order == ["4", "3", "1", "0"]
+    half = site_factor_plan(order, rows, {}, weight=0.5)
+    for j in order:  # each job moved half-way from its own priority to the exact plan's
+        assert abs(half.expected_priority[j] - (rows[j].priority + exact.expected_priority[j]) / 2) <= 1
+    assert 0 < len(half.out_of_order) < 5
+    with pytest.raises(GpuplanError, match="--weight"):
+        site_factor_plan(order, rows, {}, weight=1.5)
+
+
+def test_nudge_is_stable_across_passes() -> None:
+    """Below weight 1 the values come from the recorded originals: a second pass changes nothing."""
+    rows = {str(i): _row(str(i), 1000 - 100 * i) for i in range(5)}
+    first = site_factor_plan(["4", "3", "2", "1", "0"], rows, {}, weight=0.5)
+    after = {j: _row(j, r.base + first.site[j], site=first.site[j]) for j, r in rows.items()}
+    second = site_factor_plan(["4", "3", "2", "1", "0"], after, {j: 0 for j in rows}, weight=0.5)
+    assert second.changes == []
+
+
+def test_out_of_range_site_factor_is_refused() -> None:
+    rows = {"1": _row("1", 5), "2": _row("2", 5)}
+    with pytest.raises(GpuplanError, match="outside Slurm's range"):
+        site_factor_plan(["1", "2"], rows, {}, headroom=Headroom(base=SITE_FACTOR_MAX + 10))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(1, 60), min_size=1, max_size=6),
+    st.integers(1, 30),
+    st.randoms(use_true_random=False),
+)
+def test_fewest_changes_and_exact_order(prios: list[int], gap: int, rnd) -> None:  # type: ignore[no-untyped-def]
+    rows = {str(i): _row(str(i), p, site=0) for i, p in enumerate(prios)}
+    order = list(rows)
+    rnd.shuffle(order)
+    h = Headroom(base=gap)
+    sf = site_factor_plan(order, rows, {}, headroom=h)
+    got = [sf.expected_priority[j] for j in order]
+    assert all(a - b >= 1 for a, b in itertools.pairwise(got)) and min(got) >= 1  # a job kept: >= 1 apart
+    moved = {j for j, _, _ in sf.changes}
+    for (a, pa), (b, pb) in itertools.pairwise(zip(order, got)):
+        if a in moved or b in moved:  # a value set now: the full gap where the kept ones leave room
+            assert pa - pb >= 1
+    assert sf.out_of_order == []
+    # brute force: the largest set of jobs that can keep their priority
+    best = 0
+    n = len(order)
+    for keep in range(n, 0, -1):
+        for subset in itertools.combinations(range(n), keep):
+            if _feasible([rows[order[i]].priority for i in range(n)], set(subset), 1):
+                best = keep
+                break
+        if best:
+            break
+    assert n - len(sf.changes) == best
+
+
+def _feasible(prio: list[int], keep: set[int], gap: int) -> bool:
+    """Some integer assignment exists: kept jobs unchanged, `gap` apart top to bottom, all >= 1
+    (top-down, a free job takes the highest value allowed: that leaves the most room below)."""
+    hi: int | None = None  # the highest value the current position may take (None: any)
+    for i, p in enumerate(prio):
+        need = 1 + gap * (len(prio) - 1 - i)  # room for the jobs below
+        value = p if i in keep else hi
+        if value is not None and (value < need or (hi is not None and value > hi)):
+            return False
+        hi = None if value is None else value - gap
+    return True

@@ -1,0 +1,153 @@
+"""`gpuplan slurm watch` as a service (slurm/watch.py, slurm/health.py) against a small simulated Slurm:
+the writer lock, drift-only re-sets, backoff while slurmctld is down, /healthz and /metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuplan.errors import GpuplanError
+from gpuplan.slurm.client import SlurmClient
+from gpuplan.slurm.health import HealthServer
+from gpuplan.slurm.runner import SlurmCommandError, SlurmRunner
+from gpuplan.slurm.watch import Metrics, Watcher, WatchOptions, lock_path, writer_lock
+
+NOW = 1_000_000.0
+_CONFIG = (
+    "ClusterName = ci\nSchedulerType = sched/builtin\nPriorityType = priority/multifactor\n"
+    "PriorityWeightAge = 1000\nPriorityMaxAge = 00:05:00\nPriorityCalcPeriod = 00:01:00\n"
+)
+
+
+class FakeSlurm(SlurmRunner):
+    """Pending jobs with a multifactor base and a SiteFactor; `scontrol update ... SiteFactor=` changes
+    it, squeue and sprio show base + site, as Slurm 22.05 does. `down` calls fail as a stopped slurmctld."""
+
+    def __init__(self, limits_min: list[int]) -> None:
+        super().__init__(sleep=lambda s: None)
+        self.jobs = {str(10 + i): {"base": 500, "site": 0, "limit": m} for i, m in enumerate(limits_min)}
+        self.down = 0
+        self.lines: list[str] = []
+
+    def run(self, args, *, input_text=None, retry=True):  # type: ignore[no-untyped-def]
+        self.calls.append(list(args))
+        if self.down:
+            self.down -= 1
+            raise SlurmCommandError(args, 1, "slurm_load_jobs error: Unable to contact slurm controller")
+        fmt = "%Y-%m-%dT%H:%M:%S"
+        sub = time.strftime(fmt, time.localtime(NOW - 30))
+        if args[0] == "squeue":
+            head = "JOBID|PARTITION|STATE|TIME_LIMIT|TIME|NODES|TRES_PER_NODE|PRIORITY|REASON|SUBMIT_TIME|ACCOUNT|USER|\n"
+            return head + "".join(
+                f"{j}|gpu|PENDING|{v['limit']}:00|0:00|1|gres:gpu:8|{v['base'] + v['site']}|Priority|{sub}|acct|u|\n"
+                for j, v in self.jobs.items()
+            )
+        if args[0] == "sprio":
+            head = "JOBID|USER|PRIORITY|SITE|AGE|ASSOC|FAIRSHARE|JOBSIZE|PARTITION|QOS|NICE|TRES|\n"
+            return head + "".join(
+                f"{j}|u|{v['base'] + v['site']}|{v['site']}|100|0|0|{v['base'] - 100}|0|0|0||\n"
+                for j, v in self.jobs.items()
+            )
+        if args[0] == "sinfo":
+            return "NODELIST|STATE|GRES|GRES_USED|PARTITION|\nnode1|mixed|gpu:8|gpu:8|gpu|\n"
+        if args[:3] == ["scontrol", "show", "config"]:
+            return _CONFIG
+        if args == ["scontrol"] and input_text:
+            for line in input_text.splitlines():
+                if line.startswith("update JobId="):
+                    self.lines.append(line)
+                    jid, kv = line[len("update JobId=") :].split(" ", 1)
+                    self.jobs[jid]["site"] = int(kv.split("=", 1)[1])
+            return ""
+        raise AssertionError(args)
+
+    def order(self) -> list[str]:
+        return sorted(self.jobs, key=lambda j: -(self.jobs[j]["base"] + self.jobs[j]["site"]))
+
+
+def _watcher(slurm: FakeSlurm, tmp_path: Path, sleeps: list[float], logs: list[dict]) -> Watcher:
+    opts = WatchOptions(policy="sjf", state_path=tmp_path / "applied.json", interval_s=30.0)
+    client = SlurmClient(slurm, clock=lambda: NOW)
+    return Watcher(client, opts, logs.append, sleeps.append, Metrics(lambda: NOW))
+
+
+def test_watch_resets_only_the_jobs_that_drifted(tmp_path: Path) -> None:
+    slurm = FakeSlurm([5, 4, 3, 2, 1])
+    w = _watcher(slurm, tmp_path, [], [])
+    assert w.run(2) == 1  # the second look finds everything in place
+    assert slurm.order() == ["14", "13", "12", "11", "10"] and len(slurm.lines) == 4  # one job kept
+    slurm.jobs["12"]["base"] += 10_000  # fair-share (say) lifts one job far above its place
+    slurm.lines.clear()
+    assert w.look() > 0
+    assert slurm.order() == ["14", "13", "12", "11", "10"]
+    assert len(slurm.lines) <= 2 and any("JobId=12 " in ln for ln in slurm.lines)
+
+
+def test_backoff_while_slurmctld_is_down_then_resume(tmp_path: Path) -> None:
+    slurm = FakeSlurm([3, 2, 1])
+    sleeps: list[float] = []
+    logs: list[dict] = []
+    w = _watcher(slurm, tmp_path, sleeps, logs)
+    slurm.down = 3
+    w.run(5)
+    assert sleeps == [2.0, 4.0, 8.0, 30.0]  # 3 failed looks back off; the 4th works, then the interval
+    down = [e for e in logs if e["event"] == "slurm_unreachable"]
+    assert (
+        len(down) == 3
+        and "slurmctld is not answering" in down[0]["message"]
+        and "next try in 2 s" in down[0]["message"]
+    )
+    assert [e["event"] for e in logs].count("slurm_back") == 1
+    assert w.metrics.errors.labels("slurm_unreachable")._value.get() == 3
+    assert w.metrics.passes._value.get() == 2 and slurm.order() == ["12", "11", "10"]
+
+
+def test_health_and_metrics_endpoints(tmp_path: Path) -> None:
+    slurm = FakeSlurm([3, 2, 1])
+    w = _watcher(slurm, tmp_path, [], [])
+    server = HealthServer(w.metrics, stale_after_s=90.0).start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{base}/healthz", timeout=5)
+        assert e.value.code == 503 and json.loads(e.value.read())["status"] == "starting"
+        w.run(2)
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
+            body = json.loads(r.read())
+        assert r.status == 200 and body["status"] == "ok" and body["plan_age_s"] == 0.0
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        assert "gpuplan_slurm_watch_passes_total 2.0" in text
+        assert "gpuplan_slurm_watch_jobs_moved_total 2.0" in text  # 3 jobs, the last kept
+        assert "gpuplan_slurm_watch_last_success_timestamp_seconds 1e+06" in text  # NOW
+        assert (
+            "gpuplan_slurm_watch_plan_age_seconds 0.0" in text
+            and "gpuplan_slurm_watch_managed_jobs 3.0" in text
+        )
+        w.metrics.clock = lambda: NOW + 1000  # no look for 1000 s: stale
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{base}/healthz", timeout=5)
+        assert e.value.code == 503 and json.loads(e.value.read())["status"] == "stale"
+    finally:
+        server.stop()
+
+
+def test_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
+    state = tmp_path / "applied.json"
+    with writer_lock(state, "ci", "gpuplan slurm watch", clock=lambda: NOW):
+        with pytest.raises(GpuplanError) as e, writer_lock(state, "ci", "gpuplan slurm apply"):
+            pass
+        msg = str(e.value)
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in msg and "gpuplan slurm watch since" in msg
+        assert "'ci'" in msg and "\n" not in msg
+        with writer_lock(state, "other", "gpuplan slurm watch"):  # another cluster: its own lock
+            pass
+    with writer_lock(state, "ci", "gpuplan slurm apply"):  # released when the first one ended
+        assert lock_path(state, "ci").name == "gpuplan-slurm-ci.lock"
