@@ -538,6 +538,7 @@ def _class_mix(text: str | None):  # type: ignore[no-untyped-def]
 def _register_commands() -> None:
     """Commands that live in their own modules (their heavy imports stay inside the command)."""
     from gpuplan.commands.audit import audit
+    from gpuplan.commands.frag import frag
     from gpuplan.commands.mig import mig_app
     from gpuplan.commands.plan import plan
     from gpuplan.commands.predict import predict_app
@@ -545,6 +546,7 @@ def _register_commands() -> None:
     from gpuplan.commands.slurm import slurm_app
 
     app.command(name="audit")(audit)
+    app.command(name="frag")(frag)
     app.command(name="plan")(plan)
     app.add_typer(mig_app, name="mig")
     app.add_typer(predict_app, name="predict")

@@ -7,10 +7,13 @@ without one, the GPU-only paths below run unchanged.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 
+from gpuplan.core.nodegroups import NodeGroups
 from gpuplan.core.params import Configurable, build
 from gpuplan.core.state import ClusterState, Need
+from gpuplan.model import Job
 
 __all__ = [
     "BestFit",
@@ -23,6 +26,9 @@ __all__ = [
     "placer_names",
     "register_placer",
 ]
+
+
+_GROUP_FROM = 64  # clusters with more nodes look at one node per group of equal nodes (jobs with a Need)
 
 
 class Placer(Configurable, ABC):
@@ -45,6 +51,11 @@ class Placer(Configurable, ABC):
             cap_ok = mem_gb is None or mem_gb <= state.node_cap_gb[node]
             return state.node_idle[node] if cap_ok else 0
         return sum(1 for g in state.node_gpus[node] if state.gpu_fits(g, mem_gb))
+
+    def learn(self, job: Job) -> None:
+        """A job was submitted to the scheduler using this placer (placers that weigh the workload,
+        like fgd, learn its mix here; the others ignore it)."""
+        return None
 
     def node_can_host(self, state: ClusterState, node: int, gpus: int, mem_gb: float | None) -> bool:
         return self.fitting_gpus(state, node, mem_gb) >= gpus
@@ -87,26 +98,52 @@ class Placer(Configurable, ABC):
         self, state: ClusterState, gpus: int, mem_gb: float | None, need: Need
     ) -> tuple[int, list[int]] | None:
         """The node and GPUs for a job with `need` on one node (a job of 0 GPUs gets a node and []),
-        or None when no node hosts every resource it needs now."""
+        or None when no node hosts every resource it needs now.
+
+        Nodes in the same state (`core.nodegroups`) are looked at once, through their lowest node:
+        `need_node_key` must rank a node by its state, then its index (every built-in placer does)."""
         share = need.gpu_share
         best: tuple[float, ...] | None = None
         best_node = -1
-        for node, node_gpus in enumerate(state.node_gpus):
+        nodes = (
+            self.node_groups(state).first.values()
+            if len(state.node_gpus) > _GROUP_FROM
+            else range(len(state.node_gpus))
+        )
+        exclusive = not state.sharing
+        for node in nodes:
             if not state.host_fits(node, need):
                 continue
-            fitting = sum(1 for g in node_gpus if state.gpu_fits_need(g, mem_gb, share)) if gpus else 0
-            if not state.sharing and fitting > state.node_idle[node]:
-                fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
-            if fitting < gpus:
-                continue
+            if gpus:
+                fitting = sum(1 for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, share))
+                if exclusive and fitting > state.node_idle[node]:
+                    fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
+                if fitting < gpus:
+                    continue
+            else:
+                fitting = 0
             key = self.need_node_key(state, node, fitting, need)
             if best is None or key < best:
                 best, best_node = key, node
-                if self.first_wins:
-                    break
         if best_node < 0:
             return None
         return best_node, self.pick_need(state, best_node, gpus, mem_gb, need)
+
+    def node_groups(self, state: ClusterState) -> NodeGroups:
+        """The nodes of `state` grouped by their state, kept current across calls (a few states:
+        the live one and the copies a pass makes)."""
+        cache: dict[int, NodeGroups] | None = getattr(self, "_group_cache", None)
+        if cache is None:
+            cache = {}
+            self._group_cache = cache
+        groups = cache.get(id(state))
+        if groups is not None and groups.current(state):
+            groups.refresh()
+            return groups
+        if len(cache) >= 4:
+            cache.pop(next(iter(cache)))
+        groups = cache[id(state)] = NodeGroups(state)
+        return groups
 
     def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         """Rank of a node that hosts a job with a Need (default: `node_key`)."""
@@ -317,12 +354,23 @@ for _cls in (FirstFit, BestFit, Spread):
 _PLACERS["pack"] = BestFit
 
 
+# placers in modules of their own, registered when first asked for (no import cycle with this module)
+_BUILTIN_MODULES = ("gpuplan.core.fgd",)
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
 def placer_names() -> list[str]:
+    _load_builtins()
     return list(_PLACERS)
 
 
 def placer_classes() -> dict[str, type[Placer]]:
     """The registered placer classes by name, aliases included (a copy: register with `register_placer`)."""
+    _load_builtins()
     return dict(_PLACERS)
 
 
@@ -333,5 +381,6 @@ def get_placer(spec: str, **overrides: object) -> Placer:
         UnknownNameError: an unknown name; SpecError: an unknown parameter or a bad value (each
             message lists the valid ones).
     """
+    _load_builtins()
     placer: Placer = build("placer", _PLACERS, spec, **overrides)
     return placer

@@ -110,6 +110,7 @@ class Scheduler:
             if why is not None:
                 raise QuotaNeverFitsError(f"job {job.id!r}: {why}")
         slot = self._new_slot(jid, job, mem)
+        self._placer.learn(job)
         self._version += 1
         key = (*self.policy.key(job, jid, self.oracle), jid)
         slot.key = key

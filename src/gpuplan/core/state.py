@@ -241,7 +241,7 @@ class ClusterState:
                 self.node_idle[self.gpu_node[g]] -= 1
                 self.idle_total -= 1
             self.gpu_njobs[g] += 1
-            self.gpu_free_gb[g] -= self.take_gb(g, mem_gb)
+            self.gpu_free_gb[g] -= self.take_gb(g, mem_gb) if not _share_only(mem_gb, need) else 0.0
         if mem_gb is None or need is not None:
             self._take_share(gpus, mem_gb, need)
 
@@ -273,7 +273,7 @@ class ClusterState:
                     fs[g] += take
         for g in gpus:
             self.gpu_njobs[g] -= 1
-            self.gpu_free_gb[g] += self.take_gb(g, mem_gb)
+            self.gpu_free_gb[g] += self.take_gb(g, mem_gb) if not _share_only(mem_gb, need) else 0.0
             if self.gpu_njobs[g] == 0:
                 n = self.gpu_node[g]
                 self.node_idle[n] += 1
@@ -364,6 +364,8 @@ class ClusterState:
             raise ValueError(f"no GPU {gpu}: cluster {self.spec.name!r} has GPUs 0..{len(self.gpu_node) - 1}")
 
     def _occupy(self, gpu: int, occupants: int, mem_gb: float) -> None:
+        if self.changed is not None:
+            self.changed.add(self.gpu_node[gpu])
         if self.gpu_njobs[gpu] == 0:
             self.node_idle[self.gpu_node[gpu]] -= 1
             self.idle_total -= 1
@@ -372,6 +374,8 @@ class ClusterState:
             self.gpu_free_gb[gpu] -= mem_gb
 
     def _vacate(self, gpu: int, occupants: int, mem_gb: float) -> None:
+        if self.changed is not None:
+            self.changed.add(self.gpu_node[gpu])
         self.gpu_njobs[gpu] -= occupants
         if self.sharing:
             self.gpu_free_gb[gpu] += mem_gb
@@ -444,3 +448,8 @@ def _host_caps(spec: ClusterSpec, attr: str) -> list[float] | None:
         return None
     inf = float("inf")
     return [inf if getattr(n, attr) is None else float(getattr(n, attr)) for n in spec.nodes]
+
+
+def _share_only(mem_gb: float | None, need: Need | None) -> bool:
+    """A job of unknown memory with a GPU share: bound by its share alone, it takes no GPU memory."""
+    return mem_gb is None and need is not None and need.gpu_share is not None
