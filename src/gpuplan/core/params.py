@@ -175,8 +175,13 @@ class Configurable:
 
 
 def param_default(cls: type, p: Param) -> object:
-    """The default of a parameter: its constructor's."""
-    default = inspect.signature(cls).parameters[p.arg].default
+    """The default of a parameter: its constructor's (the nearest class in the MRO whose constructor
+    takes it, so a subclass with a constructor of its own keeps its base's parameters)."""
+    default = next(
+        sig.parameters[p.arg].default
+        for sig in (inspect.signature(k) for k in cls.__mro__ if "__init__" in vars(k))
+        if p.arg in sig.parameters
+    )
     return tuple(default) if p.kind == "gpu_times" else default
 
 
