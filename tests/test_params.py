@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from gpuplan.cli import app
 from gpuplan.cluster import load_cluster
-from gpuplan.core.backfill import Conservative, get_backfill
+from gpuplan.core.backfill import Conservative, backfill_classes, get_backfill
 from gpuplan.core.params import Param, SpecError, build, parse_spec, split_specs
 from gpuplan.core.placement import BestFit, get_placer
 from gpuplan.core.policies import get_policy, is_preemptive, policy_classes, preemptive_policy
@@ -129,10 +129,15 @@ def test_the_quantum_option_maps_to_each_policys_first_boundary() -> None:
         preemptive_policy("las:quantum=30", 60.0)
 
 
-def test_policies_declare_whether_they_preempt() -> None:
+def test_seams_declare_what_they_are() -> None:
     flags = {n: c.preemptive for n, c in policy_classes().items()}
     assert {n for n, p in flags.items() if p} == {"las", "tiresias", "gittins"}
     assert is_preemptive("las:quantum=60") and not is_preemptive("sjf")
+    assert {n: c.plans_ahead for n, c in backfill_classes().items()} == {
+        "none": False,
+        "easy": True,
+        "conservative": True,
+    }
 
 
 def test_gpuplan_policies_lists_every_parameter_with_its_default() -> None:

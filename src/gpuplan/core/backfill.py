@@ -41,9 +41,14 @@ _INF = math.inf
 
 class Backfill(Configurable, ABC):
     """Walks the queue in policy order and starts jobs on the scheduler (parameters: `params`,
-    core/params.py: `get_backfill("conservative:depth=100")`)."""
+    core/params.py: `get_backfill("conservative:depth=100")`).
+
+    `plans_ahead`: it starts jobs ahead of a blocked one by planning with the running jobs' expected
+    ends, so it needs estimates (easy, conservative); False for strict order (none).
+    """
 
     description: str = ""
+    plans_ahead: bool = True
 
     def __init__(self) -> None:
         self.reserved: dict[int, float] = {}
@@ -58,6 +63,7 @@ class Backfill(Configurable, ABC):
 
 class NoBackfill(Backfill):
     name = "none"
+    plans_ahead = False
     description = "strict order: the first job that does not fit blocks all behind it"
 
     def select(self, s: SchedulerView, now: float) -> list[Started]:

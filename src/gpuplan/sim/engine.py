@@ -220,7 +220,7 @@ def estimate_use(
     """Where the run's estimates came from and what the policy and backfill did for jobs without one.
 
     `by_level`: jobs per level of an online estimator ("none": no estimate); None: the trace's own."""
-    needed = sched.policy.needs_duration or sched.backfill.name != "none"
+    needed = sched.policy.needs_duration or sched.backfill.plans_ahead
     if oracle:
         return EstimateUse("oracle", needed)
     if by_level is None:
@@ -232,7 +232,7 @@ def estimate_use(
         parts.append(
             f"policy {sched.policy.name} ranks them as endless, after every job with an estimate (first come, first served among themselves)"
         )
-    if without and sched.backfill.name != "none":
+    if without and sched.backfill.plans_ahead:
         parts.append(f"{sched.backfill.name} backfill plans them as endless: they are never backfilled")
     return EstimateUse(
         "trace" if by_level is None else "history", needed, without, "; ".join(parts), dict(by_level or {})
@@ -241,7 +241,7 @@ def estimate_use(
 
 def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
     out = []
-    if not oracle and (sched.policy.needs_duration or sched.backfill.name != "none"):
+    if not oracle and (sched.policy.needs_duration or sched.backfill.plans_ahead):
         unknown = sum(1 for j in jobs if j.planning_duration_s(False) is None)
         if unknown:
             out.append(

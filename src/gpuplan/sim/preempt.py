@@ -151,7 +151,7 @@ def simulate_preemptive(
     policy = cast(PreemptivePolicy, sched.policy)
     fallback = policy.fallback_jobs
     warnings = []
-    if sched.backfill.name != "none":
+    if sched.backfill.plans_ahead:
         warnings.append(
             f"policy {policy.name!r} preempts and starts any job that fits in rank order: backfill mode "
             f"{sched.backfill.name!r} changes nothing (its runs are the {policy.name}+none run)"
