@@ -459,6 +459,9 @@ def test_the_quantum_needs_a_preemptive_policy(tmp_path: Path, monkeypatch: pyte
     for args, needle in (
         (["--policy", "sjf", "--quantum-gpu-s", "60"], "policy 'sjf' does not preempt"),
         (["--policy", "las", "--quantum-gpu-s", "0"], "must be > 0 GPU-seconds"),
+        (["--policy", "las:quanta=60"], "unknown parameter 'quanta'"),
+        (["--policy", "las:quantum=60", "--quantum-gpu-s", "60"], "both in the spec and by an option"),
+        (["--backfill", "conservative:depth=0"], "depth=0 is not valid"),
     ):
         r = CliRunner().invoke(app, ["agent", "start", "--gpus", "fake:1xH200-141GB", *args])
         assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
