@@ -136,7 +136,7 @@ def test_parse_duration(text: str, s: float) -> None:
 
 @pytest.mark.parametrize("text", ["90", "2x", "-1h", "1:xx", "0s", "h"])
 def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(GpuplanError, match="expected a time limit"):
+    with pytest.raises(GpuplanError, match="expected a duration"):
         parse_duration_s(text)
 
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import statistics
 import time
@@ -35,7 +36,7 @@ __all__ = ["LIVENESS_S", "Agent", "AgentConfig"]
 log = logging.getLogger("gpuplan.agent")
 
 _HISTORY_STATE = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED", "timeout": "TIMEOUT",
-                  "preempted": "PREEMPTED"}  # fmt: skip
+                  "preempted": "PREEMPTED", "requeued": "REQUEUED"}  # fmt: skip
 LIVENESS_S = 0.25
 _USAGE_KEY = "fairshare_usage"  # store meta: {"t_s": when, "usage": {user: decayed GPU-s of ended runs}}
 
@@ -52,7 +53,8 @@ class AgentConfig:
     sharing: bool = False
     max_jobs_per_gpu: int = 4
     sample_interval_s: float = 1.0
-    retention_s: float = 7 * 86400.0
+    retention_s: float = 30 * 86400.0  # finished jobs: rows, logs, jobs/ID/ (`--retention`)
+    sample_retention_s: float = 7 * 86400.0  # GPU and job samples (`--sample-retention`)
     grace_s: float = 10.0
     oom_retries: int = 1
     oom_factor: float = 1.25
@@ -237,10 +239,15 @@ class Agent:
                 run.seg_start_s, run.run_before_s = row.seg_start_s or run.start_s, row.run_s
                 self.runs[row.id] = run
                 self.engine.seed_running(row.id, self.core_job(row), row.gpu_list, run.start_s)
-                self._finalize(run, now, vanished=True)
-        for row in self.store.jobs(["preempted"]):  # the agent died between an attempt's end and its requeue
+                end = launcher.ended_s(self.paths.job_dir(row.id))
+                self._finalize(
+                    run, now if end is None else max(run.seg_start_s, min(now, end)), vanished=True
+                )
+        for row in self.store.jobs(
+            ["preempted", "requeued"]
+        ):  # died between an attempt's end and its requeue
             self._append_history(row.id)
-            self.requeue_job(row, row.mem_gb, "preempted; requeued", now)
+            self.requeue_job(row, row.mem_gb, f"{row.state}; requeued", now)
         for row in self.store.jobs(["queued", "held"]):
             self.priority[row.id] = row.priority
             if row.plan_rank is not None:
@@ -362,13 +369,20 @@ class Agent:
             self._sample(now)
             self._next_sample_s = now + self.config.sample_interval_s
         if now >= self._next_prune_s:
-            self.store.prune(now - self.config.retention_s)
+            self._prune(now)
             self._next_prune_s = now + 3600.0
         if not self.stopping:
             self._release_dependents(now)
             self._carry_out_pending(now)
             self._schedule(now)
         self.save_usage(now)
+
+    def _prune(self, now: float) -> None:
+        """Retention: GPU samples older than --sample-retention; finished jobs (rows, samples, events,
+        `jobs/ID/` with their logs) older than --retention."""
+        self.store.prune(now - self.config.sample_retention_s)
+        for jid in self.store.prune_jobs(now - self.config.retention_s):
+            shutil.rmtree(self.paths.job_dir(jid), ignore_errors=True)
 
     def _reap(self) -> None:
         """Collect the exit status of job leaders that are this process's children (waitpid per pid,
@@ -565,7 +579,8 @@ class Agent:
             row.env, self.paths.home, jid, row.attempt, gpus, self.backend.job_env(row.mem_gb or 0.0)
         )
         try:
-            started = launcher.launch(row.command, row.cwd, env, self.paths.job_dir(jid))
+            started = launcher.launch(row.command, row.cwd, env, self.paths.job_dir(jid),
+                                      time_limit_s=row.time_limit_s, grace_s=self.config.grace_s)  # fmt: skip
         except OSError as e:
             log.warning("job %d failed to start: %s", jid, e)
             run.exit_code = 127
@@ -573,6 +588,14 @@ class Agent:
             return
         run.pid, run.pgid = started.pid, started.pgid
         self.store.update_job(jid, pid=started.pid, pgid=started.pgid)
+        if not self._env_needed_again(row):
+            self.store.forget_env(jid)
+
+    def _env_needed_again(self, row: JobRow) -> bool:
+        """Whether a later attempt may start on its own (an OOM retry, a checkpoint or requeue
+        preemption): then the submitter's environment stays stored until the job ends."""
+        may_preempt = self.engine.preemptive and row.preempt in ("checkpoint", "requeue")
+        return row.attempt <= self.config.oom_retries or may_preempt
 
     def _finalize(self, run: _Run, now: float, vanished: bool = False, reason: str = "") -> None:
         """The job's processes are gone: record its end, its profile and its history line."""
@@ -586,7 +609,7 @@ class Agent:
         assert row is not None
         job_dir = self.paths.job_dir(run.jid)
         oom = run.exit_code not in (None, 0) and launcher.is_oom(job_dir) and run.stop_state != "preempt"
-        state = self._final_state(run, oom)
+        state = self._final_state(run, oom, job_dir)
         if not reason:
             reason = self._reason(run, state, vanished, oom)
         run_s = row.run_s if run.stop_state == "preempt" else run.run_time_s(now)
@@ -600,14 +623,18 @@ class Agent:
             self.requeue_job(row, row.mem_gb, "requeued by request", now)
         elif run.stop_state == "preempt":
             self.requeue_job(row, row.mem_gb, f"preempted ({row.preempt}); requeued", now)
+        else:
+            self.store.forget_env(run.jid)  # the job ended for good: its environment goes
 
-    def _final_state(self, run: _Run, oom: bool) -> str:
+    def _final_state(self, run: _Run, oom: bool, job_dir: Path) -> str:
         if run.stop_state in ("cancelled", "timeout"):
             return run.stop_state
         if run.stop_state == "requeue":
-            return "cancelled"
+            return "requeued"
         if run.stop_state == "preempt":
             return "preempted"
+        if launcher.hit_time_limit(job_dir):  # its wrapper stopped it (the agent was down, or late)
+            return "timeout"
         return "done" if run.exit_code == 0 else "failed"
 
     @staticmethod
@@ -616,6 +643,9 @@ class Agent:
             return "CUDA out of memory"
         if state == "preempted":
             return "preempted"
+        if state == "timeout" and not run.stop_state:
+            down = " while the agent was down" if vanished else ""
+            return f"time limit reached{down}: stopped by its launcher"
         if state == "failed" and run.exit_code is None:
             return "ended while the agent was down; exit status unknown (killed?)"
         if state == "failed" and run.exit_code is not None and run.exit_code > 128:
@@ -669,6 +699,7 @@ class Agent:
                 self.engine.submit(jid, self.core_job(job))
             elif isinstance(ok, str):
                 self.store.update_job(jid, state="failed", end_s=now, reason=ok)
+                self.store.forget_env(jid)
 
     # -- history -----------------------------------------------------------------------------------
     def _append_history(self, jid: int) -> None:
@@ -717,7 +748,8 @@ class Agent:
             meta=meta,
         )
         line = json.dumps(job_record(job), ensure_ascii=False, allow_nan=False) + "\n"
-        with open(self.paths.history, "a", encoding="utf-8") as f:
+        fd = os.open(self.paths.history, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # it names commands
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line)  # flushed at close: survives the agent's crash (the store keeps the rest)
         self.store.set_meta(key, "1")
 

@@ -2,13 +2,22 @@
 
 The only module of the agent that starts job processes. A job runs as
 
-    /bin/sh -c WRAPPER gpuplan-job CMD STATUS_FILE
+    /bin/sh -c WRAPPER gpuplan-job CMD STATUS_FILE LIMIT_TICKS LIMIT_FRACTION GRACE_S
 
 in a new session (so its process group id is the wrapper's pid), with stdout and stderr appended to
-`jobs/ID/stdout` and `jobs/ID/stderr`. The wrapper runs CMD with `/bin/sh -c` and writes its exit
-status to STATUS_FILE, so the status survives an agent that was down when the job ended. Every job
-process carries `GPUPLAN_AGENT_HOME`, `GPUPLAN_JOB_ID` and `GPUPLAN_ATTEMPT` in its environment: that
-is how a restarted agent recognises its jobs (a reused pid never carries them).
+`jobs/ID/stdout` and `jobs/ID/stderr` (mode 0600). The wrapper runs CMD with `/bin/sh -c` and writes
+its exit status to STATUS_FILE, so the status survives an agent that was down when the job ended.
+
+The wrapper also enforces the job's time limit itself, so the limit holds while the agent is down: a
+watchdog in the job's group counts the limit in ticks of one second (a tick in which the group was
+SIGSTOPped by a suspend counts once, so suspended time barely counts, as in the agent), then writes
+`jobs/ID/timeout`, sends SIGTERM (and SIGCONT) to the group, waits GRACE_S and sends SIGKILL. The
+agent reads `timeout` when it closes the job (`hit_time_limit`): the job ends `timeout` even when the
+agent was down at the time. The agent's own limit (exact, on its clock) stays the first to act while
+it runs.
+
+Every job process carries `GPUPLAN_AGENT_HOME`, `GPUPLAN_JOB_ID` and `GPUPLAN_ATTEMPT` in its
+environment: that is how a restarted agent recognises its jobs (a reused pid never carries them).
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ from pathlib import Path
 __all__ = [
     "OOM_PATTERNS",
     "Launched",
+    "ended_s",
     "exit_code_from_status",
+    "hit_time_limit",
     "is_oom",
     "is_zombie",
     "launch",
@@ -33,7 +44,26 @@ __all__ = [
     "signal_group",
 ]
 
-_WRAPPER = '/bin/sh -c "$1"; rc=$?; printf "%s\\n" "$rc" > "$2.tmp" && mv "$2.tmp" "$2"; exit "$rc"'
+_WATCHDOG = """(
+  trap '' TERM
+  trap 'kill -KILL "$s" 2>/dev/null; wait "$s"; exit 0' USR1
+  tick() { sleep "$1" & s=$!; wait "$s"; }
+  tick "$4"
+  n=0
+  while [ "$n" -lt "$3" ]; do tick 1; n=$((n + 1)); done
+  printf 'timeout\\n' > "${2%/*}/timeout"
+  kill -TERM 0; kill -CONT 0
+  tick "$5"
+  kill -KILL 0
+) &
+w=$!"""
+_WRAPPER = (
+    "trap 'stopped=1' TERM\n"  # a handler, not '': the job itself keeps the default SIGTERM
+    f'w=""\nif [ -n "$3" ]; then\n{_WATCHDOG}\nfi\n'
+    '/bin/sh -c "$1"; rc=$?\n'
+    '[ -n "$w" ] && kill -USR1 "$w" 2>/dev/null && wait "$w"\n'  # reaped: no zombie keeps the group
+    'printf "%s\\n" "$rc" > "$2.tmp" && mv "$2.tmp" "$2"; exit "$rc"'
+)
 _MARKERS = ("GPUPLAN_AGENT_HOME", "GPUPLAN_JOB_ID", "GPUPLAN_ATTEMPT")
 _DROP = (
     "CUDA_VISIBLE_DEVICES",
@@ -75,19 +105,52 @@ def job_environment(
     return env
 
 
-def launch(command: str, cwd: str, env: Mapping[str, str], job_dir: Path) -> Launched:
+def _limit_args(time_limit_s: float | None, grace_s: float) -> list[str]:
+    """LIMIT_TICKS LIMIT_FRACTION GRACE_S for the wrapper ("" ticks: no limit)."""
+    if time_limit_s is None:
+        return ["", "0", "0"]
+    ticks = int(time_limit_s)
+    return [str(ticks), f"{time_limit_s - ticks:.3f}", f"{max(grace_s, 0.0):.3f}"]
+
+
+def _private_append(path: Path) -> int:
+    """An fd appending to `path`, created 0600 (an older file is made 0600 too: it is the agent's)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def launch(
+    command: str,
+    cwd: str,
+    env: Mapping[str, str],
+    job_dir: Path,
+    time_limit_s: float | None = None,
+    grace_s: float = 10.0,
+) -> Launched:
     """Start `command` in its own session; stdout/stderr appended to job_dir/stdout, job_dir/stderr.
+    With `time_limit_s`, the wrapper stops the job at its limit on its own (module docstring).
 
     Raises:
         OSError: the working directory or /bin/sh is missing (the job fails at start; never retried).
     """
-    job_dir.mkdir(parents=True, exist_ok=True)
+    job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     status = job_dir / "status"
-    with contextlib.suppress(FileNotFoundError):
-        status.unlink()
-    with open(job_dir / "stdout", "ab") as out, open(job_dir / "stderr", "ab") as err:
+    for stale in (status, job_dir / "timeout"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    out, err = _private_append(job_dir / "stdout"), _private_append(job_dir / "stderr")
+    try:
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", _WRAPPER, "gpuplan-job", command, str(status)],
+            [
+                "/bin/sh",
+                "-c",
+                _WRAPPER,
+                "gpuplan-job",
+                command,
+                str(status),
+                *_limit_args(time_limit_s, grace_s),
+            ],
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -96,6 +159,9 @@ def launch(command: str, cwd: str, env: Mapping[str, str], job_dir: Path) -> Lau
             start_new_session=True,
             close_fds=True,
         )
+    finally:
+        os.close(out)
+        os.close(err)
     # The agent reaps its children itself (os.waitpid in the loop): forget the Popen object so
     # its destructor does not warn about a child still running.
     proc.returncode = 0
@@ -158,6 +224,20 @@ def read_status_file(job_dir: Path) -> int | None:
         return int((job_dir / "status").read_text(encoding="ascii").strip())
     except (OSError, ValueError):
         return None
+
+
+def hit_time_limit(job_dir: Path) -> bool:
+    """Whether the job's wrapper stopped it at its time limit (it wrote `timeout` before signalling)."""
+    return (job_dir / "timeout").exists()
+
+
+def ended_s(job_dir: Path) -> float | None:
+    """When the job ended, as far as its files tell (its status file's time, else its `timeout`
+    marker's): what a restarted agent records for a job that ended while it was down."""
+    for name in ("status", "timeout"):
+        with contextlib.suppress(OSError):
+            return (job_dir / name).stat().st_mtime
+    return None
 
 
 def exit_code_from_status(status: int) -> int:

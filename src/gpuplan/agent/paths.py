@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AgentPaths", "agent_home", "ensure_token", "read_token"]
+from gpuplan.errors import GpuplanError
+
+__all__ = ["AgentPaths", "HomeError", "agent_home", "ensure_token", "read_token"]
 
 
 def agent_home(env: dict[str, str] | None = None) -> Path:
@@ -28,7 +31,7 @@ class AgentPaths:
     """The files of one agent home.
 
     Attributes:
-        home: the directory (mode 0700).
+        home: the directory (created mode 0700; an existing one must be private already).
         db: the SQLite store (WAL): jobs, GPU samples, per-job samples, the audit log.
         socket: the Unix socket the client talks to (mode 0600).
         token: a random secret (mode 0600) that the web dashboard's mutating endpoints require.
@@ -81,11 +84,51 @@ class AgentPaths:
         return self.jobs_dir / str(jid)
 
     def create(self) -> None:
-        """Make the home (0700) and its jobs directory; write the token if absent."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.home, 0o700)
-        self.jobs_dir.mkdir(exist_ok=True)
+        """Make the home (0700) and its jobs directory (0700); write the token if absent.
+
+        A home that exists already keeps its mode: gpuplan never changes the mode of a directory it
+        did not create. It must be the caller's own and writable by no one else.
+
+        Raises:
+            HomeError: the home (or jobs/) is another user's, or group/world-writable (a shared
+                scratch directory such as /tmp, mode 1777): the message says how to fix it.
+        """
+        _private_dir(self.home, "GPUPLAN_HOME", parents=True)
+        _private_dir(self.jobs_dir, "GPUPLAN_HOME/jobs")
         ensure_token(self)
+
+
+class HomeError(GpuplanError):
+    """An agent home that is not private to its user."""
+
+
+def _private_dir(path: Path, what: str, parents: bool = False) -> None:
+    """Create `path` 0700, or check an existing one (its mode is never changed)."""
+    try:
+        path.mkdir(mode=0o700, parents=parents)
+        return
+    except FileExistsError:
+        pass
+    st = path.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise HomeError(f"{what}={path} is not a directory; point GPUPLAN_HOME at a directory of your own")
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.getuid():
+        raise HomeError(
+            f"{what}={path} belongs to uid {st.st_uid}, not you (uid {os.getuid()}); use a directory of "
+            f"your own, e.g. GPUPLAN_HOME={path}/gpuplan-{_user()} created by gpuplan, or unset GPUPLAN_HOME"
+        )
+    if mode & 0o022:
+        raise HomeError(
+            f"{what}={path} is writable by others (mode {mode:04o}): anyone could replace the agent's "
+            f"socket or store there. Use a private subdirectory, e.g. GPUPLAN_HOME={path}/gpuplan-{_user()} "
+            "(gpuplan creates it 0700)"
+            + ("" if mode & stat.S_ISVTX else f", or make it private: chmod go-w {path}")
+        )
+
+
+def _user() -> str:
+    return os.environ.get("USER") or str(os.getuid())
 
 
 def ensure_token(paths: AgentPaths) -> str:

@@ -140,6 +140,7 @@ def op_cancel(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
             if agent.engine.is_waiting(row.id):
                 agent.engine.withdraw(row.id)
             agent.store.update_job(row.id, state="cancelled", end_s=now, reason="cancelled while waiting")
+            agent.store.forget_env(row.id)
         done.append(row.id)
     return {"ids": done}
 

@@ -8,8 +8,13 @@ Job states: `queued` (waiting for GPUs), `held`, `running`, `suspended` (a preem
 its processes in place: they keep their GPU memory), and the final ones `done` (exit 0), `failed`,
 `cancelled`, `timeout`. A job requeued after a CUDA out-of-memory exit, or after a preemption that
 stopped it (`checkpoint`, `requeue`), goes back to `queued` with `attempt` + 1 (after an OOM, with a
-raised `mem_gb`); `preempted` is the short-lived state of such an attempt between its end and its
-requeue.
+raised `mem_gb`); `preempted` (stopped by a preemption) and `requeued` (stopped by `gpuplan requeue`)
+are the short-lived states of such an attempt between its end and its requeue, and what its history
+line says (`PREEMPTED`, `REQUEUED`).
+
+The submitter's environment (`env_json`) is kept only while an attempt may still need it: it is cut
+to `KEPT_ENV` when the job starts (or, when an OOM retry or a checkpoint/requeue preemption may start
+it again, when it ends for good). No reply ever carries it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 __all__ = [
     "ACTIVE_STATES",
     "FINAL_STATES",
+    "KEPT_ENV",
     "SCHEMA_VERSION",
     "GpuSample",
     "JobProfile",
@@ -44,6 +50,9 @@ __all__ = [
 SCHEMA_VERSION = 3
 FINAL_STATES = ("done", "failed", "cancelled", "timeout")
 ACTIVE_STATES = ("queued", "held", "running", "suspended")
+
+KEPT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM")
+"""What stays of a job's environment once no attempt can need the rest (and LC_* variables)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -427,6 +436,16 @@ class Store:
                 "INSERT INTO job_samples VALUES (?, ?, ?, ?, ?, ?, ?)", [(t_s, *j) for j in job_rows]
             )
 
+    def forget_env(self, job_id: int) -> None:
+        """Drop the submitter's environment but for a few harmless variables (PATH, HOME, LANG, ...)."""
+        row = self.conn.execute("SELECT env_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return
+        env = json.loads(row[0] or "{}")
+        kept = {k: v for k, v in env.items() if k in KEPT_ENV or k.startswith("LC_")}
+        if kept != env:
+            self.conn.execute("UPDATE jobs SET env_json = ? WHERE id = ?", (json.dumps(kept), job_id))
+
     def log_event(
         self, t_s: float, uid: int, action: str, job_id: int | None = None, detail: str = ""
     ) -> None:
@@ -437,6 +456,28 @@ class Store:
         n = self.conn.execute("DELETE FROM gpu_samples WHERE t_s < ?", (before_s,)).rowcount
         n += self.conn.execute("DELETE FROM job_samples WHERE t_s < ?", (before_s,)).rowcount
         return n
+
+    def prune_jobs(self, before_s: float) -> list[int]:
+        """Delete jobs that ended before `before_s` (with their samples, events and history keys),
+        except those a waiting job still depends on; returns their ids (the caller removes jobs/ID/)."""
+        finals = ",".join("?" * len(FINAL_STATES))
+        active = ",".join("?" * len(ACTIVE_STATES))
+        ids = [r[0] for r in self.conn.execute(
+            f"SELECT id FROM jobs WHERE state IN ({finals}) AND end_s < ? AND id NOT IN "
+            f"(SELECT after_id FROM jobs WHERE after_id IS NOT NULL AND state IN ({active}))",
+            (*FINAL_STATES, before_s, *ACTIVE_STATES),
+        ).fetchall()]  # fmt: skip
+        with self.conn:
+            self.conn.execute("BEGIN")
+            for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+                marks = ",".join("?" * len(chunk))
+                self.conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chunk)
+                self.conn.execute(f"DELETE FROM job_samples WHERE job_id IN ({marks})", chunk)
+                self.conn.executemany(
+                    "DELETE FROM meta WHERE key LIKE ?", [(f"history:{j}.%",) for j in chunk]
+                )
+            self.conn.execute("DELETE FROM events WHERE t_s < ?", (before_s,))
+        return ids
 
     def get_meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

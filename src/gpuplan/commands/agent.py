@@ -59,7 +59,7 @@ def parse_mem_gb(text: str) -> float:
     return float(m.group(1)) * _MEM_UNITS[unit]
 
 
-def parse_duration_s(text: str) -> float:
+def parse_duration_s(text: str, option: str = "--time") -> float:
     """`90s`, `30m`, `2h`, `1d`, `1h30m` or `H:MM:SS` -> seconds.
 
     Raises:
@@ -68,7 +68,7 @@ def parse_duration_s(text: str) -> float:
     from gpuplan.errors import GpuplanError
 
     t = text.strip().lower()
-    bad = GpuplanError(f"--time {text!r}: expected a time limit such as 90s, 30m, 2h, 1h30m or 1:30:00")
+    bad = GpuplanError(f"{option} {text!r}: expected a duration such as 90s, 30m, 2h, 1h30m, 30d or 1:30:00")
     if ":" in t:
         parts = t.split(":")
         if len(parts) > 3 or not all(p.isdigit() for p in parts):
@@ -229,7 +229,8 @@ def start_cmd(
     sharing: Annotated[bool, typer.Option("--sharing/--exclusive", help="Let jobs share a GPU while their declared memory fits (default: one job per GPU).")] = False,
     max_jobs_per_gpu: Annotated[int, typer.Option("--max-jobs-per-gpu", min=1, help="With --sharing: most jobs on one GPU.")] = 4,
     sample_interval: Annotated[float, typer.Option("--sample-interval", min=0.01, help="Seconds between GPU samples.")] = 1.0,
-    retention: Annotated[float, typer.Option("--retention", min=0.0, help="Days of GPU samples to keep.")] = 7.0,
+    retention: Annotated[str, typer.Option("--retention", help="Finished jobs older than this (their rows, samples, events, logs and jobs/ID/ directories) are deleted, e.g. 30d, 12h.")] = "30d",
+    sample_retention: Annotated[str, typer.Option("--sample-retention", help="GPU and job samples older than this are deleted, e.g. 7d.")] = "7d",
     grace: Annotated[float, typer.Option("--grace", min=0.0, help="Seconds between SIGTERM and SIGKILL on cancel or time limit.")] = 10.0,
     oom_retries: Annotated[int, typer.Option("--oom-retries", min=0, help="Requeues after a CUDA out-of-memory exit.")] = 1,
     oom_factor: Annotated[float, typer.Option("--oom-factor", min=1.0, help="Memory of a requeued OOM job: observed peak x this.")] = 1.25,
@@ -271,7 +272,8 @@ def start_cmd(
         open_backend(gpus, set_id=str(paths.home)).close()
         config = AgentConfig(
             home=paths.home, gpus=gpus, policy=policy, backfill=backfill, placer=placer, sharing=sharing,
-            max_jobs_per_gpu=max_jobs_per_gpu, sample_interval_s=sample_interval, retention_s=retention * 86400,
+            max_jobs_per_gpu=max_jobs_per_gpu, sample_interval_s=sample_interval, retention_s=parse_duration_s(retention, "--retention"),
+            sample_retention_s=parse_duration_s(sample_retention, "--sample-retention"),
             grace_s=grace, oom_retries=oom_retries, oom_factor=oom_factor,
             predict=[str(p.resolve()) for p in predict or []], quantum_gpu_s=quantum_gpu_s,
             max_gpus_per_user=max_gpus_per_user, max_jobs_per_user=max_jobs_per_user,
@@ -305,7 +307,9 @@ def _spawn(config: Any) -> dict[str, Any]:
     else:
         raise AgentError(f"an agent already runs for GPUPLAN_HOME={paths.home} (pid {running['pid']})")
     arg = json.dumps(config.to_json())
-    with open(paths.log, "ab") as logf:
+    fd = os.open(paths.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # private: it names users' commands (an older agent.log may be 0644)
+    with os.fdopen(fd, "ab") as logf:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpuplan.agent.server", arg],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, close_fds=True,
