@@ -12,6 +12,8 @@ The wrapper also enforces the job's time limit itself, so the limit holds while 
 watchdog in the job's group counts the limit in ticks of one second (a tick in which the group was
 SIGSTOPped by a suspend counts once, so suspended time barely counts, as in the agent), then writes
 `jobs/ID/timeout`, sends SIGTERM (and SIGCONT) to the group, waits GRACE_S and sends SIGKILL. The
+wrapper itself dies with a SIGTERM to the group, as the job does (then no status file is written:
+the `timeout` marker and its time tell what happened). The
 agent reads `timeout` when it closes the job (`hit_time_limit`): the job ends `timeout` even when the
 agent was down at the time. The agent's own limit (exact, on its clock) stays the first to act while
 it runs.
@@ -45,25 +47,27 @@ __all__ = [
 ]
 
 _WATCHDOG = """(
-  trap '' TERM
-  trap 'kill -KILL "$s" 2>/dev/null; wait "$s"; exit 0' USR1
+  trap 'kill -KILL "$s" 2>/dev/null; wait "$s"; exit 0' TERM USR1
   tick() { sleep "$1" & s=$!; wait "$s"; }
   tick "$4"
   n=0
   while [ "$n" -lt "$3" ]; do tick 1; n=$((n + 1)); done
   printf 'timeout\\n' > "${2%/*}/timeout"
+  trap '' TERM
   kill -TERM 0; kill -CONT 0
   tick "$5"
   kill -KILL 0
 ) &
 w=$!"""
 _WRAPPER = (
-    "trap 'stopped=1' TERM\n"  # a handler, not '': the job itself keeps the default SIGTERM
     f'w=""\nif [ -n "$3" ]; then\n{_WATCHDOG}\nfi\n'
     '/bin/sh -c "$1"; rc=$?\n'
     '[ -n "$w" ] && kill -USR1 "$w" 2>/dev/null && wait "$w"\n'  # reaped: no zombie keeps the group
     'printf "%s\\n" "$rc" > "$2.tmp" && mv "$2.tmp" "$2"; exit "$rc"'
 )
+"""The job's wrapper. A SIGTERM to the group (cancel, the agent's limit) ends the watchdog too; the
+watchdog's own SIGTERM at the limit spares it (`trap '' TERM` first) so that it can send SIGKILL
+after the grace period."""
 _MARKERS = ("GPUPLAN_AGENT_HOME", "GPUPLAN_JOB_ID", "GPUPLAN_ATTEMPT")
 _DROP = (
     "CUDA_VISIBLE_DEVICES",
