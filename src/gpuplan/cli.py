@@ -12,10 +12,12 @@ import typer
 
 from gpuplan.commands.common import (
     ClusterOpt,
+    DaskOpt,
     JsonOpt,
     PredictOpt,
     ScheduleOutOpt,
     TraceClusterOpt,
+    WorkersOpt,
     apply_predictions,
     fitting_jobs,
     parse_specs,
@@ -123,6 +125,8 @@ def simulate(
     checkpoint_every: Annotated[float, typer.Option("--checkpoint-every", help="Seconds of work between checkpoints; 0: checkpoint when preempted (nothing lost).")] = 0.0,
     span: Annotated[bool, typer.Option("--span/--no-span", help="Let jobs wider than the largest node span nodes (default); --no-span leaves them out.")] = True,
     schedule_out: ScheduleOutOpt = None,
+    workers: WorkersOpt = 1,
+    dask: DaskOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Simulate a trace under one or more policies and backfill modes (las, tiresias, gittins preempt)."""
@@ -153,6 +157,8 @@ def simulate(
             show_progress=not as_json,
             estimates=source,
             preemption=cost,
+            workers=workers,
+            dask=dask,
         )
         _emit(
             results,
@@ -544,9 +550,11 @@ def _register_commands() -> None:
     from gpuplan.commands.predict import predict_app
     from gpuplan.commands.serve import serve
     from gpuplan.commands.slurm import slurm_app
+    from gpuplan.commands.sweep import sweep
 
     app.command(name="audit")(audit)
     app.command(name="frag")(frag)
+    app.command(name="sweep")(sweep)
     app.command(name="plan")(plan)
     app.add_typer(mig_app, name="mig")
     app.add_typer(predict_app, name="predict")

@@ -25,10 +25,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CLUSTER",
     "ClusterOpt",
+    "DaskOpt",
     "JsonOpt",
     "PredictOpt",
     "ScheduleOutOpt",
     "TraceClusterOpt",
+    "WorkersOpt",
     "apply_predictions",
     "cli_errors",
     "cluster_for",
@@ -59,6 +61,19 @@ ScheduleOutOpt = Annotated[
     typer.Option(
         "--schedule-out",
         help="Write every job's start, end and GPUs as JSONL (one row per job per run); --json then leaves them out.",
+    ),
+]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers", help="Run the simulations on N local processes at once (1: one after the other, here)."
+    ),
+]
+DaskOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dask",
+        help="Run the simulations on the Dask scheduler at ADDRESS (tcp://host:8786); each trace goes once to each worker.",
     ),
 ]
 PredictOpt = Annotated[

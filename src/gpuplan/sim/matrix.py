@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpuplan.core.preemption import PreemptionCost
     from gpuplan.model import ClusterSpec, Job
+    from gpuplan.progress import LazyProgress
     from gpuplan.sim.result import SimResult
+    from gpuplan.sim.sweep import Run
 
 __all__ = ["rank_key", "run_matrix"]
 
@@ -29,18 +31,22 @@ def run_matrix(
     show_progress: bool = True,
     estimates: str = "trace",
     preemption: PreemptionCost | None = None,
+    workers: int = 1,
+    dask: str | None = None,
 ) -> list[SimResult]:
     """Simulate every policy x backfill pair; results sorted by makespan, then mean JCT.
 
+    `workers` > 1: on that many local processes; `dask`: on the Dask scheduler at that address
+    (sim/sweep.py); the results are the same wherever the runs ran.
+
     A preemptive policy (las, tiresias, gittins) ignores the backfill mode: it runs once, as +none.
     `estimates` "history": every run learns its estimates online from its own finished jobs."""
-    from gpuplan.core.estimates import OnlineEstimator
     from gpuplan.core.policies import is_preemptive, policy_class
     from gpuplan.progress import LazyProgress
     from gpuplan.sim.bounds import lower_bound
-    from gpuplan.sim.engine import as_policy, queue_order, simulate
+    from gpuplan.sim.engine import as_policy, queue_order
+    from gpuplan.sim.sweep import Run, run_all
 
-    results = []
     bound_s = lower_bound(jobs, cluster).value_s  # the same for every run: computed once
     # Policies that order these jobs the same way make the same schedule with each backfill mode
     # (e.g. sjf and fifo when no job has an estimate): simulate it once (static keys only).
@@ -53,39 +59,67 @@ def run_matrix(
         if static
         else {}
     )
-    simulated: dict[tuple[bytes, str], SimResult] = {}
     pairs = [(p, b) for p in policies if p not in preemptive for b in backfills]
     pairs += [(p, "none") for p in policies if p in preemptive]
+    first: dict[tuple[bytes, str], int] = {}  # (queue order, backfill) -> the pair simulated for it
+    twin_of: dict[int, int] = {}
+    for i, (p, b) in enumerate(pairs):
+        if p in orders:
+            twin_of[i] = first.setdefault((orders[p], b), i)
+    todo = [i for i in range(len(pairs)) if twin_of.get(i, i) == i]
+    runs = [
+        Run("trace", pairs[i][0], pairs[i][1], placer, oracle, estimates, preemption, bound_s) for i in todo
+    ]
     n = len(jobs)
-    with LazyProgress(len(pairs) * n, "simulating", enabled=show_progress) as bar:
-        for i, (p, b) in enumerate(pairs):
-            label = f"simulating {p}+{b} ({i + 1}/{len(pairs)})"
-
-            def tick(done: int, total: int, base: int = i * n, label: str = label) -> None:
-                bar.set(base + done, label)
-
-            twin = simulated.get((orders[p], b)) if p in orders else None
-            if twin is not None:
-                results.append(as_policy(twin, jobs, p, oracle))
-                bar.set((i + 1) * n, label)
-                continue
-            est = OnlineEstimator() if estimates == "history" else None
-            results.append(
-                simulate(
-                    jobs,
-                    cluster,
-                    p,
-                    b,
-                    placer,
-                    oracle=oracle,
-                    progress=tick,
-                    estimator=est,
-                    preemption=preemption,
-                    lower_bound_s=bound_s,
-                )
+    with LazyProgress(len(runs) * n, "simulating", enabled=show_progress) as bar:
+        if workers == 1 and dask is None:
+            done = _in_process(jobs, cluster, runs, bar)
+        else:
+            done = run_all(
+                {"trace": (jobs, cluster)},
+                runs,
+                workers,
+                dask,
+                on_done=lambda k: bar.advance(n, f"simulated {runs[k].policy}+{runs[k].backfill}"),
             )
-            if p in orders:
-                simulated[(orders[p], b)] = results[-1]
-            bar.set((i + 1) * n, label)
+    simulated = dict(zip(todo, done, strict=True))
+    results = [
+        simulated[i] if twin_of.get(i, i) == i else as_policy(simulated[twin_of[i]], jobs, p, oracle)
+        for i, (p, _b) in enumerate(pairs)
+    ]
     results.sort(key=rank_key)
     return results
+
+
+def _in_process(
+    jobs: Sequence[Job], cluster: ClusterSpec, runs: list[Run], bar: LazyProgress
+) -> list[SimResult]:
+    """The runs one after the other in this process, the bar moving with each run's finished jobs."""
+    from gpuplan.core.estimates import OnlineEstimator
+    from gpuplan.sim.engine import simulate
+
+    out = []
+    n = len(jobs)
+    for i, run in enumerate(runs):
+        label = f"simulating {run.policy}+{run.backfill} ({i + 1}/{len(runs)})"
+        base = bar.done
+
+        def tick(done: int, total: int, base: int = base, label: str = label) -> None:
+            bar.set(base + done, label)
+
+        out.append(
+            simulate(
+                jobs,
+                cluster,
+                run.policy,
+                run.backfill,
+                run.placer,
+                oracle=run.oracle,
+                progress=tick,
+                estimator=OnlineEstimator() if run.estimates == "history" else None,
+                preemption=run.preemption,
+                lower_bound_s=run.lower_bound_s,
+            )
+        )
+        bar.set(base + n, label)
+    return out
