@@ -196,3 +196,16 @@ def test_a_backfill_spec_round_trips_through_simulate(tmp_path: Path) -> None:
     r = runner.invoke(app, ["simulate", str(path), "--backfill", "conservative:depth=3,easy", "--json"])
     assert r.exit_code == 0, r.stderr
     assert sorted(run["backfill"] for run in json.loads(r.stdout)) == ["conservative:depth=3", "easy"]
+
+
+def test_every_backfill_option_takes_a_spec(tmp_path: Path) -> None:
+    path, _ = _two_jobs(tmp_path)
+    for args in (
+        ["mig", "plan", str(path), "--backfill", "conservative:depth=0"],
+        ["predict", "eval", str(path), "--schedule", "--backfill", "conservative:depth=0"],
+    ):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "depth=0 is not valid" in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    ok = runner.invoke(app, ["mig", "plan", str(path), "--backfill", "conservative:depth=3", "--json"])
+    assert ok.exit_code == 0, ok.stderr

@@ -23,7 +23,7 @@ def plan(
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Preset name or cluster .toml (GPU models with MIG tables: A100-40GB, A100-80GB, H100-80GB, H200-141GB); default: the trace's own, else 8xA100-80GB.")] = None,
     objective: Annotated[str, typer.Option("--objective", help="makespan or mean-jct.")] = "makespan",
     policy: Annotated[str, typer.Option("--policy", "-p", help="Queue policy every candidate runs with.")] = "fifo",
-    backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy or conservative.")] = "easy",
+    backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy or conservative[:depth=N].")] = "easy",
     refine: Annotated[bool, typer.Option("--refine/--no-refine", help="After the best uniform layout, try each GPU's layout in turn.")] = True,
     reconfigure: Annotated[bool, typer.Option("--reconfigure", help="Also try one re-cut: whole GPUs until the last job that needs one starts, a full drain, then MIG.")] = False,
     drain_cost: Annotated[float, typer.Option("--drain-cost", min=0.0, help="Seconds a re-cut costs after the drain (with --reconfigure).")] = 300.0,
@@ -38,12 +38,12 @@ def plan(
     from gpuplan.commands.common import parse_names as _names
 
     with _errors():
-        from gpuplan.core.backfill import backfill_names
+        from gpuplan.core.backfill import get_backfill
         from gpuplan.core.policies import policy_names
         from gpuplan.optimize.mig_plan import format_mig_plan, plan_mig
 
         _names(policy, policy_names(), "policy")
-        _names(backfill, backfill_names(), "backfill mode")
+        backfill = get_backfill(backfill).spec
         result = _load_trace(trace, None, None, False)
         spec = _cluster_for(cluster, result, None)
         found = plan_mig(

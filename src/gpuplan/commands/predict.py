@@ -154,7 +154,7 @@ def eval_(
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="For --schedule: preset or .toml; default: the trace's own cluster, else 8xA100-80GB.")] = None,
     sharing: Annotated[bool | None, typer.Option("--sharing/--exclusive", help="For --schedule: override the cluster's GPU sharing.")] = None,
     policy: Annotated[str, typer.Option("--policy", help="For --schedule: policies, comma-separated.")] = "fifo,sjf,gpu-time,article",
-    backfill: Annotated[str, typer.Option("--backfill", "-b", help="For --schedule: none, easy or conservative.")] = "easy",
+    backfill: Annotated[str, typer.Option("--backfill", "-b", help="For --schedule: none, easy or conservative[:depth=N].")] = "easy",
     schedule_with: Annotated[str | None, typer.Option("--schedule-with", help="For --schedule: whose predictions to plan with (default gbm, else the last predictor).")] = None,
     load_factor: Annotated[float, typer.Option("--load-factor", min=0.01, help="For --schedule: divide the gaps between submits by this (2: twice the load).")] = 1.0,
     schedule_jobs: Annotated[int, typer.Option("--schedule-jobs", min=0, help="For --schedule: simulate the first N jobs after the warm-up; 0: all.")] = DEFAULT_SCHEDULE_JOBS,
@@ -202,7 +202,7 @@ def _check_schedule_options(
 ) -> None:
     from gpuplan.cluster import load_cluster
     from gpuplan.commands.common import parse_names as _names
-    from gpuplan.core.backfill import backfill_names
+    from gpuplan.core.backfill import get_backfill
     from gpuplan.core.policies import policy_names
     from gpuplan.predict import PredictError
 
@@ -213,7 +213,7 @@ def _check_schedule_options(
             f"--schedule-with {schedule_with}: not among the evaluated predictors ({', '.join(names)})"
         )
     _names(policy, policy_names(), "policy")
-    _names(backfill, backfill_names(), "backfill mode")
+    get_backfill(backfill)
     if cluster is not None:
         load_cluster(cluster)  # a bad --cluster fails before a long evaluation
 
