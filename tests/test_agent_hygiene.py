@@ -25,8 +25,9 @@ from agent_helpers import Clock, Daemon, wait_until
 from gpuplan.agent.daemon import Agent, AgentConfig
 from gpuplan.agent.launcher import live_jobs
 from gpuplan.agent.paths import AgentPaths, HomeError
+from gpuplan.agent.protocol import Caller
 from gpuplan.agent.requests import handle
-from gpuplan.agent.store import connect, events_since, get_job
+from gpuplan.agent.store import Store, connect, events_since, get_job
 
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -226,3 +227,31 @@ def test_agent_log_is_private(tmp_path: Path) -> None:
         conn.close()
     finally:
         Daemon(home).stop_by_pidfile()
+
+
+def test_an_error_inside_a_handler_is_an_error_reply_and_the_agent_goes_on(make_agent, caplog) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    jid = _submit(agent, "sleep 60")
+    agent.store.conn.close()  # every store call now raises sqlite3.ProgrammingError
+    with caplog.at_level("ERROR", logger="gpuplan.agent"):
+        reply = handle(agent, {"op": "show", "id": jid}, Caller(os.getuid(), os.getgid(), 4242))
+    assert reply["ok"] is False and "show failed in the agent (ProgrammingError" in reply["error"]
+    assert any("pid 4242" in r.getMessage() and "show failed" in r.getMessage() for r in caplog.records)
+    agent.store = Store(agent.paths.db)  # the next request and round work again
+    assert handle(agent, {"op": "show", "id": jid}, 0)["ok"]
+    _until(agent, jid, "running")
+
+
+def test_a_repeated_request_id_returns_the_same_job(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent()
+    req = {
+        "op": "submit",
+        "command": "true",
+        "cwd": "/",
+        "request_id": "0b6f1c1e-5c1a-4c0e-9f1e-1d2c3b4a5f60",
+    }
+    first, again = handle(agent, req, os.getuid()), handle(agent, req, os.getuid())
+    assert first["ok"] and again == {"ok": True, "id": first["id"], "duplicate": True}
+    assert [r.id for r in agent.store.jobs()] == [first["id"]]
+    other = handle(agent, req, os.getuid() + 1)
+    assert other["ok"] is False and "used by another caller" in other["error"]

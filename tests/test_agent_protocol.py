@@ -88,7 +88,7 @@ def _good(field: str, rng: random.Random, home: Path) -> Any:
     return {
         "command": "true", "gpus": rng.choice([1, 2, 8]), "mem_gb": rng.choice([None, 10.0]),
         "time_limit_s": rng.choice([None, 60.0]), "name": rng.choice(["", "fz"]), "priority": rng.randint(-5, 5),
-        "after_id": None, "hold": rng.random() < 0.3, "cwd": str(home), "env": {"PATH": os.environ["PATH"]},
+        "after_id": None, "hold": rng.random() < 0.5, "cwd": str(home), "env": {"PATH": os.environ["PATH"]},
         "preempt": rng.choice(["suspend", "never"]), "ids": [small_id], "id": small_id, "order": [str(small_id)],
         "kill_jobs": False, "request_id": None,
     }[field]  # fmt: skip
@@ -98,7 +98,8 @@ def _request(rng: random.Random, home: Path) -> dict[str, Any]:
     op = rng.choice([*OPS, "explode", 7])
     fields = list(OPS.get(op, {})) if isinstance(op, str) else []
     obj: dict[str, Any] = {"op": op}
-    good = 0.9 if op == "submit" else 0.7  # a submit has 11 fields: enough of them must pass
+    # a submit has 11 fields: enough of them must pass; a requeue or a started job costs a real process
+    good = {"submit": 0.85, "requeue": 0.4}.get(op, 0.7) if isinstance(op, str) else 0.7
     for f in fields:
         r = rng.random()
         if r < good:
@@ -156,7 +157,7 @@ def test_fuzz_agent_answers_everything_and_loses_no_job(agent: Daemon) -> None:
     assert answered == FUZZ_REQUESTS
     _deep_and_long_lines(agent)
     assert agent.proc is not None and agent.proc.poll() is None
-    assert len(accepted) > 100, f"too few valid submits to check anything: {len(accepted)}"
+    assert len(accepted) > 50, f"too few valid submits to check anything: {len(accepted)}"
     _check_jobs(agent, accepted)
 
 

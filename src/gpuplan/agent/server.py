@@ -109,34 +109,37 @@ class _Server:
             return
         client.seen_s = time.monotonic()
         client.buf += chunk
+        lines = []
         while b"\n" in chunk and (end := client.buf.find(b"\n")) >= 0:  # scan only when a line ended
-            line = bytes(client.buf[:end])
+            lines.append(bytes(client.buf[:end]))
             del client.buf[: end + 1]
-            if not self._answer(client, line):
-                return
-        if len(client.buf) > MAX_REQUEST_BYTES:
+        too_long = len(client.buf) > MAX_REQUEST_BYTES
+        if not chunk and client.buf.strip() and not too_long:
+            lines.append(bytes(client.buf))  # end of file: a last line without its newline is a request too
+        if lines and not self._answer(client, lines):
+            return
+        if too_long:
             log.warning("%s: refused: a request line over %d bytes", client.caller, MAX_REQUEST_BYTES)
             self._answer_error(client, f"bad request: a request line over {MAX_REQUEST_BYTES} bytes")
             self.close(client)
-        elif not chunk:  # end of file: a last line without its newline is a request too
-            if client.buf.strip():
-                self._answer(client, bytes(client.buf))
+        elif not chunk:
             self.close(client)
 
-    def _answer(self, client: _Client, line: bytes) -> bool:
-        """Answer one line (an empty one too: every line gets a reply); False when the connection
-        is closed (by the client or the fault hook)."""
-        op, reply = answer_line(self.agent, line, client.caller)
-        if reply.get("ok") and op in MUTATING_OPS:
+    def _answer(self, client: _Client, lines: list[bytes]) -> bool:
+        """Answer the lines that arrived together, in order (an empty line too: every line gets a
+        reply); False when the connection is closed (by the client or the fault hook)."""
+        answers = [answer_line(self.agent, line, client.caller) for line in lines]
+        if any(reply.get("ok") and op in MUTATING_OPS for op, reply in answers):
             _guarded_step(self.agent)  # start what can start before answering: low submit latency
-        if self.fault.fires(op, bool(reply.get("ok"))):
-            log.warning("TEST FAULT: resetting the connection after %s without a reply", op)
-            client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.close(client)
-            return False
-        if not self._send(client.sock, reply):
-            self.close(client)
-            return False
+        for op, reply in answers:
+            if self.fault.fires(op, bool(reply.get("ok"))):
+                log.warning("TEST FAULT: resetting the connection after %s without a reply", op)
+                client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close(client)
+                return False
+            if not self._send(client.sock, reply):
+                self.close(client)
+                return False
         return True
 
     def _answer_error(self, client: _Client, error: str) -> None:
