@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from agent_helpers import Daemon, wait_until
+from gpuplan.agent.gpus import open_backend
 from gpuplan.agent.launcher import live_jobs
 from gpuplan.agent.protocol import (
     AgentConnection,
@@ -206,6 +207,11 @@ def _check_jobs(agent: Daemon, accepted: set[int]) -> None:
     finally:
         conn.close()
     assert not live_jobs(agent.home), "a job process outlived its job"
+    backend = open_backend(agent.config["gpus"], set_id=str(agent.home))
+    try:
+        assert not backend.snapshot().procs, "the fake device set still shows a job's memory"
+    finally:
+        backend.close()
 
 
 @pytest.mark.parametrize(
@@ -360,3 +366,30 @@ def test_queue_show_logs_read_the_store_while_the_agent_is_down(tmp_path: Path) 
         )
     finally:
         d.kill_jobs()
+
+
+BIG = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", BIG], ["logs", BIG], ["cancel", BIG], ["hold", "1", BIG], ["release", BIG], ["requeue", BIG],
+        ["submit", "--after", BIG, "--", "true"], ["submit", "--priority", BIG, "--", "true"],
+        ["submit", "--priority", f"-{BIG}", "--", "true"],
+    ],
+)  # fmt: skip
+def test_cli_out_of_range_ids_are_one_line_with_the_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """Checked by the client before it connects: the same line with or without an agent."""
+    from typer.testing import CliRunner
+
+    from gpuplan.cli import app
+
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(app, args)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, (result.exit_code, result.stderr)
+    assert "out of range (valid: " in lines[0] and "9007199254740991" in lines[0], lines[0]
+    assert not (tmp_path / "home").exists(), "nothing was created for a refused request"
