@@ -27,7 +27,7 @@ def _client(home: Path, trace_root: Path) -> Any:
 
     paths = AgentPaths.from_env(home)
     source = NodeSource(open_backend("fake:8xA100-80GB", set_id=str(paths.home)), paths, "fake:8xA100-80GB")
-    return TestClient(create_app(ServeConfig(source, trace_root=trace_root)))
+    return TestClient(create_app(ServeConfig(source, trace_root=trace_root)), base_url="http://127.0.0.1")
 
 
 def _timed(call: Any) -> tuple[Any, float]:
@@ -148,7 +148,7 @@ def bench_slurm_queue(n: int = 10_000) -> dict[str, object]:
 
     clock = [now]
     source = SlurmSource(SlurmClient(Printed(), clock=lambda: clock[0]), clock=lambda: clock[0])
-    with TestClient(create_app(ServeConfig(source))) as client:
+    with TestClient(create_app(ServeConfig(source)), base_url="http://127.0.0.1") as client:
         first, first_s = _timed(lambda: client.get("/api/slurm/queue?offset=0&limit=100"))
         _, cached_s = _timed(lambda: client.get("/api/slurm/queue?offset=100&limit=100"))
         clock[0] += source.cache_s

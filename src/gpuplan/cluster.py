@@ -13,7 +13,14 @@ from typing import Any
 from gpuplan.errors import ClusterError, UnknownNameError
 from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
 
-__all__ = ["DEFAULT_CLUSTER", "cluster_from_toml", "cluster_to_toml", "load_cluster", "preset_names"]
+__all__ = [
+    "DEFAULT_CLUSTER",
+    "cluster_from_toml",
+    "cluster_to_toml",
+    "load_cluster",
+    "load_preset",
+    "preset_names",
+]
 
 DEFAULT_CLUSTER = "8xA100-80GB"
 """The preset a trace that describes no cluster runs on (every command says so when it happens)."""
@@ -46,14 +53,27 @@ def load_cluster(name_or_path: str, sharing: bool | None = None) -> ClusterSpec:
         text = path.read_text(encoding="utf-8")
         source = str(path)
     else:
-        if name_or_path not in preset_names():
-            raise UnknownNameError("cluster preset", name_or_path, preset_names())
-        text = (resources.files("gpuplan") / "clusters" / f"{name_or_path}.toml").read_text(encoding="utf-8")
-        source = f"preset {name_or_path}"
+        text, source = _preset_text(name_or_path), f"preset {name_or_path}"
     spec = cluster_from_toml(text, source)
     if sharing is not None and sharing != spec.sharing:
         spec = dataclasses.replace(spec, sharing=sharing)
     return spec
+
+
+def load_preset(name: str, sharing: bool | None = None) -> ClusterSpec:
+    """Load a preset by name; never a file, whatever exists under that name in the working folder.
+
+    Raises:
+        UnknownNameError: not a preset (the message lists them).
+    """
+    spec = cluster_from_toml(_preset_text(name), f"preset {name}")
+    return spec if sharing is None or sharing == spec.sharing else dataclasses.replace(spec, sharing=sharing)
+
+
+def _preset_text(name: str) -> str:
+    if name not in preset_names():
+        raise UnknownNameError("cluster preset", name, preset_names())
+    return (resources.files("gpuplan") / "clusters" / f"{name}.toml").read_text(encoding="utf-8")
 
 
 def cluster_from_toml(text: str, source: str) -> ClusterSpec:

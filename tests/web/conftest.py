@@ -28,7 +28,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveS
     """Three servers: a busy node (3 running jobs, 12 queued), an empty agent, and 10,000 queued jobs."""
     require_chromium()
     root = tmp_path_factory.mktemp("traces")
-    homes = {name: FakeAgentHome(tmp_path_factory.mktemp(name) / "home") for name in ("busy", "empty", "big")}
+    homes = {  # the busy node has a token: the what-if test uploads with it
+        name: FakeAgentHome(tmp_path_factory.mktemp(name) / "home", token=name == "busy")
+        for name in ("busy", "empty", "big")
+    }
     for gpus, mem, util, name in BUSY_JOBS:
         homes["busy"].run(gpus, mem, util, name=name, user="demo")
     homes["busy"].enqueue(12)

@@ -104,14 +104,17 @@ class LiveServer:
     url: str
     home: FakeAgentHome
     served: ServedApp
+    token: str | None = None
 
 
 def start_server(home: FakeAgentHome, trace_root: Path) -> LiveServer:
+    """The app on `home`, with the home's token when it has one (what-if uploads need it)."""
     from gpuplan.web.app import ServeConfig, create_app
 
-    app = create_app(ServeConfig(home.source(), trace_root=trace_root, sample_s=0.25, window_s=120.0))
-    served = serve_in_thread(app)
-    return LiveServer(served.url, home, served)
+    token = home.paths.token.read_text().strip() if home.paths.token.exists() else None
+    config = ServeConfig(home.source(), token=token, trace_root=trace_root, sample_s=0.25, window_s=120.0)
+    served = serve_in_thread(create_app(config))
+    return LiveServer(served.url, home, served, token)
 
 
 def stop_server(live: LiveServer) -> None:

@@ -156,10 +156,17 @@ def test_whatif_table_charts_and_bad_rows(
     trace = tmp_path / "article.csv"
     jobs = synth_article(0)
     write_trace(jobs, trace)
-    page.goto(served["busy"].url + "/whatif")
+    live = served["busy"]
+    assert live.token is not None
+    page.goto(live.url + "/whatif")
     policies = page.locator("input[name='policy']").count()
     assert policies == len(policy_names())
+    watch.allowed.add(("/api/whatif", 403))
     page.set_input_files("#wf-file", str(trace))
+    page.click("#wf-run")  # an upload without the token is refused, and the page says what it needs
+    page.wait_for_selector("body[data-whatif='error']", timeout=TIMEOUT_MS)
+    assert "need the server's token" in page.locator("#whatif-error").inner_text()
+    page.fill("#wf-token", live.token)
     page.click("#wf-run")
     page.wait_for_selector("body[data-whatif='done']", timeout=60_000)
     runs = policies + 1  # every policy with EASY backfill, and FIFO without backfill as the baseline

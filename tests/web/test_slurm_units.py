@@ -91,7 +91,7 @@ def _client(clock: Clock) -> SlurmClient:
 @pytest.fixture
 def served(fake_slurm: FakeSlurm, clock: Clock) -> Iterator[tuple[TestClient, SlurmSource]]:
     source = SlurmSource(_client(clock), cache_s=5.0, clock=clock)
-    with TestClient(create_app(ServeConfig(source, sample_s=0.05))) as client:
+    with TestClient(create_app(ServeConfig(source, sample_s=0.05)), base_url="http://localhost") as client:
         yield client, source
 
 

@@ -24,11 +24,13 @@ from gpuplan.web.metrics import DCGM_SERIES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MIB = 1024.0
+LOCAL = "http://127.0.0.1"  # the Host check lets loopback names through (TestClient's default is not one)
 
 
 def _client(home: FakeAgentHome, trace_root: Path, **config: Any) -> TestClient:
     token = config.pop("token", None)
-    return TestClient(create_app(ServeConfig(home.source(), token=token, trace_root=trace_root, **config)))
+    app = create_app(ServeConfig(home.source(), token=token, trace_root=trace_root, **config))
+    return TestClient(app, base_url=LOCAL)
 
 
 @pytest.fixture
@@ -226,33 +228,43 @@ def test_whatif_cluster_auto_follows_the_cli_rule(client: TestClient, article: P
     assert res["cluster"]["gpus"] == 8
 
 
-def test_whatif_upload_bad_rows_named(client: TestClient) -> None:
+def test_whatif_upload_bad_rows_named(tmp_path: Path) -> None:
     body = (FIXTURES / "cli" / "bad_row.csv").read_bytes()
-    resp = client.post("/api/whatif", params={"name": "bad_row.csv"}, content=body)
+    home = FakeAgentHome(tmp_path / "home", token=True)
+    token = {"Authorization": f"Bearer {home.paths.token.read_text().strip()}"}
+    try:
+        with _client(home, tmp_path, token=token["Authorization"].split()[1]) as client:
+            resp = client.post("/api/whatif", params={"name": "bad_row.csv"}, content=body, headers=token)
+            skipped = client.post(
+                "/api/whatif", params={"name": "bad_row.csv", "skip_bad": "true"}, content=body, headers=token
+            )
+    finally:
+        home.close()
     assert resp.status_code == 400
     err = resp.json()["error"]
     assert err.startswith("bad_row.csv:3:") and "gpus" in err and "'two'" in err, err
-    assert "/tmp" not in err  # the server's temporary path is not the user's file name
-    skipped = client.post("/api/whatif", params={"name": "bad_row.csv", "skip_bad": "true"}, content=body)
+    assert "/tmp" not in err and "gpuplan-upload-" not in err  # the user's file name, not the server's copy
     assert skipped.status_code == 200
     assert any("skipped 1 bad row" in n for n in skipped.json()["notes"])
+    assert all("/tmp" not in n for n in skipped.json()["notes"])
 
 
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"path": "../../etc/passwd"}, "must lie under the server's trace folder"),
+        ({"path": "../../etc/passwd"}, "'..' is not allowed: paths must lie under the server's trace folder"),
         ({}, "no trace given"),
         ({"path": "article.csv", "cluster": "nope"}, "valid names"),
         ({"path": "article.csv", "policies": "bogus"}, "unknown policy 'bogus'"),
         ({"path": "article.csv", "prices": "A100-80GB=cheap"}, "'cheap' is not a number"),
-        ({"path": "missing.csv"}, "no such trace file"),
+        ({"path": "missing.csv"}, "missing.csv: no such trace file"),
     ],
 )
 def test_whatif_bad_requests(client: TestClient, article: Path, params: dict[str, str], message: str) -> None:
     resp = client.post("/api/whatif", params=params)
     assert resp.status_code == 400
     assert message in resp.json()["error"], resp.json()
+    assert str(article.parent) not in resp.json()["error"]  # files relative to --traces, never absolute
 
 
 def test_sse_stream_sends_snapshots(client: TestClient) -> None:
@@ -324,7 +336,7 @@ def test_dashboard_on_a_running_agent(tmp_path: Path) -> None:
         )
         app = create_app(ServeConfig(source, token=read_token(paths), trace_root=tmp_path, sample_s=0.1))
         token = {"Authorization": f"Bearer {read_token(paths)}"}
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOCAL) as client:
             job = {"command": "sleep 120", "gpus": 2, "mem_gb": 30.0, "name": "big", "cwd": str(tmp_path)}
             assert client.post("/api/jobs", json=job).status_code == 403
             assert client.post("/api/jobs", json={**job, "gpus": 0}, headers=token).status_code == 422

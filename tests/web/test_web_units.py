@@ -91,6 +91,9 @@ def test_history_keeps_its_window() -> None:
         (["--gpus", "fake:nope"], "unknown"),
         (["--policy", "nope"], "unknown policy 'nope'"),
         (["--sample-seconds", "0"], "must be > 0"),
+        (["--token-file", "/no/such/token"], "--token-file /no/such/token: cannot read it"),
+        (["--max-upload-mb", "0"], "--max-upload-mb must be > 0"),
+        (["--whatif-cache", "0"], "--whatif-cache >= 1"),
     ],
 )
 def test_serve_bad_options_one_line(
@@ -112,7 +115,7 @@ def test_serve_says_when_it_is_not_on_loopback(capsys: pytest.CaptureFixture[str
     _announce("0.0.0.0", 8000, "FAKE", True, as_json=False)
     out = capsys.readouterr()
     assert "listening on 0.0.0.0, not loopback" in out.err
-    assert "mutating endpoints need the agent's token" in out.out
+    assert "changes and what-if uploads need the token" in out.out
 
 
 def test_plan_keeps_the_agents_order_and_expected_starts() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,17 +14,9 @@ from gpuplan.errors import GpuplanError
 if TYPE_CHECKING:
     from gpuplan.agent.paths import AgentPaths
     from gpuplan.web.live import LiveSource, NodeSource
+    from gpuplan.web.whatif_serve import WhatIfLimits
 
 __all__ = ["serve"]
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _token(paths: AgentPaths) -> str | None:
@@ -38,6 +30,28 @@ def _token(paths: AgentPaths) -> str | None:
         raise GpuplanError(
             f"{paths.token}: cannot read the agent's token ({e.strerror}); fix its permissions"
         ) from e
+
+
+def _token_file(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise GpuplanError(
+            f"--token-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
+        ) from e
+    if len(token) < 16:
+        raise GpuplanError(f"--token-file {path}: holds {len(token)} characters; a token needs at least 16")
+    return token
+
+
+def _whatif_limits(max_upload_mb: float, queue: int, cache: int) -> WhatIfLimits:
+    from gpuplan.web.whatif_serve import WhatIfLimits
+
+    if not max_upload_mb > 0 or queue < 0 or cache < 1:
+        raise GpuplanError("--max-upload-mb must be > 0, --whatif-queue >= 0 and --whatif-cache >= 1")
+    return WhatIfLimits(
+        max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_waiting=queue, cache_entries=cache
+    )
 
 
 DEFAULT_GPUS = "fake:8xA100-80GB"
@@ -86,6 +100,11 @@ def serve(
     watts: Annotated[list[str] | None, typer.Option("--watts", help="Power of a model, MODEL=BUSY or MODEL=BUSY/IDLE, in W (repeat).")] = None,
     sample_s: Annotated[float, typer.Option("--sample-seconds", help="Seconds between two live samples.")] = 1.0,
     window_min: Annotated[float, typer.Option("--window-minutes", help="Minutes of history the node view shows.")] = 10.0,
+    allowed_hosts: Annotated[str, typer.Option("--allowed-hosts", help="More names a request's Host may give, comma-separated (a proxy's name); '*' turns the check off. Always allowed: the bound address, and localhost names on loopback.")] = "",
+    token_file: Annotated[Path | None, typer.Option("--token-file", help="The token that changes and what-if uploads need (Authorization: Bearer TOKEN); default: the agent's $GPUPLAN_HOME/token (none with --slurm).")] = None,
+    max_upload_mb: Annotated[float, typer.Option("--max-upload-mb", help="Largest what-if upload, MiB; a larger body is refused (413) once that much is read.")] = 200.0,
+    whatif_queue: Annotated[int, typer.Option("--whatif-queue", help="What-ifs that may wait while one simulates; more are refused (429).")] = 4,
+    whatif_cache: Annotated[int, typer.Option("--whatif-cache", help="What-if results kept for their Gantt charts (least recently used out).")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print the address and settings as one JSON line, then serve.")] = False,
 ) -> None:  # fmt: skip
     """The live dashboard of this node or (--slurm) a Slurm cluster: node, queue and what-if views, /metrics, /healthz."""
@@ -97,6 +116,7 @@ def serve(
         if not traces.is_dir():
             raise GpuplanError(f"--traces {traces}: not a folder")
         from gpuplan.agent.paths import AgentPaths
+        from gpuplan.web.access import allowed_hosts as host_rule
         from gpuplan.web.app import ServeConfig, create_app
         from gpuplan.web.savings import parse_costs
 
@@ -107,13 +127,16 @@ def serve(
             if partition or predict is not None:
                 raise GpuplanError("--partition and --predict read a Slurm cluster: add --slurm")
             source = _source(gpus, paths, policy, backfill)
+        token = _token_file(token_file) if token_file is not None else None if slurm else _token(paths)
         config = ServeConfig(
             source=source,
-            token=None if slurm else _token(paths),
+            token=token,
             trace_root=traces.resolve(),
             costs=parse_costs(price or [], watts or []),
             sample_s=sample_s,
             window_s=window_min * 60.0,
+            hosts=host_rule(host, allowed_hosts.split(",")),
+            whatif=_whatif_limits(max_upload_mb, whatif_queue, whatif_cache),
         )
         app = create_app(config)
     _announce(host, port, config.source.label, config.token is not None, as_json, slurm)
@@ -148,20 +171,20 @@ def _slurm_source(gpus: str | None, policy: str | None, backfill: str | None, pa
 
 
 def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool, slurm: bool = False) -> None:
+    from gpuplan.web.access import is_loopback
+
     url = f"http://{host}:{port}/"
-    if not _is_loopback(host):
+    if not is_loopback(host):
         typer.echo(
             f"gpuplan: warning: listening on {host}, not loopback: anyone who reaches it sees the node",
             err=True,
         )
-    mode = "mutating endpoints need the agent's token" if has_token else "read-only (no agent token)"
+    mode = "changes and what-if uploads need the token" if has_token else "read-only (no token)"
     if slurm:
-        mode = "read-only: `gpuplan slurm apply` changes the order"
+        uploads = "what-if uploads need the token" if has_token else "no what-if uploads (no --token-file)"
+        mode = f"read-only: `gpuplan slurm apply` changes the order; {uploads}"
     if as_json:
-        typer.echo(
-            json.dumps(
-                {"url": url, "host": host, "port": port, "source": label, "token": has_token, "slurm": slurm}
-            )
-        )
+        line = {"url": url, "host": host, "port": port, "source": label, "token": has_token, "slurm": slurm}
+        typer.echo(json.dumps({**line, "pid": os.getpid()}))
     else:
         typer.echo(f"gpuplan serve: {url} ({label}; {mode})")

@@ -1,14 +1,16 @@
 """The FastAPI app of `gpuplan serve`: node, queue and what-if views, SSE, `/metrics`, `/healthz`.
 
-Read-only by default: the only endpoints that change anything (cancel a job) need the agent's
-token as `Authorization: Bearer TOKEN`; without a token file they are refused. Every page loads
-Plotly from `/static/`, served from the installed plotly package; nothing comes from the internet.
+Read-only by default: the endpoints that change anything (submit, cancel, reorder) and what-if
+uploads need the agent's token as `Authorization: Bearer TOKEN`; without a token file they are
+refused. Every request's `Host` must name this server (web/access.py, against DNS rebinding).
+What-ifs are bounded: uploads streamed to disk under a limit, one simulation at a time with a short
+line, results in a bounded cache (web/whatif_serve.py). Every page loads Plotly from `/static/`,
+served from the installed plotly package; nothing comes from the internet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import math
 import os
@@ -35,6 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from gpuplan.errors import GpuplanError
+from gpuplan.web.access import HostCheck, HostRule, token_refusal
 from gpuplan.web.history import History, snapshot_json
 from gpuplan.web.live import AgentUnavailable, LiveSource
 from gpuplan.web.metrics import LiveCollector
@@ -47,8 +50,8 @@ from gpuplan.web.pages import (
     whatif_page,
 )
 from gpuplan.web.queueplan import QueuePlan, plan_queue
-from gpuplan.web.savings import DEFAULT_COSTS, GpuCost, parse_costs
-from gpuplan.web.whatif import MAX_UPLOAD_BYTES, WhatIfRequest, WhatIfStore, run_whatif
+from gpuplan.web.savings import DEFAULT_COSTS, GpuCost
+from gpuplan.web.whatif_serve import WhatIfLimits, WhatIfParams, WhatIfService
 
 __all__ = ["QUEUE_GANTT_JOBS", "ServeConfig", "create_app"]
 
@@ -66,11 +69,13 @@ class ServeConfig:
 
     Attributes:
         source: where live readings and the queue come from.
-        token: the agent's token; None makes every mutating endpoint refuse.
-        trace_root: what-if paths must lie under this folder.
+        token: the agent's token; None makes every mutating endpoint and what-if uploads refuse.
+        trace_root: what-if paths and cluster files must lie under this folder.
         costs: price and watts per GPU model.
         sample_s: seconds between two samples of the node (and two SSE events).
         window_s: how much history the node view shows.
+        hosts: the `Host` names requests may give (default: loopback names only).
+        whatif: the upload limit, the line and the cache of what-ifs.
     """
 
     source: LiveSource
@@ -79,6 +84,8 @@ class ServeConfig:
     costs: dict[str, GpuCost] = field(default_factory=lambda: dict(DEFAULT_COSTS))
     sample_s: float = 1.0
     window_s: float = 600.0
+    hosts: HostRule = field(default_factory=HostRule)
+    whatif: WhatIfLimits = field(default_factory=WhatIfLimits)
 
 
 class _State:
@@ -87,7 +94,7 @@ class _State:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.history = History(config.window_s)
-        self.whatifs = WhatIfStore()
+        self.whatifs = WhatIfService(config.trace_root, config.token, config.costs, config.whatif)
         self.version = 0
         self.changed = asyncio.Event()
         self._plan: tuple[tuple[Any, ...], QueuePlan] | None = None
@@ -143,6 +150,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         redoc_url=None,
     )
     app.state.gpuplan = shared
+    app.add_middleware(HostCheck, rule=config.hosts)
     try:
         recorded = config.source.history(time.time() - config.window_s)  # what the agent recorded
     except GpuplanError:
@@ -235,10 +243,14 @@ def _pages(app: FastAPI, slurm: bool) -> None:
     def docs(request: Request) -> str:
         return docs_page(request.app.openapi(), **_page_context(request))
 
-    @app.get("/healthz", summary="Liveness: ok (the source can be read), where the readings come from")
+    @app.get(
+        "/healthz",
+        summary="Liveness: ok (the source can be read), where the readings come from, the what-if cache and line",
+    )
     def healthz(request: Request) -> dict[str, Any]:
-        src = _state(request).config.source
-        return {"source": src.label, "fake": src.is_fake, **src.health()}
+        shared = _state(request)
+        src = shared.config.source
+        return {"source": src.label, "fake": src.is_fake, **src.health(), "whatif": shared.whatifs.stats()}
 
 
 def _static(app: FastAPI) -> None:
@@ -392,21 +404,15 @@ def _names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _inside(root: Path, text: str) -> Path:
-    path = (root / text).resolve()
-    if not path.is_relative_to(root.resolve()):
-        raise GpuplanError(f"{text}: paths must lie under the server's trace folder {root} (--traces)")
-    return path
-
-
 def _whatif_api(app: FastAPI) -> None:
     @app.post(
-        "/api/whatif", summary="Simulate policies on a trace (a path, or the request body as an upload)"
+        "/api/whatif",
+        summary="Simulate policies on a trace: a path under --traces, or the body as an upload (needs the token)",
     )
     async def whatif(
         request: Request,
         path: str = "",
-        name: str = "upload.csv",
+        name: str = "",
         cluster: str = "auto",
         policies: str = "fifo",
         backfills: str = "easy",
@@ -416,43 +422,24 @@ def _whatif_api(app: FastAPI) -> None:
         prices: str = "",
         watts: str = "",
     ) -> JSONResponse:
-        shared = _state(request)
-        body = await request.body()
-        try:
-            if len(body) > MAX_UPLOAD_BYTES:
-                raise GpuplanError(f"{name}: the upload is over the {MAX_UPLOAD_BYTES:,}-byte limit")
-            req = WhatIfRequest(
-                trace_path=_inside(shared.config.trace_root, path) if path and not body else None,
-                upload=body or None,
-                upload_name=name,
-                cluster=cluster,
-                policies=_names(policies) or ["fifo"],
-                backfills=_names(backfills) or ["easy"],
-                placer=placer,
-                oracle=oracle,
-                skip_bad=skip_bad,
-            )
-            costs = _merged_costs(shared.config.costs, prices, watts)
-            result = await asyncio.to_thread(run_whatif, req, costs, shared.whatifs)
-        except GpuplanError as e:
-            return JSONResponse({"error": str(e), "kind": type(e).__name__}, status_code=400)
-        return JSONResponse(_finite(result))
+        params = WhatIfParams(
+            path, name, cluster, _names(policies), _names(backfills), placer, oracle, skip_bad,
+            _names(prices), _names(watts),
+        )  # fmt: skip
+        status, body, headers = await _state(request).whatifs.answer(request, params)
+        return JSONResponse(_finite(body), status_code=status, headers=headers)
 
     @app.get("/api/whatif/{key}/gantt/{run}", summary="The Gantt of one run of a what-if")
     def gantt(request: Request, key: str, run: int) -> dict[str, Any]:
         from gpuplan.report.html import gantt_figure
 
-        runs = _state(request).whatifs.get(key)
+        runs = _state(request).whatifs.store.get(key)
         if runs is None:
-            raise HTTPException(404, f"no what-if {key!r} (only the last few are kept): run it again")
+            raise HTTPException(404, f"no what-if {key[:40]!r} (only the last few are kept): run it again")
         if not 0 <= run < len(runs):
             raise HTTPException(404, f"what-if {key} has runs 0..{len(runs) - 1}, not {run}")
-        r = runs[run]
-        return {"label": r.label, "records": len(r.records), "figure": gantt_figure(r)}
-
-
-def _merged_costs(base: dict[str, GpuCost], prices: str, watts: str) -> dict[str, GpuCost]:
-    return parse_costs(_names(prices), _names(watts), base)
+        r, jobs = runs[run]
+        return {"label": r.label, "records": jobs, "figure": gantt_figure(r)}
 
 
 def _finite(obj: Any) -> Any:
@@ -484,14 +471,9 @@ def _metrics_api(app: FastAPI, config: ServeConfig) -> None:
 
 
 def _require_token(request: Request) -> None:
-    token = _state(request).config.token
-    if token is None:
-        raise HTTPException(403, "read-only server: no agent token file, so nothing can be changed from here")
-    given = request.headers.get("authorization", "")
-    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-        raise HTTPException(
-            403, "give the agent's token as 'Authorization: Bearer TOKEN' (file $GPUPLAN_HOME/token)"
-        )
+    why = token_refusal(_state(request).config.token, request.headers.get("authorization", ""), "changes")
+    if why:
+        raise HTTPException(403, why)
 
 
 class SubmitRequest(BaseModel):

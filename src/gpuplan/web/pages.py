@@ -170,8 +170,10 @@ def whatif_page(
     body = f"""
 <section><h2>Trace and cluster</h2>
 <form id="whatif-form">
-<p><label>Upload a trace <input type="file" id="wf-file"></label> or a path on the server
-<input type="text" id="wf-path" placeholder="traces/jobs.csv" size="40"></p>
+<p><label>Upload a trace <input type="file" id="wf-file"></label>
+<label>with the token <input type="password" id="wf-token" autocomplete="off" size="20"
+placeholder="$GPUPLAN_HOME/token"></label> or a path under the server's trace folder
+<input type="text" id="wf-path" placeholder="jobs.csv" size="40"></p>
 <p><label>Cluster <select id="wf-cluster">{_options(["auto", *clusters, "trace"], "auto")}</select></label>
 <label>Placer <select id="wf-placer">{_options(placers, "first-fit")}</select></label>
 <label class="check"><input type="checkbox" id="wf-oracle"> oracle (true durations)</label>

@@ -308,7 +308,9 @@
       $("wf-status").textContent = "simulating…";
       $("whatif-error").hidden = true;
       document.body.dataset.whatif = "running";
-      fetch("/api/whatif?" + params.toString(), { method: "POST", body: file || null })
+      var headers = {};  // uploads need the server's token; it is never stored by the page
+      if (file && $("wf-token").value) { headers.Authorization = "Bearer " + $("wf-token").value.trim(); }
+      fetch("/api/whatif?" + params.toString(), { method: "POST", body: file || null, headers: headers })
         .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
         .then(function (res) {
           $("wf-status").textContent = "";
