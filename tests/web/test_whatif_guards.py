@@ -11,6 +11,7 @@ import builtins
 import io
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -259,5 +260,6 @@ def test_the_line_is_bounded() -> None:
             events.append("ran")
         return events
 
-    events = asyncio.run(scenario())
+    with ThreadPoolExecutor(1) as pool:  # a thread of its own: the browser tests keep a loop running here
+        events = pool.submit(asyncio.run, scenario()).result()
     assert events[0].startswith("busy: one what-if is simulating and 1 are waiting") and events[1] == "ran"
