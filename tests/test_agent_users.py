@@ -65,7 +65,8 @@ def test_a_third_two_gpu_job_waits_on_the_quota_and_starts_when_the_first_ends(m
     agent.step()
     jobs = _jobs(agent)
     assert [jobs[i]["state"] for i in ids] == ["running", "running", "queued"]
-    assert jobs[ids[2]]["reason"] == f"quota: {ME} uses 4 of 4 GPUs"
+    assert jobs[ids[2]]["reason"] == "QOSMaxGRESPerUser"  # Slurm's word, from the forecast
+    assert jobs[ids[2]]["reason_detail"] == f"quota: {ME} uses 4 of 4 GPUs"
     assert jobs[ids[2]]["user"] == ME
     assert agent.engine.sched.state.idle_total == 4  # other GPUs are free
     refused = _ask(agent, "submit", command="true", gpus=6, cwd="/", env={})

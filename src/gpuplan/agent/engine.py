@@ -9,12 +9,11 @@ lost GPU.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
 from gpuplan.agent.gpus import GpuDevice
+from gpuplan.core.forecast import Deferred, Forecast, forecast
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.quotas import Quotas
@@ -23,7 +22,7 @@ from gpuplan.core.view import JobSlot
 from gpuplan.errors import JobNeverFitsError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 
-__all__ = ["AgentPolicy", "Engine", "Projection", "node_spec"]
+__all__ = ["AgentPolicy", "Engine", "node_spec"]
 
 _INF = math.inf
 
@@ -75,15 +74,6 @@ class AgentPolicy(Policy):
             _INF if rank is None else rank,
             *self.inner.key(job, seq, oracle),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Projection:
-    """When a waiting job is expected to start if running jobs end at their expected ends and the
-    queue starts in policy order (None: after a job of unknown length, so unknown)."""
-
-    jid: int
-    start_s: float | None
 
 
 class Engine:
@@ -217,30 +207,14 @@ class Engine:
             self.foreign_gb.pop(gpu, None)
         self.sched.hold_external(gpu, mem_gb)
 
-    # -- expected starts ---------------------------------------------------------------------------
-    def projection(self, now: float, limit: int = 200) -> list[Projection]:
-        """Expected starts of the first `limit` waiting jobs: running jobs end at their expected ends
-        (an overrunning one ends now) and waiting jobs start in policy order, each when it fits.
-        Under a preemptive policy none (None): any arrival or level change may preempt."""
-        s = self.sched
-        if self.preemptive:
-            return [Projection(slot.jid, None) for slot in itertools.islice(s.waiting(), limit)]
-        state = s.state.copy()
-        heap = [(max(r.expected_end_s, now), r.jid, r.alloc, r.mem_gb, r.need) for r in s.running()]
-        heapq.heapify(heap)
-        waiting = list(itertools.islice(s.waiting(), limit))
-        out: list[Projection] = []
-        t = now
-        for k, slot in enumerate(waiting):
-            gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
-            while gpus is None:
-                if not heap or heap[0][0] == _INF:
-                    return out + [Projection(w.jid, None) for w in waiting[k:]]
-                end, _, held, mem, need = heapq.heappop(heap)
-                t = max(t, end)
-                state.release(held, mem, need)
-                gpus = s.placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
-            state.place(gpus, slot.mem_gb, slot.need)
-            out.append(Projection(slot.jid, t))
-            heapq.heappush(heap, (t + slot.plan_s, slot.jid, tuple(gpus), slot.mem_gb, slot.need))
-        return out
+    # -- what happens next ------------------------------------------------------------------------
+    def forecast(
+        self,
+        now: float,
+        deferred: Iterable[Deferred] = (),
+        held: Mapping[int, str] | None = None,
+        progress_s: Mapping[int, float] | None = None,
+    ) -> Forecast:
+        """Every job's expected start, end and GPUs, and why it waits (core/forecast.py: the Scheduler's
+        own passes run forward on a copy; the live queue is not touched)."""
+        return forecast(self.sched, now, deferred=deferred, held=held, progress_s=progress_s)

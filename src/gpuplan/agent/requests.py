@@ -16,6 +16,7 @@ import pwd
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.agent.outlook import agent_forecast, forecast_detail, forecast_fields
 from gpuplan.agent.protocol import AgentError, Caller, decode_request
 from gpuplan.agent.schema import RequestError, validate
 from gpuplan.agent.store import FINAL_STATES, JobRow, job_profile
@@ -209,16 +210,9 @@ def op_apply(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
 
 def op_queue(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     now = agent.clock()
-    expected = {p.jid: p.start_s for p in agent.engine.projection(now)}
     rows = agent.store.jobs(["running", "suspended", "queued", "held"])
-    jobs = []
-    for r in rows:
-        out = job_json(r, now)
-        out["expected_start_s"] = expected.get(r.id) if r.state in ("queued", "suspended") else None
-        quota = agent.engine.quota_reason(r.id) if r.state == "queued" else None
-        if quota is not None:
-            out["reason"] = quota  # waits on its user's quota although GPUs may be free
-        jobs.append(out)
+    fc = agent_forecast(agent, rows, now)
+    jobs = [{**job_json(r, now), **forecast_fields(fc, r)} for r in rows]
     order = {jid: i for i, jid in enumerate(agent.engine.waiting_jids())}
     jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))
     return {"now_s": now, "jobs": jobs}
@@ -226,7 +220,12 @@ def op_queue(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
 
 def op_show(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     (row,) = _jobs_arg(agent, req)
-    return show_reply(agent.store.conn, agent.paths, row, agent.clock())
+    now = agent.clock()
+    reply = show_reply(agent.store.conn, agent.paths, row, now)
+    if row.state in ("running", "suspended", "queued", "held"):
+        rows = agent.store.jobs(["running", "suspended", "queued", "held"])
+        reply["forecast"] = forecast_detail(agent_forecast(agent, rows, now), row)
+    return reply
 
 
 def show_reply(conn: sqlite3.Connection, paths: AgentPaths, row: JobRow, now: float) -> dict[str, Any]:

@@ -453,6 +453,9 @@ def show_cmd(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: Js
             typer.echo(f"{k:16} {v}")
         for k, v in reply["profile"].items():
             typer.echo(f"{k:16} {v}")
+        why = (reply.get("forecast") or {}).get("explanation")
+        if why:
+            typer.echo(f"{'forecast':16} {why}")
         typer.echo(f"{'stdout':16} {reply['stdout']}\n{'stderr':16} {reply['stderr']}")
 
 

@@ -114,14 +114,15 @@ class Easy(Backfill):
             fk = slot.fits_key(state)
             if fk in no_fit:
                 continue
+            ends_by_shadow = now + slot.plan_s <= shadow
+            if not ends_by_shadow and fk in hurts_head:
+                continue  # asked before the placer: a miss here would only be a miss there too
             gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 no_fit.add(fk)
                 continue
-            if now + slot.plan_s <= shadow:
+            if ends_by_shadow:
                 s.start(slot, gpus, now, started)
-                continue
-            if fk in hurts_head:
                 continue
             if not proj.keeps_head_placeable(gpus, slot.mem_gb):
                 gpus = proj.place_elsewhere(slot)  # the placer's first choice took the head's GPUs

@@ -299,6 +299,7 @@ class _Forecaster:
     # -- the clock ---------------------------------------------------------------------------------
     def loop(self) -> None:
         sched, t, first = self.sched, self.now, True
+        idle, most_idle, todo = 0, 2 * len(self.jobs) + 64, self.todo
         while True:
             self._ends_at(t)
             self._begins_at(t)
@@ -311,6 +312,12 @@ class _Forecaster:
                 self._reasons(t)
                 first = False
             if self.todo == 0 and (not self.preemptive or not self.heap):
+                return
+            # Only level changes left (no running job ever ends): endless jobs take turns; once that
+            # many passes brought no job its first start, the rest never starts (starts unknown)
+            idle = 0 if self.todo < todo or self.heap or self.begins else idle + 1
+            todo = self.todo
+            if idle > most_idle:
                 return
             t_next = min(
                 self.heap[0][0] if self.heap else _INF,
