@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
+from gpuplan.agent import schema
 from gpuplan.errors import GpuplanError
 from gpuplan.web.access import HostCheck, HostRule, token_refusal
 from gpuplan.web.history import History, snapshot_json
@@ -479,19 +480,23 @@ def _require_token(request: Request) -> None:
 class SubmitRequest(BaseModel):
     """A job to submit to the agent (the fields of `gpuplan submit`)."""
 
-    command: str = Field(min_length=1, description="shell command, run in its own process group")
-    gpus: int = Field(1, ge=1)
-    mem_gb: float | None = Field(None, gt=0, description="GPU memory per GPU, GiB")
-    time_limit_s: float | None = Field(None, gt=0)
-    name: str = ""
-    priority: int = 0
-    cwd: str = "/"
+    command: str = Field(
+        min_length=1, max_length=schema.MAX_COMMAND, description="shell command, run in its own process group"
+    )
+    gpus: int = Field(1, ge=1, le=schema.MAX_GPUS)
+    mem_gb: float | None = Field(
+        None, gt=0, le=schema.MAX_MEM_GB, allow_inf_nan=False, description="GPU memory per GPU, GiB"
+    )
+    time_limit_s: float | None = Field(None, gt=0, le=schema.MAX_TIME_S, allow_inf_nan=False)
+    name: str = Field("", max_length=schema.MAX_NAME)
+    priority: int = Field(0, ge=schema.INT_MIN, le=schema.INT_MAX)
+    cwd: str = Field("/", min_length=1, max_length=schema.MAX_PATH)
 
 
 class OrderRequest(BaseModel):
     """The order the waiting jobs should start in (job ids, or job names), first first."""
 
-    order: list[str] = Field(min_length=1)
+    order: list[str] = Field(min_length=1, max_length=schema.MAX_ORDER)
 
 
 def _ask(request: Request, message: dict[str, Any]) -> dict[str, Any]:
@@ -522,6 +527,9 @@ def _mutating_api(app: FastAPI) -> None:
 
 def _job_number(text: str) -> int:
     try:
-        return int(text)
+        number = int(text) if len(text) <= 20 else 0
     except ValueError:
-        raise HTTPException(404, f"no job {text!r}: agent job ids are numbers") from None
+        number = 0
+    if not 1 <= number <= schema.JOB_ID_MAX:
+        raise HTTPException(404, f"no job {text[:40]!r}: agent job ids are numbers 1..{schema.JOB_ID_MAX}")
+    return number
