@@ -24,19 +24,17 @@ from typing import Any
 from gpuplan.agent import launcher
 from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
 from gpuplan.agent.gpus import GpuBackend, ProcReading, Snapshot, open_backend
+from gpuplan.agent.history import append_history
 from gpuplan.agent.paths import AgentPaths
-from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_phases, job_profile
+from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_profile
 from gpuplan.core.policies import Policy
 from gpuplan.core.quotas import Quotas
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.traces.fields import job_record
 
 __all__ = ["LIVENESS_S", "Agent", "AgentConfig"]
 
 log = logging.getLogger("gpuplan.agent")
 
-_HISTORY_STATE = {"done": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED", "timeout": "TIMEOUT",
-                  "preempted": "PREEMPTED", "requeued": "REQUEUED"}  # fmt: skip
 LIVENESS_S = 0.25
 _USAGE_KEY = "fairshare_usage"  # store meta: {"t_s": when, "usage": {user: decayed GPU-s of ended runs}}
 
@@ -701,57 +699,9 @@ class Agent:
                 self.store.update_job(jid, state="failed", end_s=now, reason=ok)
                 self.store.forget_env(jid)
 
-    # -- history -----------------------------------------------------------------------------------
+    # -- history (agent/history.py) ----------------------------------------------------------------
     def _append_history(self, jid: int) -> None:
-        """One line per finished attempt in history.jsonl (a gpuplan trace); written once."""
-        row = self.store.job(jid)
-        assert row is not None
-        key = f"history:{jid}.{row.attempt}"
-        if self.store.get_meta(key):
-            return
-        prof = job_profile(self.store.conn, jid, row.attempt)
-        wall = (row.end_s - row.start_s) if row.start_s is not None and row.end_s is not None else None
-        # the run time, not the wall time: suspended seconds are no run time for audit or predict
-        duration = None if wall is None else (row.run_s if row.preemptions else wall)
-        startup_s, init_s = (
-            job_phases(self.store.conn, jid, row.attempt, row.start_s, duration)
-            if row.start_s is not None and duration is not None
-            else (None, None)
-        )
-        meta = {
-            "state": "OUT_OF_MEMORY" if row.oom else _HISTORY_STATE.get(row.state, row.state.upper()),
-            "exit_code": row.exit_code,
-            "attempt": row.attempt,
-            "agent_job_id": jid,
-            "gpu_ids": list(row.gpu_list),
-            "declared_mem_gb": row.declared_mem_gb,
-            "booked_mem_gb": row.mem_gb,
-            "peak_mem_gb_per_gpu": {str(g): v for g, v in sorted(prof.peak_mem_gb.items())},
-            "samples": prof.samples,
-        }
-        if row.preemptions:
-            meta.update({"wall_s": wall, "suspended_s": row.suspended_s, "preemptions": row.preemptions,
-                         "preempt": row.preempt, "attained_gpu_s": row.service_gpu_s})  # fmt: skip
-        job = Job(
-            id=str(jid) if row.attempt == 1 else f"{jid}.{row.attempt}",
-            submit_s=row.submit_s,
-            gpus=row.gpus,
-            mem_gb=prof.max_peak_mem_gb,
-            duration_s=duration if row.start_s is not None else None,
-            requested_s=row.time_limit_s,
-            user=row.user,
-            name=row.name,
-            gpu_util_pct=prof.mean_util_pct,
-            command=row.command,
-            startup_s=startup_s,
-            init_s=init_s,
-            meta=meta,
-        )
-        line = json.dumps(job_record(job), ensure_ascii=False, allow_nan=False) + "\n"
-        fd = os.open(self.paths.history, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # it names commands
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(line)  # flushed at close: survives the agent's crash (the store keeps the rest)
-        self.store.set_meta(key, "1")
+        append_history(self.store, self.paths.history, jid)
 
     def _write_pending_history(self) -> None:
         """Finished attempts whose history line a crash may have skipped (the meta key says which)."""
