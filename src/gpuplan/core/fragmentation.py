@@ -101,7 +101,7 @@ class Workload:
         np.cumsum(free, axis=1, out=cum[:, 1:])
         total = cum[:, -1]
         # below[i, t]: GPUs of state i whose free share is under type t's need
-        below = np.stack([np.searchsorted(row, self.need - _EPS, side="left") for row in free])  # (S, T)
+        below = (free[:, :, None] < (self.need - _EPS)[None, None, :]).sum(axis=1)  # (S, T)
         frag_fit = np.take_along_axis(cum, below, axis=1)
         cpu = np.array([k[0] for k in keys], dtype=float)[:, None]
         mem = np.array([k[1] for k in keys], dtype=float)[:, None]

@@ -1,20 +1,28 @@
-"""Nodes of a ClusterState grouped by everything a placement there depends on, kept current.
+"""Per-node scores of placement requests, kept current from `ClusterState.changed` (jobs with a Need).
 
-Placers that rank nodes by their state and then their index (every built-in one) need to look at
-one node per group: on a large cluster of few node kinds, far fewer than the nodes. The groups are
-refreshed from `ClusterState.changed`: only nodes whose bookings changed are looked at again.
+On a large cluster a placer that ranks nodes by their state (and then their index) need not look at
+every node for every job: the score of a request on a node depends only on that node's state, so it
+is kept per request in an array and recomputed only for the nodes whose bookings changed since the
+request was last scored; a node state met before (under `state_key`) is looked up, not recomputed.
+The best node is the lexicographic minimum of the score rows, the lowest index among equals.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Any
+
+import numpy as np
 
 from gpuplan.core.state import ClusterState
 
-__all__ = ["NodeGroups", "group_key"]
+__all__ = ["NodeScores", "state_key"]
+
+Score = tuple[tuple[float, ...], Any] | None
+"""A node's rank for a request (smaller first) and what the placer needs to pick its GPUs; None: no fit."""
 
 
-def group_key(state: ClusterState, n: int) -> tuple[Any, ...]:
+def state_key(state: ClusterState, n: int) -> tuple[Any, ...]:
     """What a placement on node n depends on: free CPU and memory, and per GPU (sorted) its free
     share, occupants, free memory and capacity."""
     gpus = state.node_gpus[n]
@@ -33,51 +41,103 @@ def group_key(state: ClusterState, n: int) -> tuple[Any, ...]:
     )
     cpu = state.node_cpu_free[n] if state.node_cpu_free is not None else 0.0
     mem = state.node_mem_free[n] if state.node_mem_free is not None else 0.0
-    return (round(cpu, 6), round(mem, 6), per_gpu, bool(state.spec.nodes[n].gpu.mig_profile))
+    idle = state.node_idle[n] if not state.sharing else 0  # a masked copy lowers only these
+    return (round(cpu, 6), round(mem, 6), per_gpu, idle, bool(state.spec.nodes[n].gpu.mig_profile))
 
 
-class NodeGroups:
-    """Nodes of one ClusterState by `group_key`: `first[key]` is the lowest node in that state."""
+class _Table:
+    """One request's scores: a row per node (inf: no fit), the version each row was scored at."""
+
+    __slots__ = ("extra", "rows", "seen")
+
+    def __init__(self, nodes: int, width: int) -> None:
+        self.rows = np.full((nodes, max(width, 1)), np.inf)
+        self.seen = np.full(nodes, -1, dtype=np.int64)
+        self.extra: list[Any] = [None] * nodes
+
+
+class NodeScores:
+    """The score tables of one ClusterState (the placer keeps one per state it is asked about)."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.changed = state.track_changes()
         self.changed.clear()
-        self.keys: list[tuple[Any, ...]] = []
-        self.members: dict[tuple[Any, ...], set[int]] = {}
-        self.first: dict[tuple[Any, ...], int] = {}
-        for n in range(len(state.node_gpus)):
-            key = group_key(state, n)
-            self.keys.append(key)
-            self._add(key, n)
+        n = len(state.node_gpus)
+        self.version = np.zeros(n, dtype=np.int64)
+        self._ids: dict[tuple[Any, ...], int] = {}
+        self.kid = [self._id(state_key(state, i)) for i in range(n)]
+        self.tables: dict[Hashable, _Table] = {}
+
+    def _id(self, key: tuple[Any, ...]) -> int:
+        kid = self._ids.get(key)
+        if kid is None:
+            kid = self._ids[key] = len(self._ids)
+        return kid
 
     def current(self, state: ClusterState) -> bool:
-        """Whether these groups follow `state` (not a copy made since)."""
+        """Whether these tables follow `state` (not a copy made since)."""
         return state is self.state and state.changed is self.changed
 
-    def _add(self, key: tuple[Any, ...], n: int) -> None:
-        members = self.members.get(key)
-        if members is None:
-            self.members[key] = {n}
-            self.first[key] = n
-        else:
-            members.add(n)
-            if n < self.first[key]:
-                self.first[key] = n
-
     def refresh(self) -> None:
-        """Regroup the nodes whose bookings changed since the last refresh."""
+        """Note the nodes whose bookings changed since the last call."""
+        if not self.changed:
+            return
         state = self.state
         for n in self.changed:
-            old, new = self.keys[n], group_key(state, n)
-            if old == new:
-                continue
-            members = self.members[old]
-            members.discard(n)
-            if not members:
-                del self.members[old], self.first[old]
-            elif self.first[old] == n:
-                self.first[old] = min(members)
-            self.keys[n] = new
-            self._add(new, n)
+            kid = self._id(state_key(state, n))
+            if kid != self.kid[n]:
+                self.kid[n] = kid
+                self.version[n] += 1
         self.changed.clear()
+
+    def best(
+        self,
+        request: Hashable,
+        width: int,
+        memo: dict[tuple[int, Hashable], Score],
+        score: Callable[[list[int]], list[Score]],
+    ) -> tuple[int, Any] | None:
+        """The node with the smallest score for `request` and its extra, or None when none fits.
+
+        `score(nodes)` ranks nodes on their current state (`width` numbers each); `memo` holds the scores by
+        (node state, request) across calls."""
+        table = self.tables.get(request)
+        if table is None:
+            table = self.tables[request] = _Table(len(self.kid), width)
+        stale = np.flatnonzero(table.seen != self.version)
+        if len(stale):
+            rows, extra, kid = table.rows, table.extra, self.kid
+            nodes = stale.tolist()
+            missing: dict[int, int] = {}  # node state -> a node in it, for the states not scored yet
+            for n in nodes:
+                if (kid[n], request) not in memo and kid[n] not in missing:
+                    missing[kid[n]] = n
+            if missing:
+                for k, got in zip(missing, score(list(missing.values())), strict=True):
+                    memo[(k, request)] = got
+            for n in nodes:
+                got = memo[(kid[n], request)]
+                if got is None:
+                    rows[n] = np.inf
+                else:
+                    rows[n] = got[0]
+                    extra[n] = got[1]
+            table.seen[stale] = self.version[stale]
+        node = _lexmin(table.rows)
+        return None if node < 0 else (node, table.extra[node])
+
+
+def _lexmin(rows: np.ndarray) -> int:
+    """Index of the lexicographically smallest finite row (the first among equals), or -1."""
+    col = rows[:, 0]
+    low = col.min()
+    if low == np.inf:
+        return -1
+    cand = np.flatnonzero(col == low)
+    for c in range(1, rows.shape[1]):
+        if len(cand) == 1:
+            break
+        vals = rows[cand, c]
+        cand = cand[vals == vals.min()]
+    return int(cand[0])

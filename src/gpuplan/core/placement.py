@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from typing import Any
 
-from gpuplan.core.nodegroups import NodeGroups
+from gpuplan.core.nodegroups import NodeScores
 from gpuplan.core.params import Configurable, build
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-_GROUP_FROM = 64  # clusters with more nodes look at one node per group of equal nodes (jobs with a Need)
+_MAX_MEMO = 500_000  # node-state scores kept before starting afresh
 
 
 class Placer(Configurable, ABC):
@@ -100,50 +101,95 @@ class Placer(Configurable, ABC):
         """The node and GPUs for a job with `need` on one node (a job of 0 GPUs gets a node and []),
         or None when no node hosts every resource it needs now.
 
-        Nodes in the same state (`core.nodegroups`) are looked at once, through their lowest node:
-        `need_node_key` must rank a node by its state, then its index (every built-in placer does)."""
-        share = need.gpu_share
+        On clusters of more than `scores_from` nodes, a placer with a `score_width` keeps each node's
+        score per request and rescores only the nodes that changed (core/nodegroups.py)."""
+        if self.score_width and len(state.node_gpus) > self.scores_from:
+            request = (gpus, mem_gb, need.cpu_milli, need.host_mem_gb, need.gpu_share)
+            memo: dict[Any, Any] | None = getattr(self, "_score_memo", None)
+            if memo is None or len(memo) > _MAX_MEMO:
+                memo = {}
+                self._score_memo: dict[Any, Any] = memo
+            found = self.node_scores(state).best(
+                request,
+                self.score_width,
+                memo,
+                lambda nodes: self.score_many(state, nodes, gpus, mem_gb, need),
+            )
+            if found is None:
+                return None
+            return found[0], self.pick_scored(state, found[0], gpus, mem_gb, need, found[1])
         best: tuple[float, ...] | None = None
         best_node = -1
-        nodes = (
-            self.node_groups(state).first.values()
-            if len(state.node_gpus) > _GROUP_FROM
-            else range(len(state.node_gpus))
-        )
-        exclusive = not state.sharing
-        for node in nodes:
-            if not state.host_fits(node, need):
+        for node in range(len(state.node_gpus)):
+            fitting = self._fitting_need(state, node, gpus, mem_gb, need)
+            if fitting < 0:
                 continue
-            if gpus:
-                fitting = sum(1 for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, share))
-                if exclusive and fitting > state.node_idle[node]:
-                    fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
-                if fitting < gpus:
-                    continue
-            else:
-                fitting = 0
             key = self.need_node_key(state, node, fitting, need)
             if best is None or key < best:
                 best, best_node = key, node
+                if self.first_wins:
+                    break
         if best_node < 0:
             return None
         return best_node, self.pick_need(state, best_node, gpus, mem_gb, need)
 
-    def node_groups(self, state: ClusterState) -> NodeGroups:
-        """The nodes of `state` grouped by their state, kept current across calls (a few states:
-        the live one and the copies a pass makes)."""
-        cache: dict[int, NodeGroups] | None = getattr(self, "_group_cache", None)
+    score_width: int = 0
+    """How many numbers `need_score` gives (0: the placer ranks nodes by more than their state)."""
+    scores_from: int = 64
+    """Clusters of more nodes than this use the kept per-node scores (when `score_width`)."""
+
+    def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        """A node's rank for a job with a Need from its state alone (`score_width` numbers; the lowest
+        index wins among equals)."""
+        raise NotImplementedError
+
+    def score_node(
+        self, state: ClusterState, node: int, gpus: int, mem_gb: float | None, need: Need
+    ) -> tuple[tuple[float, ...], Any] | None:
+        """(`need_score`, what `pick_scored` needs) of a node that hosts the job, else None."""
+        fitting = self._fitting_need(state, node, gpus, mem_gb, need)
+        return None if fitting < 0 else (self.need_score(state, node, fitting, need), None)
+
+    def score_many(
+        self, state: ClusterState, nodes: list[int], gpus: int, mem_gb: float | None, need: Need
+    ) -> list[tuple[tuple[float, ...], Any] | None]:
+        """`score_node` of several nodes (a placer may evaluate them together)."""
+        return [self.score_node(state, n, gpus, mem_gb, need) for n in nodes]
+
+    def pick_scored(
+        self, state: ClusterState, node: int, gpus: int, mem_gb: float | None, need: Need, extra: Any
+    ) -> list[int]:
+        """The job's GPUs on the node `score_node` ranked first (default: `pick_need`)."""
+        return self.pick_need(state, node, gpus, mem_gb, need)
+
+    @staticmethod
+    def _fitting_need(state: ClusterState, node: int, gpus: int, mem_gb: float | None, need: Need) -> int:
+        """GPUs of `node` the job fits on if every other resource fits there too (0 for a job of no
+        GPU), or -1 when it does not fit."""
+        if not state.host_fits(node, need):
+            return -1
+        if not gpus:
+            return 0
+        share = need.gpu_share
+        fitting = sum(1 for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, share))
+        if not state.sharing and fitting > state.node_idle[node]:
+            fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
+        return fitting if fitting >= gpus else -1
+
+    def node_scores(self, state: ClusterState) -> NodeScores:
+        """The kept per-node scores of `state` (a few states: the live one and a pass's copies)."""
+        cache: dict[int, NodeScores] | None = getattr(self, "_scores_cache", None)
         if cache is None:
             cache = {}
-            self._group_cache = cache
-        groups = cache.get(id(state))
-        if groups is not None and groups.current(state):
-            groups.refresh()
-            return groups
+            self._scores_cache: dict[int, NodeScores] = cache
+        scores = cache.get(id(state))
+        if scores is not None and scores.current(state):
+            scores.refresh()
+            return scores
         if len(cache) >= 4:
             cache.pop(next(iter(cache)))
-        groups = cache[id(state)] = NodeGroups(state)
-        return groups
+        scores = cache[id(state)] = NodeScores(state)
+        return scores
 
     def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         """Rank of a node that hosts a job with a Need (default: `node_key`)."""
@@ -266,6 +312,10 @@ class FirstFit(Placer):
     name = "first-fit"
     description = "lowest-numbered node and GPUs that fit"
     first_wins = True
+    score_width = 1
+
+    def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        return (0.0,)
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
         if counts is state.node_idle and gpus < len(state.ff_hint):
@@ -302,6 +352,11 @@ class BestFit(Placer):
     def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
         return (state.gpu_free_gb[gpu], gpu)
 
+    score_width = 2
+
+    def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        return (fitting, free_share_on(state, node))
+
     def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         return (fitting, free_share_on(state, node), node)
 
@@ -323,6 +378,11 @@ class Spread(Placer):
 
     def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
         return (state.gpu_njobs[gpu], -state.gpu_free_gb[gpu], gpu)
+
+    score_width = 2
+
+    def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
+        return (-fitting, -free_share_on(state, node))
 
     def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         return (-fitting, -free_share_on(state, node), node)
