@@ -113,7 +113,7 @@ def _squeue_text(n: int, now_s: float) -> str:
             "PRIORITYLONG": "1", "NICE": "0", "REASON": "None" if running else "Priority",
             "SUBMITTIME": stamp, "STARTTIME": stamp if running else "N/A", "ELIGIBLETIME": stamp,
             "DEPENDENCY": "(null)", "NODELIST": f"node{i + 1}" if running else "", "REQUEUE": "1",
-            "NAME": f"job{i}",
+            "NAME": f"job{i}", "ACCOUNT": f"acct{i % 3}",
         }  # fmt: skip
         lines.append("|".join(row[f] for f in fields) + "|")
     return "\n".join(lines) + "\n"
