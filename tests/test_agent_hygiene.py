@@ -160,6 +160,9 @@ def test_retention_prunes_finished_jobs_logs_and_directories(make_agent, clock: 
     _until(agent, dep, "done")
     waiting = _submit(agent, "true", after_id=dep, hold=True)  # a held job still depends on `dep`
     assert agent.paths.job_dir(old).is_dir()
+    orphan = agent.paths.job_dir(9999)  # left by a store that was deleted: no row
+    orphan.mkdir()
+    os.utime(orphan, (clock.now - 7200.0, clock.now - 7200.0))
     clock.now += 1800.0
     fresh = _submit(agent, "true")
     _until(agent, fresh, "done")
@@ -169,6 +172,7 @@ def test_retention_prunes_finished_jobs_logs_and_directories(make_agent, clock: 
     assert agent.store.job(dep) is not None, "a job a waiting job depends on is kept"
     assert agent.store.job(waiting) is not None and agent.store.job(fresh) is not None
     assert agent.paths.job_dir(fresh).is_dir()
+    assert not orphan.exists(), "an old directory without a job row goes too"
     assert all(e["job_id"] != old for e in events_since(agent.store.conn, 0))
     assert agent.store.get_meta(f"history:{old}.1") is None
 
@@ -178,7 +182,7 @@ def test_every_event_names_its_job_and_logs_are_private(make_agent) -> None:  # 
     a, b = _submit(agent, "sleep 60", hold=True), _submit(agent, "sleep 60", hold=True)
     uid = os.getuid()
     for op in ("release", "hold", "cancel"):
-        assert handle(agent, {"op": op, "ids": [a, b]}, uid)["ok"]
+        assert handle(agent, {"op": op, "ids": [a, b, a]}, uid)["ids"] == [a, b]
     c = _submit(agent, "sleep 60")
     _until(agent, c, "running")
     waiting = _submit(agent, "true", hold=True)

@@ -379,8 +379,14 @@ class Agent:
         """Retention: GPU samples older than --sample-retention; finished jobs (rows, samples, events,
         `jobs/ID/` with their logs) older than --retention."""
         self.store.prune(now - self.config.sample_retention_s)
-        for jid in self.store.prune_jobs(now - self.config.retention_s):
+        cutoff = now - self.config.retention_s
+        for jid in self.store.prune_jobs(cutoff):
             shutil.rmtree(self.paths.job_dir(jid), ignore_errors=True)
+        known = {r[0] for r in self.store.conn.execute("SELECT id FROM jobs").fetchall()}
+        with os.scandir(self.paths.jobs_dir) as entries:  # directories whose job row is gone (an old store)
+            for e in entries:
+                if e.name.isdigit() and int(e.name) not in known and e.stat().st_mtime < cutoff:
+                    shutil.rmtree(e.path, ignore_errors=True)
 
     def _reap(self) -> None:
         """Collect the exit status of job leaders that are this process's children (waitpid per pid,

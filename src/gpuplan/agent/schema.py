@@ -119,7 +119,8 @@ def check_job_id(name: str, value: Any) -> int:
 def _ids(name: str, value: Any) -> list[int]:
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_IDS:
         raise RequestError(f"{name}: expected a list of 1..{MAX_IDS} job ids, got {_show(value)}")
-    return [check_job_id(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    ids = [check_job_id(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return list(dict.fromkeys(ids))  # each job once, in the order given
 
 
 def _order(name: str, value: Any) -> list[str]:
