@@ -26,6 +26,17 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "JOB_ID_MAX",
+    "MAX_COMMAND",
+    "MAX_ENV_BYTES",
+    "MAX_ENV_VALUE",
+    "MAX_ENV_VARS",
+    "MAX_GPUS",
+    "MAX_IDS",
+    "MAX_MEM_GB",
+    "MAX_NAME",
+    "MAX_ORDER",
+    "MAX_PATH",
+    "MAX_TIME_S",
     "OPS",
     "RequestError",
     "check_job_id",
@@ -46,6 +57,7 @@ MAX_ORDER = 100000
 MAX_ENV_VARS = 4096
 MAX_ENV_BYTES = 1024 * 1024
 MAX_ENV_VALUE = 131072
+"""The limits above are public: front-ends (the dashboard's request models) bound their fields by them."""
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 
 
