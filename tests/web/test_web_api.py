@@ -399,7 +399,8 @@ def test_dashboard_on_a_running_agent(tmp_path: Path) -> None:
                 ),
                 "the new order on the queue view",
             )
-            assert rows[1]["expected_start_s"] is not None
+            # the agent's forecast: behind a running job with neither estimate nor --time, no start
+            assert rows[1]["expected_start_s"] is None and rows[1]["reason"] == "Resources"
 
             assert client.post(f"/api/jobs/{first}/cancel").status_code == 403
             assert client.post(f"/api/jobs/{first}/cancel", headers=token).status_code == 200

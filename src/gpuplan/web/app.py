@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -342,17 +342,11 @@ def _queue_api(app: FastAPI) -> None:
 
     @app.get("/api/queue/gantt", summary="Gantt of the first planned jobs (hours from now)")
     def gantt(request: Request) -> dict[str, Any]:
-        from gpuplan.report.html import gantt_figure
-
         plan = _state(request).plan()
-        if plan.result is None:
+        figure = plan.gantt(QUEUE_GANTT_JOBS)
+        if figure is None or plan.result is None:
             return {"figure": None, "jobs": 0, "error": plan.error}
-        records = plan.result.records[:QUEUE_GANTT_JOBS]
-        return {
-            "figure": gantt_figure(replace(plan.result, records=records)),
-            "jobs": len(records),
-            "error": None,
-        }
+        return {"figure": figure, "jobs": min(len(plan.result.records), QUEUE_GANTT_JOBS), "error": None}
 
 
 # --------------------------------------------------------------------------- slurm

@@ -86,6 +86,8 @@ class QueueRow:
     gpu_ids: tuple[int, ...] = ()
     expected_start_s: float | None = None
     planned: bool = False  # the row comes in the order of the agent's own plan, with its expected start
+    expected_end_s: float | None = None  # the agent's forecast (planned rows)
+    reason: str = ""  # why it waits, in Slurm's word (planned rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +353,7 @@ def _row_state(agent_state: str) -> str:
 
 
 def _agent_row(j: dict[str, Any]) -> QueueRow:
-    """A job of the agent's `queue` reply (JobRow.to_json() plus `expected_start_s`)."""
+    """A job of the agent's `queue` reply (JobRow.to_json() plus its forecast: agent/outlook.py)."""
     est = j.get("est_duration_s") if j.get("est_duration_s") is not None else j.get("time_limit_s")
     return QueueRow(
         job_id=str(j["id"]),
@@ -366,6 +368,8 @@ def _agent_row(j: dict[str, Any]) -> QueueRow:
         gpu_ids=tuple(int(g) for g in j.get("gpu_ids", [])),
         expected_start_s=j.get("expected_start_s"),
         planned=True,
+        expected_end_s=j.get("expected_end_s"),
+        reason=str(j.get("reason") or "") if j.get("state") != "running" else "",
     )
 
 

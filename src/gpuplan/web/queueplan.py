@@ -1,28 +1,24 @@
-"""The queue view's plan: the order the policy will start the waiting jobs in, and when.
+"""The queue view's plan: the order the waiting jobs will start in, and when: the core's forecast.
 
-It asks the simulator, not a copy of its rules: running jobs go first with their remaining time,
-then the waiting jobs sorted by the policy's own key; FIFO over that list under the same backfill
-mode is exactly the policy's order (the scheduler's queue is that sort), so the simulated starts
-are the expected start times if every job runs as long as its estimate.
+While the agent answers, its `queue` reply carries its own forecast (agent/outlook.py: its live
+Scheduler run forward by core/forecast.py): the view shows it as it is, so the page and `gpuplan queue
+--json` agree. When only the store can be read (the agent is stopping or down), the same forecast runs
+on a Scheduler seeded from the store's rows: running jobs adopted on their GPUs until start + estimate,
+waiting jobs queued under the policy, held ones kept out. Nothing here re-implements a rule.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.model import ClusterSpec, Job
-from gpuplan.sim.result import SimResult
+from gpuplan.sim.result import Metrics, SimResult
 from gpuplan.web.live import QueueRow
 
-__all__ = ["DEFAULT_ESTIMATE_S", "PLAN_MAX_WAITING", "QueuePlan", "plan_queue"]
-
-PLAN_MAX_WAITING = 1000
-"""Expected times are simulated for this many waiting jobs at most, in planned order; the rest keep
-their rank only. A backfill pass scans the waiting queue, so planning a long queue at one instant
-grows with its square (10,000 jobs under EASY: about 20 s on this machine's cores)."""
+__all__ = ["DEFAULT_ESTIMATE_S", "QueuePlan", "plan_queue"]
 
 DEFAULT_ESTIMATE_S = 3600.0
 """Planning duration of a job with neither an estimate nor a limit (the view marks it)."""
@@ -30,15 +26,16 @@ DEFAULT_ESTIMATE_S = 3600.0
 
 @dataclass(slots=True)
 class QueuePlan:
-    """Rows in planned order (running first), their expected start/end, and the simulated run."""
+    """Rows in planned order (running first), their expected start/end, and the forecast's Gantt."""
 
     rows: list[QueueRow]
     expected_start_s: dict[str, float]
     expected_end_s: dict[str, float]
     guessed: set[str]  # jobs planned with DEFAULT_ESTIMATE_S
-    result: SimResult | None
+    result: SimResult | None  # the forecast as a run (times from now), for the Gantt
     error: str | None = None
     note: str | None = None
+    reasons: dict[str, str] | None = None
 
     def page(self, offset: int, limit: int) -> dict[str, Any]:
         """One page of rows as JSON, with their planned rank."""
@@ -55,6 +52,16 @@ class QueuePlan:
             "rows": [self._row(offset + i, r) for i, r in enumerate(chunk)],
         }
 
+    def gantt(self, jobs: int) -> dict[str, Any] | None:
+        """The Gantt of the first `jobs` planned jobs, x = hours from now (None: nothing planned)."""
+        from gpuplan.report.gantt import gantt_figure_of
+
+        if self.result is None:
+            return None
+        fig = gantt_figure_of(self.result, self.result.records[:jobs])
+        fig["layout"]["xaxis"]["title"] = {"text": "hours from now"}
+        return fig
+
     def _row(self, rank: int, r: QueueRow) -> dict[str, Any]:
         return {
             "rank": rank + 1,
@@ -68,61 +75,123 @@ class QueuePlan:
             "start_s": r.start_s,
             "expected_start_s": self.expected_start_s.get(r.job_id),
             "expected_end_s": self.expected_end_s.get(r.job_id),
+            "reason": (self.reasons or {}).get(r.job_id, ""),
             "estimate_guessed": r.job_id in self.guessed,
         }
+
+
+def plan_queue(
+    rows: Sequence[QueueRow], cluster: ClusterSpec, policy: str, backfill: str, now: float
+) -> QueuePlan:
+    """The plan of `rows` (running and waiting) on `cluster` under `policy` + `backfill`, from `now`."""
+    running = [r for r in rows if r.state == "running"]
+    waiting = [r for r in rows if r.state != "running"]
+    if rows and all(r.planned for r in (waiting or running)):
+        return _agents_plan(running, waiting, cluster, now)
+    return _forecast_plan(running, waiting, cluster, policy, backfill, now)
+
+
+def _agents_plan(
+    running: list[QueueRow], waiting: list[QueueRow], cluster: ClusterSpec, now: float
+) -> QueuePlan:
+    """The agent's own forecast, as its queue reply gave it (its order, starts, ends, reasons)."""
+    start = {r.job_id: s for r in running if (s := r.start_s) is not None}
+    start.update({r.job_id: s for r in waiting if (s := r.expected_start_s) is not None})
+    end = {r.job_id: e for r in (*running, *waiting) if (e := r.expected_end_s) is not None}
+    guessed = {r.job_id for r in (*running, *waiting) if _estimate(r) is None}
+    planned = running + waiting
+    gpus = {r.job_id: r.gpu_ids for r in planned}
+    reasons = {r.job_id: r.reason for r in waiting}
+    return QueuePlan(
+        planned, start, end, guessed, _as_run(planned, start, end, gpus, cluster, now), reasons=reasons
+    )
+
+
+def _forecast_plan(
+    running: list[QueueRow],
+    waiting: list[QueueRow],
+    cluster: ClusterSpec,
+    policy: str,
+    backfill: str,
+    now: float,
+) -> QueuePlan:
+    """The forecast of a Scheduler seeded from the rows (the store's, while the agent does not answer)."""
+    from gpuplan.core.forecast import forecast
+    from gpuplan.core.scheduler import Scheduler
+    from gpuplan.errors import GpuplanError
+
+    guessed: set[str] = set()
+    handle = {r.job_id: k for k, r in enumerate((*running, *waiting))}
+    held = {handle[r.job_id]: "JobHeldUser" for r in waiting if r.state == "held"}
+    try:
+        sched = Scheduler(cluster, policy, backfill, "first-fit")
+        for r in running:
+            job = _as_job(r, guessed)
+            began = now if r.start_s is None else r.start_s
+            sched.adopt(handle[r.job_id], job, r.gpu_ids, began, began + (job.est_duration_s or 0.0))
+        for r in waiting:
+            if r.state != "held":
+                sched.submit(handle[r.job_id], _as_job(r, guessed), now=r.submit_s)
+        fc = forecast(sched, now, held=held)
+    except GpuplanError as e:
+        return QueuePlan([*running, *waiting], {}, {}, guessed, None, error=f"cannot plan the queue: {e}")
+    row_of = {handle[r.job_id]: r for r in (*running, *waiting)}
+    order = sorted(waiting, key=lambda r: (_rank(fc[handle[r.job_id]].rank), handle[r.job_id]))
+    start: dict[str, float] = {}
+    end: dict[str, float] = {}
+    gpus: dict[str, tuple[int, ...]] = {}
+    reasons: dict[str, str] = {}
+    for k, f in fc.jobs.items():
+        jid = row_of[k].job_id
+        if f.start_s is not None:
+            start[jid] = f.start_s
+        if f.end_s is not None:
+            end[jid] = f.end_s
+        gpus[jid], reasons[jid] = f.gpu_ids, f.reason
+    planned = running + order
+    return QueuePlan(
+        planned, start, end, guessed, _as_run(planned, start, end, gpus, cluster, now), reasons=reasons
+    )
+
+
+def _rank(rank: int | None) -> float:
+    return math.inf if rank is None else rank
 
 
 def _estimate(r: QueueRow) -> float | None:
     return r.est_duration_s if r.est_duration_s is not None and r.est_duration_s > 0 else None
 
 
-def _as_job(r: QueueRow, now: float, guessed: set[str]) -> Job:
+def _as_job(r: QueueRow, guessed: set[str]) -> Job:
     est = _estimate(r)
     if est is None:
         guessed.add(r.job_id)
         est = DEFAULT_ESTIMATE_S
-    if r.state == "running" and r.start_s is not None:
-        est = max(1.0, r.start_s + est - now)  # what is left of it
-    return Job(r.job_id, 0.0, max(1, r.gpus), r.mem_gb, est, est_duration_s=est, user=r.user, name=r.name)
+    return Job(
+        r.job_id, r.submit_s, max(1, r.gpus), r.mem_gb, est, est_duration_s=est, user=r.user, name=r.name
+    )
 
 
-def plan_queue(
-    rows: Sequence[QueueRow], cluster: ClusterSpec, policy: str, backfill: str, now: float
-) -> QueuePlan:
-    """Plan `rows` (running and waiting) on `cluster` under `policy` + `backfill`, from `now`."""
-    from gpuplan.core.policies import get_policy
-    from gpuplan.errors import GpuplanError
-    from gpuplan.sim.engine import simulate
+def _as_run(
+    rows: list[QueueRow],
+    start: dict[str, float],
+    end: dict[str, float],
+    gpus: dict[str, tuple[int, ...]],
+    cluster: ClusterSpec,
+    now: float,
+) -> SimResult | None:
+    """The forecast as a run whose times count from now (what the Gantt draws), jobs by start."""
+    from gpuplan.sim.result import JobRecord
 
-    guessed: set[str] = set()
-    running = [r for r in rows if r.state == "running"]
-    waiting = [r for r in rows if r.state != "running"]
-    jobs = {r.job_id: _as_job(r, now, guessed) for r in rows}
-    if waiting and all(r.planned for r in waiting):
-        planned = running + waiting  # the agent's own order
-    else:
-        key = get_policy(policy).key
-        # the policy sees each job's real submit time; the simulation starts every job from `now`
-        keyed = [replace(jobs[r.job_id], submit_s=r.submit_s) for r in waiting]
-        order = sorted(range(len(waiting)), key=lambda i: (*key(keyed[i], i, False), i))
-        planned = running + [waiting[i] for i in order]
-    empty = QueuePlan(planned, {}, {}, guessed, None)
-    if len(waiting) > PLAN_MAX_WAITING:
-        empty.note = f"expected times for the first {PLAN_MAX_WAITING:,} of {len(waiting):,} waiting jobs"
-    if not planned:
-        return empty
-    try:
-        horizon = planned[: len(running) + PLAN_MAX_WAITING]
-        result = simulate([jobs[r.job_id] for r in horizon], cluster, "fifo", backfill)
-    except GpuplanError as e:
-        empty.error = f"cannot plan the queue: {e}"
-        return empty
-    start = {rec.job_id: now + rec.start_s for rec in result.records}
-    end = {rec.job_id: now + rec.end_s for rec in result.records if math.isfinite(rec.end_s)}
-    for r in running:  # a running job started when it started
-        if r.start_s is not None:
-            start[r.job_id] = r.start_s
-    for r in waiting:  # the agent's own projection, where it gave one, wins over ours
-        if r.expected_start_s is not None:
-            start[r.job_id] = r.expected_start_s
-    return QueuePlan(planned, start, end, guessed, result, note=empty.note)
+    records = [
+        JobRecord(r.job_id, r.submit_s - now, start[r.job_id] - now, end[r.job_id] - now, gpus[r.job_id],
+                  r.mem_gb, r.name, r.user)
+        for r in rows
+        if r.job_id in start and r.job_id in end and gpus.get(r.job_id)
+    ]  # fmt: skip
+    if not records:
+        return None
+    records.sort(key=lambda rec: (rec.start_s, rec.job_id))
+    metrics = Metrics(len(records), max(rec.end_s for rec in records), 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0)
+    labels = [f"{n.name}/{g}" for n in cluster.nodes for g in range(n.gpus)]
+    return SimResult("forecast", "", "", False, cluster, metrics, records, [], labels)

@@ -97,6 +97,7 @@
 
   // ------------------------------------------------------------------ queue view
   var PAGE = 100;
+  function running(r) { return r.state === "running"; }
   function queueTable(offset) {
     var started = performance.now();
     return getJSON("/api/queue?offset=" + offset + "&limit=" + PAGE).then(function (q) {
@@ -106,7 +107,9 @@
       $("queue-error").textContent = q.error || "";
       $("queue-table").tBodies[0].innerHTML = q.rows.map(function (r) {
         var mark = r.estimate_guessed ? " *" : "";
-        return '<tr data-job="' + esc(r.job_id) + '" class="' + r.state + '"><td class="num">' + r.rank + "</td><td>" +
+        var times = running(r) ? [r.start_s, r.expected_end_s] : [r.expected_start_s, r.expected_end_s];
+        return '<tr data-job="' + esc(r.job_id) + '" data-start="' + times[0] + '" data-end="' + times[1] +
+          '" data-reason="' + esc(r.reason || "") + '" class="' + r.state + '"><td class="num">' + r.rank + "</td><td>" +
           esc(r.job_id) + "</td><td>" + r.state + "</td><td>" + esc(r.name) + "</td><td>" + esc(r.user) +
           '</td><td class="num">' + r.gpus + '</td><td class="num">' + num(r.mem_gb, 1) + "</td><td>" +
           when(r.submit_s) + "</td><td>" + when(r.expected_start_s) + mark + "</td><td>" + when(r.expected_end_s) + mark + "</td></tr>";
