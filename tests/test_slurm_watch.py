@@ -151,3 +151,50 @@ def test_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
             pass
     with writer_lock(state, "ci", "gpuplan slurm apply"):  # released when the first one ended
         assert lock_path(state, "ci").name == "gpuplan-slurm-ci.lock"
+
+
+def test_systemd_unit_runs_the_watcher_with_options_it_has() -> None:
+    """contrib/systemd/gpuplan-slurm-watch.service: well-formed, and its ExecStart options exist."""
+    import configparser
+
+    from typer.testing import CliRunner
+
+    from gpuplan.cli import app
+
+    unit = Path(__file__).resolve().parents[1] / "contrib" / "systemd" / "gpuplan-slurm-watch.service"
+    cfg = configparser.ConfigParser(strict=False, interpolation=None)
+    cfg.optionxform = str  # type: ignore[assignment,method-assign]
+    cfg.read_string(unit.read_text())
+    assert {"Unit", "Service", "Install"} <= set(cfg.sections())
+    svc = cfg["Service"]
+    assert (
+        svc["Type"] == "simple" and svc["Restart"] == "on-failure" and svc["RestartPreventExitStatus"] == "2"
+    )
+    assert (
+        svc["StateDirectory"] == "gpuplan" and "GPUPLAN_SLURM_STATE=/var/lib/gpuplan/" in svc["Environment"]
+    )
+    argv = svc["ExecStart"].split()
+    assert argv[1:3] == ["slurm", "watch"]
+    helptext = CliRunner().invoke(app, ["slurm", "watch", "--help"], terminal_width=200).stdout
+    for opt in (a for a in argv if a.startswith("--")):
+        assert opt in helptext, opt
+
+
+def test_nice_mode_by_a_plain_user_touches_only_their_own_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import getpass
+
+    from gpuplan.slurm.apply import apply_order
+
+    slurm = FakeSlurm([3, 2, 1])  # every job belongs to user "u"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(getpass, "getuser", lambda: "v")
+    res = apply_order(SlurmClient(slurm, clock=lambda: NOW), ["12", "11", "10"], mode="nice",
+                      state_path=tmp_path / "s.json", dry_run=True)  # fmt: skip
+    assert res.changed == {} and set(res.skipped) == {"10", "11", "12"}
+    assert "changes only your own jobs (v)" in res.skipped["10"]
+    monkeypatch.setattr(getpass, "getuser", lambda: "u")
+    res = apply_order(SlurmClient(slurm, clock=lambda: NOW), ["12", "11", "10"], mode="nice",
+                      state_path=tmp_path / "s.json", dry_run=True)  # fmt: skip
+    assert res.changed == {"12": 0, "11": 1, "10": 2}

@@ -52,8 +52,14 @@ def test_site_factor_orders_the_queue_and_keeps_multifactor_live(slurm_backfill:
     sprio = {r.job_id: r for r in SlurmClient().prio().values()}
     before = {j: sprio[j].site for j in ids}
     assert len({sprio[j].job_size for j in ids}) > 1  # the weights are live: job sizes differ
+    plan = _json("plan", "--json", "--policy", "sjf")  # who gains and who loses, before applying
+    (user,) = plan["fairness"]["by_user"]
+    assert user["name"] == "root" and user["jobs"] == len(ids) and len(plan["fairness"]["by_account"]) == 1
+    assert abs(user["slurm_mean_wait_s"] - plan["slurm_order_expected"]["mean_wait_s"]) < 1e-6
+    assert abs(user["plan_mean_wait_s"] - plan["expected"]["mean_wait_s"]) < 1e-6
     out = _json("apply", "--json", "--policy", "sjf")
     order = out["plan"]["order"]
+    assert order == plan["order"] and out["plan"]["fairness"]["by_user"][0]["jobs"] == len(ids)
     assert sorted(order) == sorted(ids) and order != out["plan"]["slurm_order"]
     assert out["apply"]["mode"] == "site-factor" and out["apply"]["out_of_plan_order"] == []
     # one scontrol line per changed job at most; Slurm's own priority now ranks them as planned

@@ -108,6 +108,21 @@ def _queue_view(c: SlurmCluster, page: Any, url: str, ids: dict[str, str], artif
     basis = page.locator("#plan-basis").inner_text()
     assert f"planned as endless: {ids['nolimit']}" in basis and "time limits" in basis and "gpu" in basis
     assert page.locator("#plan-table tbody tr").count() == 3
+    # who gains, who loses: the same table as `gpuplan slurm plan --json`
+    fair = page.locator("#fairness-table tbody tr")
+    assert fair.count() == len(plan["fairness"]["by_user"]) + len(plan["fairness"]["by_account"])
+    for by in ("by_user", "by_account"):  # read a moment apart: the same groups, waits within Slurm's 1 s
+        assert [(r["name"], r["jobs"]) for r in api["fairness"][by]] == [
+            (r["name"], r["jobs"]) for r in plan["fairness"][by]
+        ]
+        for a, b in zip(api["fairness"][by], plan["fairness"][by]):
+            for key in ("slurm_mean_wait_s", "plan_mean_wait_s"):
+                assert (a[key] is None) == (b[key] is None) and abs((a[key] or 0) - (b[key] or 0)) <= 2.0, (
+                    a,
+                    b,
+                )
+    names = {fair.nth(i).get_attribute("data-name") for i in range(fair.count())}
+    assert names == {r["name"] for r in plan["fairness"]["by_user"] + plan["fairness"]["by_account"]}
     shot(page, artifacts, "slurm-queue")
     # a job submitted, another ended: the page follows without reload
     page.evaluate("window.notReloaded = true")

@@ -249,6 +249,7 @@ def plan(
     from gpuplan.commands.common import cli_errors as _errors
 
     with _errors():
+        from gpuplan.slurm.fairness import fairness_lines, fairness_table
         from gpuplan.slurm.preempt import is_preemptive
 
         if is_preemptive(policy):
@@ -256,12 +257,15 @@ def plan(
                 policy, quantum_gpu_s, max_requeues, _parts(partition), "priority", None, True, as_json
             )
             return
-        _, p, setup = _make_plan(_client(), _parts(partition), policy, search, predict)
+        state, p, setup = _make_plan(_client(), _parts(partition), policy, search, predict)
+        table = fairness_table(p, state.jobs)
         if as_json:
-            _emit({**p.as_dict(), "setup_warnings": setup})
+            _emit({**p.as_dict(), "fairness": table, "setup_warnings": setup})
             return
         _warn(setup + p.warnings)
         _print_plan(p)
+        for line in fairness_lines(table):
+            typer.echo(line)
 
 
 def _print_plan(p: QueuePlan) -> None:
@@ -324,7 +328,10 @@ def apply(
             res = apply_order(client, p.order, mode=mode, partitions=parts, state_path=state_file, dry_run=dry_run,
                               weight=weight, horizon_s=horizon_s, config=state.config)  # fmt: skip
         if as_json:
-            _emit({"plan": p.as_dict(), "apply": res.as_dict(), "setup_warnings": setup})
+            from gpuplan.slurm.fairness import fairness_table
+
+            _emit({"plan": {**p.as_dict(), "fairness": fairness_table(p, state.jobs)}, "apply": res.as_dict(),
+                   "setup_warnings": setup})  # fmt: skip
             return
         _warn(setup + p.warnings)
         _print_plan(p)
@@ -344,10 +351,10 @@ def apply_lines(res: Any) -> list[str]:
     if d:
         h = d["headroom"]
         kept = len(d["site_factor"]) - len(d["changes"])
-        out.append(f"  {kept} planned job(s) already in place kept their SiteFactor; consecutive planned jobs are "
-                   f">= {h['base'] + h['stale']} priority points apart ({h['base']} rounding + {h['stale']} for "
-                   f"the PriorityCalcPeriod lag), more where the younger job can still gain age within "
-                   f"{h['horizon_s']:.0f} s")  # fmt: skip
+        out.append(f"  {kept} planned job(s) already in place kept their SiteFactor; the others are set >= "
+                   f"{h['base'] + h['drift'] + h['stale']} priority points apart ({h['base']} rounding + {h['drift']} "
+                   f"update drift + {h['stale']} PriorityCalcPeriod lag), more where the younger job can still "
+                   f"gain age within {h['horizon_s']:.0f} s")  # fmt: skip
         if d["out_of_plan_order"]:
             shown = " ".join(d["out_of_plan_order"][:20])
             out.append(f"  at --weight {d['weight']:g}, {len(d['out_of_plan_order'])} job(s) stay out of plan "

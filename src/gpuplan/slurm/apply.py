@@ -195,7 +195,7 @@ def apply_order(
         )
     now = {q.job_id: q for q in client.queue(partitions, states="PD")}
     rows = _prio_rows(client, mode)
-    todo = _managed(order, now, rows, mode, client.clock(), result)
+    todo = _managed(order, now, rows, mode, client.clock(), result, _own_user(mode))
     if mode == "site-factor":
         changes, undo = _site_factor_changes(
             client, todo, now, rows, recorded, weight, horizon_s, config, result
@@ -249,8 +249,17 @@ def _prio_rows(client: SlurmClient, mode: str) -> dict[str, PrioRow]:
         return {}  # priority/basic has no sprio
 
 
+def _own_user(mode: str) -> str | None:
+    """Nice mode run by anyone but root changes only the caller's own jobs (Slurm refuses the others)."""
+    if mode != "nice" or os.geteuid() == 0:
+        return None
+    import getpass
+
+    return getpass.getuser()
+
+
 def _managed(order: Sequence[str], now: Mapping[str, QueueJob], rows: Mapping[str, PrioRow], mode: str,
-             now_s: float, result: ApplyResult) -> list[QueueJob]:  # fmt: skip
+             now_s: float, result: ApplyResult, own_user: str | None = None) -> list[QueueJob]:  # fmt: skip
     todo = []
     for jid in order:
         q = now.get(jid)
@@ -259,6 +268,9 @@ def _managed(order: Sequence[str], now: Mapping[str, QueueJob], rows: Mapping[st
             result.skipped[jid] = "no longer pending (started, finished or cancelled since the plan)"
         elif why:
             result.skipped[jid] = why
+        elif own_user is not None and q.user and q.user != own_user:
+            result.skipped[jid] = (f"{q.user}'s job: --mode nice changes only your own jobs ({own_user}); "
+                                   "an operator orders every job with --mode site-factor")  # fmt: skip
         elif mode == "site-factor" and jid not in rows:
             result.skipped[jid] = "not in sprio (no longer pending)"
         elif mode == "site-factor" and rows[jid].frozen:

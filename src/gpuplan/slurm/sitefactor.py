@@ -6,12 +6,16 @@ after `scontrol update JobId=N SiteFactor=X` (X within +-2147483645). Setting th
 job size and fair-share live; `Priority=` would freeze them.
 
 Pure: sprio rows and the plan in, the values to set out. The rules:
-- Consecutive planned jobs get priorities at least `Headroom.gap` apart: 3 for rounding, plus what a job
+- Consecutive planned jobs get priorities at least `Headroom.gap` apart: 3 for rounding, plus the age a
+  job gains between the sprio reading and its update (`drift`, 2 s worth), plus what a job
   updated now gains over one Slurm recomputes only at the next PriorityCalcPeriod (its age moves on),
   plus what the younger of the two can still gain in age over `horizon_s` once the older one stops at
   PriorityMaxAge (while both age, their difference stays the same). A job keeps its value while it
-  still leads the next one by 1 plus that age lead: the slack between the two gaps absorbs sprio
-  readings taken between two recalculations, so `watch` re-sets only jobs that really drifted.
+  still leads the next one by 2 plus that age lead, so `watch` re-sets only jobs that really drifted.
+- Slurm recomputes priorities every PriorityCalcPeriod, and a job at once when it is updated, so some
+  readings lag: each job's lag is its age from the clock (EligibleTime) minus sprio's, within
+  0..stale. A job that keeps its value is its reading now and its reading + lag once recomputed; the
+  order must hold at both moments (a job set now is recomputed at once: its target is both).
 - The fewest changes: the jobs that can keep their current priority are the longest chain, in plan
   order, whose priorities leave room for the gaps of the jobs between them (a longest non-increasing
   subsequence of priority + cumulative gap); only the others change.
@@ -39,6 +43,7 @@ SITE_FACTOR_MAX = 2147483645
 """`scontrol update SiteFactor=` accepts -2147483645..2147483645 (22.05: "value out of range")."""
 _DEFAULT_MAX_AGE_S = 7 * 86400.0  # Slurm's defaults for PriorityMaxAge and PriorityCalcPeriod
 _DEFAULT_CALC_S = 300.0
+_UPDATE_DELAY_S = 2.0  # sprio read -> a job's update: its age moves on meanwhile (drift)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,7 @@ class Headroom:
 
     base: int = 3
     stale: int = 0
+    drift: int = 0
     age_weight: float = 0.0
     age_rate_per_s: float = 0.0
     horizon_s: float = 0.0
@@ -59,8 +65,8 @@ class Headroom:
         if self.age_rate_per_s > 0 and self.horizon_s > 0:
             lead = max(self._grow(below_age) - self._grow(above_age), 0.0)
         if keep:  # hysteresis: a value set with the full gap is kept until that gap is nearly used up
-            return 1 + math.floor(lead)
-        return self.base + self.stale + math.ceil(lead)
+            return 2 + self.drift + math.floor(lead)
+        return self.base + self.drift + self.stale + math.ceil(lead)
 
     def age_points(self, age_s: float) -> float:
         """The weighted age factor of a job eligible for `age_s` seconds."""
@@ -70,7 +76,7 @@ class Headroom:
         return max(min(age + self.age_rate_per_s * self.horizon_s, self.age_weight) - age, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"base": self.base, "stale": self.stale, "age_weight": self.age_weight,
+        return {"base": self.base, "stale": self.stale, "drift": self.drift, "age_weight": self.age_weight,
                 "age_per_s": round(self.age_rate_per_s, 6), "horizon_s": self.horizon_s}  # fmt: skip
 
 
@@ -80,7 +86,9 @@ def headroom_for(config: Mapping[str, str], horizon_s: float) -> Headroom:
     max_age = _seconds(config.get("PriorityMaxAge", ""), _DEFAULT_MAX_AGE_S)
     calc = _seconds(config.get("PriorityCalcPeriod", ""), _DEFAULT_CALC_S)
     rate = weight / max_age if weight > 0 and max_age > 0 else 0.0
-    return Headroom(3, math.ceil(rate * calc), weight, rate, max(horizon_s, 0.0))
+    return Headroom(
+        3, math.ceil(rate * calc), math.ceil(rate * _UPDATE_DELAY_S), weight, rate, max(horizon_s, 0.0)
+    )
 
 
 def _number(text: str) -> float:
@@ -137,8 +145,8 @@ def site_factor_plan(
 
     `original_site`: the SiteFactor each job had before gpuplan changed it (default: its current one);
     `others`: the pending jobs gpuplan leaves alone (their ranks are reported); `ages_s`: seconds each
-    job has been eligible (its age points then come from the clock, not from sprio, whose age lags by
-    up to one PriorityCalcPeriod on the jobs Slurm did not recompute since).
+    job has been eligible: the age lead comes from them (sprio's age lags by up to one
+    PriorityCalcPeriod on the jobs Slurm did not recompute since, which would make the gaps flap).
 
     Raises:
         GpuplanError: a weight outside 0..1, or a SiteFactor out of Slurm's range.
@@ -147,16 +155,22 @@ def site_factor_plan(
         raise GpuplanError(f"--weight {weight:g}: must be between 0 and 1 (1 = the plan's exact order)")
     room = headroom or Headroom()
     managed = [rows[j] for j in order]
-    own = [r.base + original_site.get(r.job_id, r.site) for r in managed]  # Slurm's priority without gpuplan
-    now = [max(r.base + r.site, 1) for r in managed]  # = the priority (Slurm's floor is 1)
+    lag = [_lag(r, ages_s, room) for r in managed]
+    reading = [max(r.base + r.site, 1) for r in managed]  # what Slurm uses until it recomputes the job
+    base = [r.base + g for r, g in zip(managed, lag)]  # what multifactor gives each job once recomputed
+    own = [b + original_site.get(r.job_id, r.site) for b, r in zip(base, managed)]  # Slurm's own priority
+    now = [max(b + r.site, 1) for b, r in zip(base, managed)]  # the priority once recomputed (floor 1)
     ages = [
         room.age_points(ages_s[r.job_id]) if ages_s and r.job_id in ages_s else float(r.age) for r in managed
     ]
     pairs = list(itertools.pairwise(ages))
     gaps = [room.gap(a, b) for a, b in pairs]
     keep_gaps = [room.gap(a, b, keep=True) for a, b in pairs]
-    seeds = now if weight >= 1.0 else own  # a nudge is measured from Slurm's own order, every pass alike
-    target, kept = _targets(seeds, gaps, keep_gaps, sorted(own, reverse=True))
+    slots = sorted(own, reverse=True)
+    if weight >= 1.0:
+        target, kept = _targets(reading, now, gaps, keep_gaps, slots)
+    else:  # a nudge is measured from Slurm's own order, every pass alike
+        target, kept = _targets(own, own, gaps, keep_gaps, slots)
     site: dict[str, int] = {}
     keep = set(kept) if weight >= 1.0 else set()
     for i, r in enumerate(managed):
@@ -164,14 +178,14 @@ def site_factor_plan(
         if i in keep:
             site[r.job_id] = r.site
             continue
-        value = target[i] - r.base if weight >= 1.0 else orig + round(weight * (target[i] - own[i]))
+        value = target[i] - base[i] if weight >= 1.0 else orig + round(weight * (target[i] - own[i]))
         if abs(value) > SITE_FACTOR_MAX:
             raise GpuplanError(
                 f"job {r.job_id}: SiteFactor {value} is outside Slurm's range +-{SITE_FACTOR_MAX}; lower "
                 "--horizon-s or the PriorityWeight* values"
             )
         site[r.job_id] = value
-    expected = {r.job_id: max(r.base + site[r.job_id], 1) for r in managed}
+    expected = {r.job_id: max(b + site[r.job_id], 1) for b, r in zip(base, managed)}  # once recomputed
     changes = [(r.job_id, r.site, site[r.job_id]) for r in managed if site[r.job_id] != r.site]
     ranked = sorted(order, key=lambda j: (-expected[j], _id_key(j)))
     out_of_order = [j for j, planned in zip(ranked, order) if j != planned]
@@ -181,19 +195,23 @@ def site_factor_plan(
                           [managed[i].job_id for i in kept])  # fmt: skip
 
 
-def _targets(seeds: Sequence[int], gaps: Sequence[int], keep_gaps: Sequence[int],
+def _targets(low: Sequence[int], high: Sequence[int], gaps: Sequence[int], keep_gaps: Sequence[int],
              slots: Sequence[int]) -> tuple[list[int], list[int]]:  # fmt: skip
-    """Priorities in plan order (returned with the indices that keep their seed).
+    """Priorities in plan order, as they will be once Slurm has recomputed every job (returned with
+    the indices that keep their value).
 
-    The kept seeds: a longest chain whose seeds leave at least `keep_gaps` between consecutive jobs
-    (the jobs between them included). Every other job takes its slot's value, moved just enough to
-    be `gaps` away from its neighbours, or, where the kept jobs leave less room, `keep_gaps`.
-    Nothing goes below 1."""
-    k = len(seeds)
+    A job's priority now is `low` (what Slurm uses until its next recalculation) and will be `high`
+    (its lag added); a job that is updated is recomputed at once, so both are its target. The kept
+    jobs: a longest chain in which each one's `low` leads the next one's `high` by the `keep_gaps` of
+    the jobs between them (so the order holds both now and after the recalculation). Every other job
+    takes its slot's value, moved just enough to be `gaps` away from its neighbours, or, where the
+    kept jobs leave less room, `keep_gaps`. Nothing goes below 1."""
+    k = len(low)
     cum, kcum = _cumulative(gaps), _cumulative(keep_gaps)
     floor, kfloor = 1 + cum[-1], 1 + kcum[-1]
-    z = [seeds[i] + kcum[i] for i in range(k)]
-    kept = _longest_non_increasing([i for i in range(k) if z[i] >= kfloor], z)
+    zlo = [low[i] + kcum[i] for i in range(k)]
+    zhi = [high[i] + kcum[i] for i in range(k)]
+    kept = _longest_chain([i for i in range(k) if zlo[i] >= kfloor], zlo, zhi, low, high, keep_gaps)
     keep = set(kept)
     nxt: list[int | None] = [None] * k
     following: int | None = None
@@ -204,15 +222,16 @@ def _targets(seeds: Sequence[int], gaps: Sequence[int], keep_gaps: Sequence[int]
     out: list[int] = []
     for i in range(k):
         if i in keep:
-            out.append(seeds[i])
+            out.append(high[i])
             continue
         n = nxt[i]
-        lo = (seeds[n] + cum[n] - cum[i]) if n is not None else (floor - cum[i])
-        klo = (z[n] - kcum[i]) if n is not None else (kfloor - kcum[i])
+        lo = (high[n] + cum[n] - cum[i]) if n is not None else (floor - cum[i])
+        klo = (zhi[n] - kcum[i]) if n is not None else (kfloor - kcum[i])
         value = max(slots[i], lo)
         if i:
-            value = min(value, out[-1] - gaps[i - 1])
-            value = min(max(value, klo), out[-1] - keep_gaps[i - 1])
+            prev = low[i - 1] if i - 1 in keep else out[-1]  # a kept job above: its priority until recomputed
+            value = min(value, prev - gaps[i - 1])
+            value = min(max(value, klo), prev - keep_gaps[i - 1])
         out.append(max(value, klo))
     return out, kept
 
@@ -224,36 +243,66 @@ def _cumulative(gaps: Sequence[int]) -> list[int]:
     return out
 
 
-def _longest_non_increasing(candidates: Sequence[int], z: Sequence[int]) -> list[int]:
-    """Indices (ascending) of a longest subsequence of `candidates` whose z never increases."""
-    tails: list[int] = []  # -z of the smallest tail of each length (non-decreasing in -z)
-    tail_idx: list[int] = []
-    prev: dict[int, int | None] = {}
+def _longest_chain(candidates: Sequence[int], zlo: Sequence[int], zhi: Sequence[int], low: Sequence[int],
+                   high: Sequence[int], keep_gaps: Sequence[int]) -> list[int]:  # fmt: skip
+    """Indices (ascending) of a longest subsequence of `candidates` that may keep their values: two
+    neighbours in plan order must lead by their keep gap both now (`low`) and once recomputed
+    (`high`); two with jobs between them (set now, so recomputed at once) need the first one's `low`
+    to lead the second's `high` by the gaps in between (`zlo` >= `zhi`). O(n log n): a Fenwick tree of
+    the best chain ending at each `zlo`, an element entering it once it is no longer a neighbour."""
+    if not candidates:
+        return []
+    keys = sorted({-zlo[i] for i in candidates})  # ascending -zlo: "zlo >= q" is a prefix
+    size = len(keys)
+    tree: list[tuple[int, int]] = [(0, -1)] * (size + 1)  # (chain length, its last index)
+    prev: dict[int, int] = {}
+    length: dict[int, int] = {}
+    waiting: list[int] = []
+    best = (0, -1)
     for i in candidates:
-        pos = bisect.bisect_right(tails, -z[i])
-        prev[i] = tail_idx[pos - 1] if pos else None
-        if pos == len(tails):
-            tails.append(-z[i])
-            tail_idx.append(i)
-        else:
-            tails[pos] = -z[i]
-            tail_idx[pos] = i
+        while waiting and waiting[0] < i - 1:
+            a = waiting.pop(0)
+            p = bisect.bisect_left(keys, -zlo[a]) + 1
+            while p <= size:
+                tree[p] = max(tree[p], (length[a], a))
+                p += p & -p
+        got = (0, -1)
+        p = bisect.bisect_right(keys, -zhi[i])  # earlier non-neighbours with zlo >= zhi[i]
+        while p > 0:
+            got = max(got, tree[p])
+            p -= p & -p
+        a = i - 1
+        if a in length and low[a] - low[i] >= keep_gaps[a] and high[a] - high[i] >= keep_gaps[a]:
+            got = max(got, (length[a], a))
+        prev[i], length[i] = got[1], got[0] + 1
+        best = max(best, (length[i], i))
+        waiting.append(i)
     out: list[int] = []
-    cur = tail_idx[-1] if tail_idx else None
-    while cur is not None:
+    cur = best[1]
+    while cur != -1:
         out.append(cur)
         cur = prev[cur]
     return out[::-1]
 
 
+def _lag(r: PrioRow, ages_s: Mapping[str, float] | None, room: Headroom) -> int:
+    """The age points a job's sprio reading lags behind now (Slurm recomputes a job every
+    PriorityCalcPeriod, and at once when it is updated): its age from the clock (EligibleTime) minus
+    sprio's, within 0..`room.stale`."""
+    if not ages_s or r.job_id not in ages_s or room.age_rate_per_s <= 0 or r.frozen:
+        return 0
+    return min(max(round(room.age_points(ages_s[r.job_id]) - r.age), 0), room.stale)
+
+
 def _landing(managed: Sequence[PrioRow], own: Sequence[int], expected: Mapping[str, int],
              others: Sequence[PrioRow]) -> dict[str, dict[str, int]]:  # fmt: skip
     """Rank (1 = first) of each job left alone among all pending jobs, before and after."""
-    before = {r.job_id: own[i] for i, r in enumerate(managed)} | {r.job_id: r.priority for r in others}
-    after = dict(expected) | {r.job_id: r.priority for r in others}
+    prio = {r.job_id: r.priority for r in others}
+    before = {r.job_id: own[i] for i, r in enumerate(managed)} | prio
+    after = dict(expected) | prio
     rb = {j: n for n, j in enumerate(sorted(before, key=lambda j: (-before[j], _id_key(j))), start=1)}
     ra = {j: n for n, j in enumerate(sorted(after, key=lambda j: (-after[j], _id_key(j))), start=1)}
-    return {r.job_id: {"rank_before": rb[r.job_id], "rank_after": ra[r.job_id], "priority": r.priority}
+    return {r.job_id: {"rank_before": rb[r.job_id], "rank_after": ra[r.job_id], "priority": prio[r.job_id]}
             for r in others}  # fmt: skip
 
 

@@ -375,7 +375,10 @@ def _slurm_api(app: FastAPI) -> None:
         view = _slurm(request)
         if view.plan is None:
             return JSONResponse({"error": view.error or view.plan_error}, status_code=503)
-        return JSONResponse(_finite({**view.plan.as_dict(), "setup_warnings": view.setup}))
+        fairness = (view.summary or {}).get("fairness")
+        return JSONResponse(
+            _finite({**view.plan.as_dict(), "fairness": fairness, "setup_warnings": view.setup})
+        )
 
     @app.get("/api/slurm/stream", summary="Server-sent events: one event each time the queue or nodes change")
     async def stream(request: Request) -> StreamingResponse:

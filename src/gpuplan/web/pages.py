@@ -121,7 +121,13 @@ def slurm_queue_page(*, label: str, is_fake: bool, plotly_url: str, policy: str)
 <section id="plan-summary" hidden><h2>Plan against Slurm's order</h2>
 <table class="summary" id="plan-table"><thead><tr><th>Order</th><th class="num">Simulated makespan</th>
 <th class="num">Mean wait</th></tr></thead><tbody></tbody></table>
-<p id="plan-basis" class="muted"></p><ul id="plan-warnings" class="notes"></ul></section>
+<p id="plan-basis" class="muted"></p><ul id="plan-warnings" class="notes"></ul>
+<h3>Who gains, who loses</h3>
+<p class="muted">Mean expected wait of each user's and account's planned jobs under Slurm's order and
+under the plan (as <code>gpuplan slurm plan</code> prints it); the biggest losers first.</p>
+<table class="summary" id="fairness-table"><thead><tr><th>By</th><th>Name</th><th class="num">Jobs</th>
+<th class="num">Wait, Slurm's order</th><th class="num">Wait, plan</th><th class="num">Change</th></tr></thead>
+<tbody></tbody></table></section>
 <section><h2>Jobs</h2>
 <p class="muted">Running jobs first (by expected end), then pending jobs in gpuplan's planned order; Slurm's
 own rank and the start it gives under Slurm's order beside it. Times assume each job runs for its

@@ -197,9 +197,13 @@ def plan_summary(
     note: str | None = None,
 ) -> dict[str, Any]:
     """What the plan claims and how far to trust it: simulated makespan and mean wait of gpuplan's
-    order and of Slurm's, the gain, the warnings of `gpuplan slurm plan`, and which jobs plan as endless."""
+    order and of Slurm's, the gain, who gains and who loses (per user and account, as `gpuplan slurm
+    plan` prints it), the warnings of `gpuplan slurm plan`, and which jobs plan as endless."""
+    from gpuplan.slurm.fairness import fairness_table
+
     no_limit = [r.job_id for r in rows if r.estimate == "none" and r.unmanaged is None]
     return {
+        "fairness": fairness_table(plan, state.jobs),
         "policy": plan.policy,
         "backfill": plan.backfill,
         "cluster": plan.cluster.describe(),

@@ -201,6 +201,16 @@
       (s.partitions_given ? "" : " (all)") + ". " + (s.no_limit_jobs.length ? "No time limit, planned as endless: " +
       s.no_limit_jobs.join(", ") + "." : "Every planned job has a time limit.") + (s.note ? " " + s.note + "." : "");
     $("plan-warnings").innerHTML = s.warnings.concat(s.setup_warnings).map(function (w) { return "<li>" + esc(w) + "</li>"; }).join("");
+    $("fairness-table").tBodies[0].innerHTML = fairnessRows("user", s.fairness.by_user) + fairnessRows("account", s.fairness.by_account);
+  }
+  function fairnessRows(by, rows) {
+    return rows.map(function (r) {
+      var change = r.change_s === null ? "n/a" : (r.change_s > 0 ? "+" : "") + r.change_s.toFixed(0) + " s" +
+        (r.change === null ? "" : " (" + (r.change > 0 ? "+" : "") + (100 * r.change).toFixed(0) + " %)");
+      return '<tr data-by="' + by + '" data-name="' + esc(r.name) + '" data-change-s="' + (r.change_s === null ? "" : r.change_s) +
+        '"><td>' + by + "</td><td>" + esc(r.name) + '</td><td class="num">' + r.jobs + '</td><td class="num">' +
+        secs(r.slurm_mean_wait_s) + '</td><td class="num">' + secs(r.plan_mean_wait_s) + '</td><td class="num">' + change + "</td></tr>";
+    }).join("");
   }
   function slurmQueue() {
     var offset = 0;
