@@ -5,8 +5,8 @@ Starts the test harness's cluster (tests/slurm/harness.py: slurmctld + 4 slurmd 
 accounting, multifactor with non-zero Age and JobSize weights), holds the partition DOWN, submits 1,000
 sleep jobs of mixed shapes (1-8 GPUs on 1 or 2 nodes, limits 1-60 min), then times `plan_queue` +
 `apply_order` (site-factor mode) in-process, counts the `scontrol update` lines sent, applies again
-(nothing should change: the jobs are in place), and runs the `gpuplan slurm apply --json` command as
-a user runs it (Python start-up included). Stops every daemon by PID at the end.
+(nothing should change: the jobs are in place), resets, and runs the `gpuplan slurm apply --json`
+command as a user runs it (Python start-up included). Stops every daemon by PID at the end.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def bench_slurm(n_jobs: int = 1000) -> dict[str, object]:
 
 
 def _measure(cluster, n_jobs: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from gpuplan.slurm import SlurmClient, SlurmRunner, apply_order, live_state, plan_queue
+    from gpuplan.slurm import SlurmClient, SlurmRunner, apply_order, live_state, plan_queue, reset_order
 
     cluster.set_partition(up=False)
     rng = random.Random(11)
@@ -68,8 +68,11 @@ def _measure(cluster, n_jobs: int) -> dict[str, object]:  # type: ignore[no-unty
     res = apply_order(client, plan.order, state_path=state_path, config=state.config)
     t3 = time.perf_counter()
     lines = client.update_lines
+    processes = sum(1 for c in client.runner.calls if c == ["scontrol"])  # batched update processes
     again = apply_order(client, plan.order, state_path=state_path, config=state.config)
-    state_path.unlink()
+    t_reset = time.perf_counter()
+    reset = reset_order(client, state_path)  # every SiteFactor back: the command below starts afresh
+    reset_s = time.perf_counter() - t_reset
     t4 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "gpuplan.cli", "slurm", "apply", "--json", "--state",
                            str(state_path)], env=cluster.env, capture_output=True, text=True)  # fmt: skip
@@ -84,8 +87,10 @@ def _measure(cluster, n_jobs: int) -> dict[str, object]:  # type: ignore[no-unty
         "changed": len(res.changed),
         "mode": res.mode,
         "scontrol_update_lines": lines,
-        "scontrol_processes": sum(1 for c in client.runner.calls if c == ["scontrol"]),
+        "scontrol_processes": processes,
         "reapply_changed": len(again.changed),
+        "reset_restored": len(reset.changed),
+        "reset_s": round(reset_s, 3),
         "plan_floor_s": 2.0,
         "plan_within_floor": t2 - t1 <= 2.0,
         "read_state_s": round(t1 - t0, 3),

@@ -251,7 +251,7 @@ def test_bench_code_runs_on_a_small_queue(slurm: SlurmCluster) -> None:
         and 0 < row["changed"] <= 20
         and row["scontrol_update_lines"] == row["changed"]
     )
-    assert row["reapply_changed"] == 0
+    assert row["reapply_changed"] == 0 and row["reset_restored"] == row["changed"] == row["cli_changed"]
     assert {"plan_s", "apply_s", "plan_plus_apply_s", "cli_apply_wall_s", "within_floor"} <= set(row)
 
 
@@ -328,3 +328,31 @@ def test_nice_mode_as_a_user_who_is_not_an_operator(slurm: SlurmCluster, tmp_pat
     finally:
         slurm.run("scancel", "-u", user, check=False)
         subprocess.run(["userdel", user], capture_output=True)
+
+
+def test_watcher_backs_off_while_slurmctld_is_down_then_resumes(slurm: SlurmCluster, tmp_path: Path) -> None:
+    ids = _whole_cluster_jobs(slurm, [3, 2, 1])
+    client = SlurmClient()
+    client.runner.retries = 0  # the watcher's own backoff, not the runner's retries
+    logs: list[dict] = []
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        if len(sleeps) == 2:
+            slurm.start_ctld()  # back after two failed looks
+
+    opts = WatchOptions(policy="sjf", state_path=tmp_path / "applied.json", interval_s=5.0)
+    w = Watcher(client, opts, logs.append, sleep)
+    slurm.stop_ctld()
+    try:
+        w.run(3)
+    finally:
+        if "slurmctld" not in slurm.pids:
+            slurm.start_ctld()
+    down = [e for e in logs if e["event"] == "slurm_unreachable"]
+    assert [e["retry_in_s"] for e in down] == [2.0, 4.0] and sleeps == [2.0, 4.0]
+    assert "slurmctld is not answering" in down[0]["message"] and "squeue" in down[0]["message"]
+    assert [e["event"] for e in logs][-2:] == ["slurm_back", "pass"]
+    prios = slurm.priorities()
+    assert sorted(ids, key=lambda j: -prios[j]) == list(reversed(ids))
