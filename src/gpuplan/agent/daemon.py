@@ -63,6 +63,9 @@ class AgentConfig:
     quotas_file: str | None = (
         None  # per-user quotas (agent/quotafile.py), reloaded on SIGHUP / `agent reload`
     )
+    multi_user: bool = False  # root agent: every local user submits; each job runs as its submitter
+    admin_group: str | None = None  # multi-user: members may steer every user's job (as root)
+    run_dir: str | None = None  # where the socket lives when not in the home (/run/gpuplan)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__slots__}
@@ -124,8 +127,8 @@ class Agent:
         program's own parameters, e.g. `Las(quantum_gpu_s=60)`)."""
         self.config = config
         self.clock = clock
-        self.paths = AgentPaths(config.home)
-        self.paths.create()
+        self.paths = AgentPaths(config.home, None if config.run_dir is None else Path(config.run_dir))
+        self.paths.create(shared=config.multi_user)
         self.store = Store(self.paths.db)
         self.backend = backend or open_backend(config.gpus, set_id=str(self.paths.home))
         self.devices = self.backend.devices()
@@ -143,6 +146,7 @@ class Agent:
         self.runs: dict[int, _Run] = {}
         self.reaped: dict[int, int] = {}
         self.stopping = False
+        self.reload_requested = False  # SIGHUP: read the quota file again at the next round
         self.kill_jobs_on_stop = False
         self._next_sample_s = 0.0
         self._next_prune_s = 0.0
@@ -214,7 +218,7 @@ class Agent:
         """Re-adopt running jobs whose processes live, close those that ended while the agent was down,
         requeue those it marked running but never launched, queue the waiting ones."""
         now = self.clock()
-        live = launcher.live_jobs(self.paths.home)
+        live = self._live_jobs()
         for row in self.store.jobs(["running", "suspended"]):
             pids = live.get((row.id, row.attempt))
             if pids:
@@ -305,6 +309,26 @@ class Agent:
         )
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _live_jobs(self) -> dict[tuple[int, int], set[int]]:
+        """Live processes of this agent's jobs; a multi-user agent's run as their submitters."""
+        if not self.config.multi_user:
+            return launcher.live_jobs(self.paths.home)
+        rows = self.store.jobs(["running", "suspended"])
+        return launcher.live_jobs(self.paths.home, owners={r.id: r.uid for r in rows})
+
+    def run_as(self, row: JobRow) -> launcher.RunAs | None:
+        """Who the job runs as: its submitter on a multi-user agent (None: the agent's own user).
+
+        Raises:
+            OSError: the submitter is unknown (a job is never started as root unless root submitted it).
+        """
+        if not self.config.multi_user:
+            return None
+        try:
+            return launcher.RunAs.of_uid(row.uid)
+        except KeyError:
+            raise PermissionError(f"its submitter (uid {row.uid}) has no account on this node") from None
+
     def core_job(self, row: JobRow) -> Job:
         """The store row as the Scheduler's Job (its id is the store id)."""
         return Job(
@@ -423,7 +447,7 @@ class Agent:
             else:
                 unsure.append(run)
         if unsure and now >= self._next_live_s:
-            live = launcher.live_jobs(self.paths.home)
+            live = self._live_jobs()
             self._next_live_s = now + LIVENESS_S
             for run in unsure:
                 pids = live.get((run.jid, run.attempt), set())
@@ -584,7 +608,8 @@ class Agent:
         )
         try:
             started = launcher.launch(row.command, row.cwd, env, self.paths.job_dir(jid),
-                                      time_limit_s=row.time_limit_s, grace_s=self.config.grace_s)  # fmt: skip
+                                      time_limit_s=row.time_limit_s, grace_s=self.config.grace_s,
+                                      run_as=self.run_as(row))  # fmt: skip
         except OSError as e:
             log.warning("job %d failed to start: %s", jid, e)
             run.exit_code = 127

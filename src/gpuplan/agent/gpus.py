@@ -16,6 +16,8 @@ Two backends behind `GpuBackend`:
   scenarios: `lost=3` (GPU 3 is lost), `unsupported=power+temp_c+proc_util` (those fields read None),
   `external=0:60:alice+3:10` (processes the agent did not start: 60 GB on GPU 0 owned by alice, 10 GB
   on GPU 3 owned by the agent's user; each a reading with a pid of its own, as another program's).
+  `set=NAME` names the set: agents that name the same set drive the same fake GPUs (and so refuse to
+  run side by side, agent/gpulock.py); without it a set is its agent home's own.
 
 Every process reading names its owner (`ProcReading.user`, from /proc/PID's owner).
 """
@@ -333,6 +335,10 @@ class FakeBackend(GpuBackend):
         from gpuplan.cluster import load_cluster
 
         source, *options = text.split(",")
+        named = [o.partition("=")[2].strip() for o in options if o.strip().startswith("set=")]
+        options = [o for o in options if not o.strip().startswith("set=")]
+        if named:  # a named set: every agent that names it drives the same fake GPUs (agent/gpulock.py)
+            set_id = f"named:{named[-1]}"
         spec = load_cluster(source)
         devices: list[GpuDevice] = []
         for node in spec.nodes:
@@ -484,7 +490,7 @@ def _parse_scenario(options: list[str], text: str, n_gpus: int) -> FakeScenario:
         else:
             raise GpuBackendError(
                 f"--gpus fake:{text}: unknown option {opt!r}; valid: lost=I+J, unsupported=FIELD+FIELD, "
-                "external=GPU:MEM_GB[:USER]+..."
+                "external=GPU:MEM_GB[:USER]+..., set=NAME"
             )
     return scenario
 

@@ -20,12 +20,17 @@ it runs.
 
 Every job process carries `GPUPLAN_AGENT_HOME`, `GPUPLAN_JOB_ID` and `GPUPLAN_ATTEMPT` in its
 environment: that is how a restarted agent recognises its jobs (a reused pid never carries them).
+
+A multi-user agent (root) runs each job as its submitter (`RunAs`): uid, gid and supplementary
+groups (as `initgroups` gives them) are set in the child before exec, its job folder and log files
+are the submitter's (0700 / 0600), and HOME, USER and LOGNAME are the submitter's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -35,6 +40,7 @@ from pathlib import Path
 __all__ = [
     "OOM_PATTERNS",
     "Launched",
+    "RunAs",
     "ended_s",
     "exit_code_from_status",
     "hit_time_limit",
@@ -95,6 +101,31 @@ class Launched:
     pgid: int
 
 
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """Who a job runs as: the submitter's uid, primary gid, supplementary groups, name and home."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    name: str
+    home: str
+
+    @classmethod
+    def of_uid(cls, uid: int) -> RunAs:
+        """The account of `uid` (its groups as `initgroups` would set them).
+
+        Raises:
+            KeyError: no account has this uid (the user was deleted since the submit).
+        """
+        pw = pwd.getpwuid(uid)
+        groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
+        return cls(uid, pw.pw_gid, groups, pw.pw_name, pw.pw_dir)
+
+    def environment(self) -> dict[str, str]:
+        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+
 def job_environment(
     base: Mapping[str, str], home: Path, jid: int, attempt: int, gpus: Iterable[int], extra: Mapping[str, str]
 ) -> dict[str, str]:
@@ -117,10 +148,13 @@ def _limit_args(time_limit_s: float | None, grace_s: float) -> list[str]:
     return [str(ticks), f"{time_limit_s - ticks:.3f}", f"{max(grace_s, 0.0):.3f}"]
 
 
-def _private_append(path: Path) -> int:
-    """An fd appending to `path`, created 0600 (an older file is made 0600 too: it is the agent's)."""
+def _private_append(path: Path, run_as: RunAs | None = None) -> int:
+    """An fd appending to `path`, created 0600 (an older file is made 0600 too: it is the agent's,
+    or with `run_as` the submitter's, readable by nobody else)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.fchmod(fd, 0o600)
+    if run_as is not None:
+        os.fchown(fd, run_as.uid, run_as.gid)
     return fd
 
 
@@ -131,19 +165,27 @@ def launch(
     job_dir: Path,
     time_limit_s: float | None = None,
     grace_s: float = 10.0,
+    run_as: RunAs | None = None,
 ) -> Launched:
     """Start `command` in its own session; stdout/stderr appended to job_dir/stdout, job_dir/stderr.
     With `time_limit_s`, the wrapper stops the job at its limit on its own (module docstring).
 
+    `run_as`: the submitter (a multi-user agent): the job's uid, gid and groups are set before exec,
+    its folder and logs are made the submitter's, readable by nobody else.
+
     Raises:
-        OSError: the working directory or /bin/sh is missing (the job fails at start; never retried).
+        OSError: the working directory or /bin/sh is missing, or the submitter cannot enter the working
+            directory (the job fails at start; never retried).
     """
     job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     status = job_dir / "status"
     for stale in (status, job_dir / "timeout"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
-    out, err = _private_append(job_dir / "stdout"), _private_append(job_dir / "stderr")
+    if run_as is not None:
+        _own(job_dir, run_as, 0o700)
+        env = {**env, **run_as.environment()}
+    out, err = _private_append(job_dir / "stdout", run_as), _private_append(job_dir / "stderr", run_as)
     try:
         proc = subprocess.Popen(
             [
@@ -162,6 +204,10 @@ def launch(
             stderr=err,
             start_new_session=True,
             close_fds=True,
+            # a multi-user agent: the submitter's uid, gid and groups (initgroups'), set before exec
+            user=None if run_as is None else run_as.uid,
+            group=None if run_as is None else run_as.gid,
+            extra_groups=None if run_as is None else list(run_as.groups),
         )
     finally:
         os.close(out)
@@ -170,6 +216,11 @@ def launch(
     # its destructor does not warn about a child still running.
     proc.returncode = 0
     return Launched(proc.pid, proc.pid)
+
+
+def _own(path: Path, run_as: RunAs, mode: int) -> None:
+    os.chown(path, run_as.uid, run_as.gid)
+    os.chmod(path, mode)
 
 
 def signal_group(pgid: int, sig: int) -> bool:
@@ -183,10 +234,14 @@ def signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def live_jobs(home: Path, proc_root: Path = Path("/proc")) -> dict[tuple[int, int], set[int]]:
+def live_jobs(
+    home: Path, proc_root: Path = Path("/proc"), owners: dict[int, int] | None = None
+) -> dict[tuple[int, int], set[int]]:
     """Live processes of this agent's jobs: (job id, attempt) -> pids (zombies excluded).
 
     One pass over /proc reading the environment of this user's processes (as `ps e` shows it).
+    `owners` (a multi-user agent: job id -> its submitter's uid): processes of every user count, each
+    only for a job of its own uid, so nobody passes a process of theirs off as another user's job.
     """
     want = f"GPUPLAN_AGENT_HOME={home}".encode()
     found: dict[tuple[int, int], set[int]] = {}
@@ -195,7 +250,8 @@ def live_jobs(home: Path, proc_root: Path = Path("/proc")) -> dict[tuple[int, in
         if not entry.name.isdigit():
             continue
         try:
-            if entry.stat().st_uid != uid:
+            owner = entry.stat().st_uid
+            if owners is None and owner != uid:
                 continue
             raw = Path(entry.path, "environ").read_bytes()
         except OSError:
@@ -208,6 +264,8 @@ def live_jobs(home: Path, proc_root: Path = Path("/proc")) -> dict[tuple[int, in
         try:
             key = (int(env[b"GPUPLAN_JOB_ID"]), int(env[b"GPUPLAN_ATTEMPT"]))
         except (KeyError, ValueError):
+            continue
+        if owners is not None and owners.get(key[0]) != owner:
             continue
         found.setdefault(key, set()).add(int(entry.name))
     return found

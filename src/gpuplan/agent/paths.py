@@ -14,7 +14,21 @@ from pathlib import Path
 
 from gpuplan.errors import GpuplanError
 
-__all__ = ["AgentPaths", "HomeError", "agent_home", "ensure_token", "read_token"]
+__all__ = [
+    "SYSTEM_HOME",
+    "SYSTEM_RUN_DIR",
+    "AgentPaths",
+    "HomeError",
+    "agent_home",
+    "client_paths",
+    "ensure_token",
+    "read_token",
+]
+
+SYSTEM_HOME = Path("/var/lib/gpuplan")
+"""The state of the multi-user (root) agent, `gpuplan agent start --multi-user` without GPUPLAN_HOME."""
+SYSTEM_RUN_DIR = Path("/run/gpuplan")
+"""Where the multi-user agent's socket lives (without GPUPLAN_HOME), reachable by every local user."""
 
 
 def agent_home(env: dict[str, str] | None = None) -> Path:
@@ -43,10 +57,20 @@ class AgentPaths:
     """
 
     home: Path
+    run_dir: Path | None = None  # the socket's folder when not the home (the system agent's /run/gpuplan)
 
     @classmethod
     def from_env(cls, home: Path | str | None = None) -> AgentPaths:
         return cls(Path(home).resolve() if home is not None else agent_home())
+
+    @classmethod
+    def system(cls, env: dict[str, str] | None = None) -> AgentPaths:
+        """The multi-user agent's paths: with GPUPLAN_HOME set, state and socket there; else
+        /var/lib/gpuplan and /run/gpuplan/agent.sock."""
+        env = dict(os.environ) if env is None else env
+        if env.get("GPUPLAN_HOME"):
+            return cls(agent_home(env))
+        return cls(SYSTEM_HOME, SYSTEM_RUN_DIR)
 
     @property
     def db(self) -> Path:
@@ -54,7 +78,7 @@ class AgentPaths:
 
     @property
     def socket(self) -> Path:
-        return self.home / "agent.sock"
+        return (self.run_dir or self.home) / "agent.sock"
 
     @property
     def token(self) -> Path:
@@ -83,8 +107,12 @@ class AgentPaths:
     def job_dir(self, jid: int) -> Path:
         return self.jobs_dir / str(jid)
 
-    def create(self) -> None:
+    def create(self, shared: bool = False) -> None:
         """Make the home (0700) and its jobs directory (0700); write the token if absent.
+
+        `shared` (a multi-user agent): a home gpuplan creates is 0711 and so is jobs/, so every user
+        reaches the socket and their own job folders (0700, theirs) but lists nothing; an existing
+        home must let others pass (o+x). The socket's folder (run_dir) is made 1777, as /tmp.
 
         A home that exists already keeps its mode: gpuplan never changes the mode of a directory it
         did not create. It must be the caller's own and writable by no one else.
@@ -93,8 +121,21 @@ class AgentPaths:
             HomeError: the home (or jobs/) is another user's, or group/world-writable (a shared
                 scratch directory such as /tmp, mode 1777): the message says how to fix it.
         """
-        _private_dir(self.home, "GPUPLAN_HOME", parents=True)
-        _private_dir(self.jobs_dir, "GPUPLAN_HOME/jobs")
+        mode = 0o711 if shared else 0o700
+        _private_dir(self.home, "GPUPLAN_HOME", parents=True, mode=mode)
+        _private_dir(self.jobs_dir, "GPUPLAN_HOME/jobs", mode=mode)
+        if shared:
+            for path in (self.home, self.jobs_dir):
+                if not path.stat().st_mode & 0o001:
+                    raise HomeError(
+                        f"{path} keeps other users out (mode {stat.S_IMODE(path.stat().st_mode):04o}): a shared "
+                        f"agent's users must reach its socket and their job folders; chmod o+x {path}"
+                    )
+            if self.run_dir is not None and not self.run_dir.is_dir():
+                self.run_dir.mkdir(parents=True)
+                os.chmod(
+                    self.run_dir, 0o1777
+                )  # the socket (root's, 0666) and the GPU lock (agent/gpulock.py)
         ensure_token(self)
 
 
@@ -102,10 +143,11 @@ class HomeError(GpuplanError):
     """An agent home that is not private to its user."""
 
 
-def _private_dir(path: Path, what: str, parents: bool = False) -> None:
-    """Create `path` 0700, or check an existing one (its mode is never changed)."""
+def _private_dir(path: Path, what: str, parents: bool = False, mode: int = 0o700) -> None:
+    """Create `path` (0700, or `mode`), or check an existing one (its mode is never changed)."""
     try:
-        path.mkdir(mode=0o700, parents=parents)
+        path.mkdir(mode=mode, parents=parents)
+        os.chmod(path, mode)  # mkdir's mode passes through the umask
         return
     except FileExistsError:
         pass
@@ -129,6 +171,44 @@ def _private_dir(path: Path, what: str, parents: bool = False) -> None:
 
 def _user() -> str:
     return os.environ.get("USER") or str(os.getuid())
+
+
+def client_paths(env: dict[str, str] | None = None) -> AgentPaths:
+    """The agent a client talks to: GPUPLAN_HOME's; else the user's own agent when it answers, else
+    the system agent when its socket exists (/run/gpuplan/agent.sock), else the user's own home
+    (whose "not running" error says how to start one)."""
+    env = dict(os.environ) if env is None else env
+    own = AgentPaths(agent_home(env))
+    if env.get("GPUPLAN_HOME"):
+        return own
+    system = AgentPaths(SYSTEM_HOME, SYSTEM_RUN_DIR)
+    if not _listens(own.socket) and _exists(system.socket):
+        return system
+    return own
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def _listens(path: Path) -> bool:
+    """Whether something accepts connections on the Unix socket `path` (a stale file does not)."""
+    import socket
+
+    if not _exists(path):
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return True
 
 
 def ensure_token(paths: AgentPaths) -> str:

@@ -16,6 +16,7 @@ import pwd
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuplan.agent.access import OWNED_OPS, check_apply, check_owner, redact, refuse, rights_of
 from gpuplan.agent.outlook import agent_forecast, forecast_detail, forecast_fields
 from gpuplan.agent.protocol import AgentError, Caller, decode_request
 from gpuplan.agent.schema import RequestError, validate
@@ -55,6 +56,7 @@ def handle(agent: Agent, request: Any, caller: Caller | int) -> dict[str, Any]:
         return {"ok": False, "error": str(e)}
     op = req["op"]
     try:
+        guard(agent, req, who)
         reply = _HANDLERS[op](agent, req, who)
     except GpuplanError as e:
         log.info("%s: %s refused: %s", who, op, e)
@@ -79,6 +81,28 @@ def _log_mutation(agent: Agent, who: Caller, req: dict[str, Any], reply: dict[st
     except Exception:  # the op is done: a failed audit row is logged, never a failed reply
         log.exception("%s: %s: could not write the events row", who, op)
     log.info("%s: %s %s -> %s", who, op, _brief(req), jobs)
+
+
+def guard(agent: Agent, req: dict[str, Any], who: Caller) -> None:
+    """Refuse what the caller may not do (agent/access.py): another user's job, the agent itself.
+
+    Raises:
+        AccessError: the refusal, logged with the caller.
+    """
+    op = req["op"]
+    rights = rights_of(who.uid, agent.config.admin_group)
+    if op in OWNED_OPS:
+        check_owner(agent, rights, op, _jobs_arg(agent, req))
+    elif op == "apply":
+        check_apply(agent, rights, req["order"], agent.store.jobs(["queued", "held"]))
+    elif op in ("stop", "reload") and not rights.admin and who.uid != os.getuid():
+        refuse(agent, rights, op, None, f"{op} refused: only root and the agent's admins may {op} the agent")
+
+
+def op_reload(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
+    quotas = agent.reload_quotas()
+    return {"quotas": None if quotas is None else {"max_gpus": quotas.max_gpus, "max_jobs": quotas.max_jobs,
+            "users": sorted(quotas.per_user)}}  # fmt: skip
 
 
 def op_submit(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
@@ -212,7 +236,8 @@ def op_queue(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     now = agent.clock()
     rows = agent.store.jobs(["running", "suspended", "queued", "held"])
     fc = agent_forecast(agent, rows, now)
-    jobs = [{**job_json(r, now), **forecast_fields(fc, r)} for r in rows]
+    rights = rights_of(who.uid, agent.config.admin_group)
+    jobs = [{**redact(job_json(r, now), r, rights), **forecast_fields(fc, r)} for r in rows]
     order = {jid: i for i, jid in enumerate(agent.engine.waiting_jids())}
     jobs.sort(key=lambda j: (j["state"] != "running", order.get(j["id"], 1 << 30), j["id"]))
     return {"now_s": now, "jobs": jobs}
@@ -221,10 +246,13 @@ def op_queue(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
 def op_show(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     (row,) = _jobs_arg(agent, req)
     now = agent.clock()
+    rights = rights_of(who.uid, agent.config.admin_group)
     reply = show_reply(agent.store.conn, agent.paths, row, now)
     if row.state in ("running", "suspended", "queued", "held"):
         rows = agent.store.jobs(["running", "suspended", "queued", "held"])
         reply["forecast"] = forecast_detail(agent_forecast(agent, rows, now), row)
+    reply["job"] = redact(reply["job"], row, rights)
+    reply["logs_readable"] = rights.admin or rights.owns(row)
     return reply
 
 
@@ -284,8 +312,9 @@ _HANDLERS: dict[str, Callable[[Agent, dict[str, Any], Caller], dict[str, Any]]] 
     "show": op_show,
     "status": op_status,
     "stop": op_stop,
+    "reload": op_reload,
 }
-MUTATING_OPS = {"submit", "cancel", "hold", "release", "requeue", "apply", "stop"}
+MUTATING_OPS = {"submit", "cancel", "hold", "release", "requeue", "apply", "stop", "reload"}
 
 
 def job_json(row: JobRow, now: float) -> dict[str, Any]:

@@ -217,6 +217,7 @@ OPS: dict[str, dict[str, _Field]] = {
     "queue": {},
     "status": {},
     "stop": {"kill_jobs": _Field(_bool, False)},
+    "reload": {},
 }
 """Every op and its fields; `request_id` (a client's uuid) is accepted on every op."""
 

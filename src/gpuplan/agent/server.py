@@ -182,6 +182,8 @@ def serve(agent: Agent) -> None:
     """Serve the socket and run `step` until a stop request; woken by requests, SIGCHLD and timers."""
     paths = agent.paths
     sock = bind_socket(paths.socket)
+    if agent.config.multi_user:
+        os.chmod(paths.socket, 0o666)  # every local user connects; SO_PEERCRED says who they are
     rfd, wfd = os.pipe()
     os.set_blocking(rfd, False)
     os.set_blocking(wfd, False)
@@ -189,6 +191,7 @@ def serve(agent: Agent) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "stopping", True))
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, lambda *_: setattr(agent, "reload_requested", True))
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, "sock")
     sel.register(rfd, selectors.EVENT_READ, "wake")
@@ -228,6 +231,12 @@ def serve(agent: Agent) -> None:
 
 
 def _guarded_step(agent: Agent) -> None:
+    if agent.reload_requested:
+        agent.reload_requested = False
+        try:
+            agent.reload_quotas()
+        except GpuplanError as e:  # a bad file keeps the quotas in force
+            log.error("SIGHUP: quotas not reloaded: %s", e)
     try:
         agent.step()
     except Exception:  # the agent's own error never kills a job: log it and go on
@@ -248,19 +257,40 @@ def _lock_pidfile(paths: AgentPaths) -> int:
     return fd
 
 
+def check_multi_user(config: AgentConfig) -> None:
+    """A multi-user agent runs as root: it starts each job as its submitter.
+
+    Raises:
+        AgentError: not root (the message says how to run it).
+    """
+    if config.multi_user and os.geteuid() != 0:
+        raise AgentError(
+            "--multi-user runs as root (it starts each job as its submitter's uid, gid and groups): "
+            "start it with sudo, or install contrib/systemd/gpuplan-agent.service (docs/multi-user.md)"
+        )
+
+
 def run_agent(config: AgentConfig) -> None:
     """Run an agent in this process until it is stopped (`gpuplan agent start --foreground`)."""
+    from gpuplan.agent.gpulock import GpuLock, lock_path
+
+    check_multi_user(config)
     os.umask(0o077)  # the store, logs and job outputs are the owner's only
-    paths = AgentPaths(config.home)
-    paths.create()
+    paths = AgentPaths(config.home, None if config.run_dir is None else Path(config.run_dir))
+    paths.create(shared=config.multi_user)
     fd = _lock_pidfile(paths)
+    gpu_lock = None
     try:
+        where = lock_path(config.gpus)
+        gpu_lock = None if where is None else GpuLock.acquire(where, paths.home)
         agent = Agent(config)
         try:
             serve(agent)
         finally:
             agent.close()
     finally:
+        if gpu_lock is not None:
+            gpu_lock.close()
         os.close(fd)
 
 

@@ -92,9 +92,10 @@ def parse_duration_s(text: str, option: str = "--time") -> float:
 
 
 def _paths():  # type: ignore[no-untyped-def]
-    from gpuplan.agent.paths import AgentPaths
+    """The agent this client talks to: GPUPLAN_HOME's, the user's own, else the system agent's."""
+    from gpuplan.agent.paths import client_paths
 
-    return AgentPaths.from_env()
+    return client_paths()
 
 
 def _call(op: str, **fields: Any) -> dict[str, Any]:
@@ -238,6 +239,8 @@ def start_cmd(
     quantum_gpu_s: Annotated[float | None, typer.Option("--quantum-gpu-s", help="Preemptive policies: first level boundary in GPU-seconds (las quantum, tiresias threshold, gittins first grid point); default: their own (las 3600).")] = None,
     max_gpus_per_user: Annotated[int | None, typer.Option("--max-gpus-per-user", min=1, help="Most GPUs one user's running jobs may hold at once (a job beyond it waits, with the quota as its reason).")] = None,
     max_jobs_per_user: Annotated[int | None, typer.Option("--max-jobs-per-user", min=1, help="Most running jobs per user.")] = None,
+    multi_user: Annotated[bool, typer.Option("--multi-user", help="As root: one agent for every local user (state /var/lib/gpuplan, socket /run/gpuplan; both in $GPUPLAN_HOME when set); each job runs as its submitter (docs/multi-user.md).")] = False,
+    admin_group: Annotated[str | None, typer.Option("--admin-group", help="With --multi-user: members of this group may cancel, hold, release, requeue and apply every user's jobs, as root may.")] = None,
     quotas: Annotated[Path | None, typer.Option("--quotas", help="Per-user quotas, a TOML file ([default], [users.NAME]: max_gpus, max_jobs); reloaded on SIGHUP or `gpuplan agent reload`.")] = None,
     foreground: Annotated[bool, typer.Option("--foreground", help="Run in this process (logs on stderr) instead of in the background.")] = False,
     as_json: JsonOpt = False,
@@ -246,7 +249,7 @@ def start_cmd(
     with _errors():
         from gpuplan.agent.daemon import AgentConfig
         from gpuplan.agent.gpus import open_backend
-        from gpuplan.agent.server import run_agent
+        from gpuplan.agent.server import check_multi_user, run_agent
         from gpuplan.core.backfill import get_backfill
         from gpuplan.core.placement import get_placer
         from gpuplan.core.policies import get_policy
@@ -268,7 +271,9 @@ def start_cmd(
 
             quotas = quotas.resolve()
             load_quotas(quotas)  # a bad file: one line, before the agent starts
-        paths = _paths()
+        from gpuplan.agent.paths import AgentPaths
+
+        paths = AgentPaths.system() if multi_user else AgentPaths.from_env()
         open_backend(gpus, set_id=str(paths.home)).close()
         config = AgentConfig(
             home=paths.home, gpus=gpus, policy=policy, backfill=backfill, placer=placer, sharing=sharing,
@@ -277,8 +282,10 @@ def start_cmd(
             grace_s=grace, oom_retries=oom_retries, oom_factor=oom_factor,
             predict=[str(p.resolve()) for p in predict or []], quantum_gpu_s=quantum_gpu_s,
             max_gpus_per_user=max_gpus_per_user, max_jobs_per_user=max_jobs_per_user,
-            quotas_file=None if quotas is None else str(quotas),
+            quotas_file=None if quotas is None else str(quotas), multi_user=multi_user,
+            admin_group=admin_group, run_dir=None if paths.run_dir is None else str(paths.run_dir),
         )  # fmt: skip
+        check_multi_user(config)  # not root: one line now, not a dead daemon
         if foreground:
             import logging
 
@@ -298,8 +305,8 @@ def _spawn(config: Any) -> dict[str, Any]:
     from gpuplan.agent.paths import AgentPaths
     from gpuplan.agent.protocol import AgentError, AgentNotRunningError, call
 
-    paths = AgentPaths(config.home)
-    paths.create()
+    paths = AgentPaths(config.home, None if config.run_dir is None else Path(config.run_dir))
+    paths.create(shared=config.multi_user)
     try:
         running = call(paths.socket, {"op": "status"}, timeout_s=5.0)
     except AgentNotRunningError:
@@ -358,6 +365,19 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+@agent_app.command("reload")
+def reload_cmd(as_json: JsonOpt = False) -> None:
+    """Read the agent's quota file (--quotas) again, as SIGHUP does (root and admins only on a shared agent)."""
+    with _errors():
+        reply = _call("reload")
+        q = reply.get("quotas")
+        text = "quotas reloaded: none" if q is None else (
+            f"quotas reloaded: max GPUs per user {q['max_gpus'] or '-'}, max jobs per user {q['max_jobs'] or '-'}"
+            f"{', own limits for ' + ', '.join(q['users']) if q['users'] else ''}"
+        )  # fmt: skip
+        _emit(as_json, reply, text)
 
 
 @agent_app.command("status")
@@ -423,14 +443,14 @@ def _print_queue(jobs: list[dict[str, Any]], now: float) -> None:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
-    for col in ("ID", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "REASON", "COMMAND"):
+    for col in ("ID", "USER", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "REASON", "COMMAND"):
         table.add_column(col, no_wrap=col != "COMMAND")
     for j in jobs:
         start = j["start_s"] if j["state"] in ("running", "suspended") else j.get("expected_start_s")
         when = "-" if start is None else _ago(start - now)
         mem = "whole" if j["mem_gb"] is None else f"{j['mem_gb']:g}G"
         on = ",".join(map(str, j["gpu_ids"])) or "-"
-        table.add_row(str(j["id"]), j["state"], j["name"] or "-", str(j["gpus"]), mem, on, when,
+        table.add_row(str(j["id"]), j.get("user") or "-", j["state"], j["name"] or "-", str(j["gpus"]), mem, on, when,
                       j["reason"] or "", j["command"][:60])  # fmt: skip
     Console().print(table)
 
@@ -490,6 +510,7 @@ def logs_cmd(
 
         path = _paths().job_dir(job_id) / ("stderr" if stderr else "stdout")
         first = _ask_or_store("show", id=job_id)  # an unknown id is an error, not an empty log
+        _own_logs(first, job_id)
         if as_json:
             _emit(
                 True,
@@ -519,11 +540,25 @@ def logs_cmd(
                 raise AgentError(f"job {job_id} has no log directory {path.parent}")
 
 
+def _own_logs(shown: dict[str, Any], job_id: int) -> None:
+    """Refuse another user's logs (a shared agent hides them; the files are the submitter's, 0600)."""
+    from gpuplan.agent.protocol import AgentError
+
+    if shown.get("logs_readable") is False:
+        raise AgentError(
+            f"job {job_id} belongs to {shown['job'].get('user') or 'another user'}: its logs are its submitter's to read"
+        )
+
+
 def _read(path: Path) -> str:
+    from gpuplan.agent.protocol import AgentError
+
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return ""
+    except PermissionError:
+        raise AgentError(f"cannot read {path}: permission denied (another user's job's log)") from None
 
 
 def _print_from(path: Path, pos: int) -> int:

@@ -1,0 +1,81 @@
+"""One agent per node's GPUs (agent/gpulock.py) and the client's connection errors, as any user."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_helpers import Daemon
+from gpuplan.agent.gpulock import GpuLock, GpuLockError, lock_path
+from gpuplan.agent.protocol import AgentError, AgentNotRunningError, call
+
+
+def test_lock_paths() -> None:
+    env = {"GPUPLAN_LOCK_DIR": "/x"}
+    assert lock_path("nvml", env) == Path("/x/gpus.lock")
+    assert lock_path("fake:8xA100-80GB,set=lab one", env) == Path("/x/gpus-fake-lab_one.lock")
+    assert lock_path("fake:8xA100-80GB", env) is None  # a set of its own home: nobody else drives it
+    assert lock_path("nvml", {}) == Path("/run/gpuplan/gpus.lock")
+
+
+def test_a_second_holder_is_refused_and_told_who_holds_it(tmp_path: Path) -> None:
+    path = tmp_path / "locks" / "gpus.lock"
+    first = GpuLock.acquire(path, Path("/home/a"))
+    assert first is not None
+    with pytest.raises(
+        GpuLockError, match=r"already drives these GPUs: pid \d+ of user \S+ \(uid \d+\), home /home/a"
+    ):
+        GpuLock.acquire(path, Path("/home/b"))
+    first.close()
+    again = GpuLock.acquire(path, Path("/home/b"))  # released: the next one takes it
+    assert again is not None
+    again.close()
+
+
+@pytest.fixture
+def first_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
+    monkeypatch.setenv("GPUPLAN_LOCK_DIR", str(tmp_path / "locks"))
+    d = Daemon(tmp_path / "one", gpus="fake:8xA100-80GB,set=shared")
+    d.start()
+    yield d
+    d.stop()
+
+
+def test_a_second_agent_on_the_same_gpus_refuses_and_names_the_first(
+    first_agent: Daemon, tmp_path: Path
+) -> None:
+    env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "two")}
+
+    def start(gpus: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "gpuplan.cli", "agent", "start", "--gpus", gpus]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    res = start("fake:8xA100-80GB,set=shared")
+    pid = first_agent.call("status")["pid"]
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    (line,) = res.stderr.strip().splitlines()
+    assert f"another gpuplan agent already drives these GPUs: pid {pid}" in line
+    assert str(first_agent.home) in line
+    try:
+        other = start("fake:8xA100-80GB,set=elsewhere")
+        assert other.returncode == 0, other.stderr  # other GPUs: no conflict
+    finally:
+        Daemon(tmp_path / "two").stop_by_pidfile()
+
+
+def test_a_stale_socket_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()  # the file stays, nobody listens: what a killed agent leaves
+    with pytest.raises(AgentNotRunningError, match="a stale socket file"):
+        call(path, {"op": "status"})
+    with pytest.raises(AgentNotRunningError, match="no agent is running"):
+        call(tmp_path / "none.sock", {"op": "status"})
+    assert issubclass(AgentNotRunningError, AgentError)
