@@ -145,6 +145,9 @@ def _copy_client(dest: Path) -> str:
             continue  # the interpreter's own modules: /usr/bin/python3 has its own
         if origin.name == "__init__.py":
             shutil.copytree(origin.parent, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+            libs = origin.parent.parent / f"{name}.libs"  # a wheel's bundled shared libraries (numpy.libs)
+            if libs.is_dir():
+                shutil.copytree(libs, dest / libs.name)
         elif origin.suffix == ".py":
             shutil.copy2(origin, dest / origin.name)
     for path in [dest, *dest.rglob("*")]:

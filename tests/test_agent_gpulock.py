@@ -79,3 +79,20 @@ def test_a_stale_socket_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(AgentNotRunningError, match="no agent is running"):
         call(tmp_path / "none.sock", {"op": "status"})
     assert issubclass(AgentNotRunningError, AgentError)
+
+
+def test_a_shared_home_lets_users_pass_but_not_list(tmp_path: Path) -> None:
+    from gpuplan.agent.paths import AgentPaths, HomeError
+
+    paths = AgentPaths(tmp_path / "shared", tmp_path / "run")
+    paths.create(shared=True)
+    assert {p.name: p.stat().st_mode & 0o7777 for p in (paths.home, paths.jobs_dir, tmp_path / "run")} == {
+        "shared": 0o711,
+        "jobs": 0o711,
+        "run": 0o1777,
+    }
+    assert paths.socket == tmp_path / "run" / "agent.sock"
+    closed = AgentPaths(tmp_path / "closed")
+    closed.create()  # a private home (0700) cannot serve other users
+    with pytest.raises(HomeError, match=r"keeps other users out \(mode 0700\).*chmod o\+x"):
+        closed.create(shared=True)
