@@ -26,6 +26,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     peak memory (issue #15 floor: <= 25 MB and <= 600 MB).
   all-policy-alibaba: `gpuplan simulate openb_pod_list_default.csv -p all -b all --json`, wall time
     (issue #15 floor: <= 30 s).
+  frag-alibaba: `gpuplan frag` on the Alibaba trace and cluster (10 seeds, every placer): wall time and
+    each placer's CPU cost per placement (issue #24 floor: <= 60 s, best placer >= FGD's 95.39 %).
   conservative-sharing: fifo+conservative vs fifo+easy simulated on sharing clusters: the Alibaba pods
     on their own cluster (6,212 GPUs) and 800 synthetic jobs queueing on 16 x 8 shared A100s.
   conservative-exclusive-10k: the same comparison for 10,000 Poisson jobs on 128 x 8 exclusive A100s.
@@ -397,6 +399,13 @@ def _unknown_case() -> list[dict[str, object]]:
     return bench_unknown(_SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv")
 
 
+def _frag_case() -> list[dict[str, object]]:
+    from bench_frag import bench_frag
+
+    return bench_frag(_SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv")
+
+
+_OTHER["frag-alibaba"] = _frag_case
 _OTHER["sim-100k-preemptive"] = _preemptive_case
 _OTHER["unknown-durations"] = _unknown_case
 _OTHER["conservative-sharing"] = _conservative_sharing_case

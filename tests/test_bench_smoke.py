@@ -140,3 +140,13 @@ def test_gpu_check_script_runs_dry() -> None:
     assert check["newcomer_started_while_suspended"] is True and check["preemptions"] == 1
     assert check["while_suspended"]["max_mem_gb"] == check["booked_gb"]
     assert check["while_suspended"]["mean_util_pct"] == 0.0 and check["final_state"] == "done"
+
+
+def test_frag_bench_rows() -> None:
+    from bench_frag import bench_frag
+
+    fixture = Path(__file__).parent / "fixtures" / "alibaba_frag" / "openb_pod_list_small.csv"
+    rows = bench_frag(fixture, ("--seeds", "1-2", "--placer", "best-fit,fgd", "--workers", "1"))
+    assert rows[0]["case"] == "frag-alibaba" and rows[0]["seeds"] == 2, rows
+    assert {r["case"] for r in rows[1:]} == {"frag-alibaba/best-fit", "frag-alibaba/fgd"}
+    assert all(r["us_per_placement"] > 0 for r in rows[1:])  # type: ignore[operator]

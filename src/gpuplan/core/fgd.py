@@ -138,6 +138,7 @@ class Fgd(Placer):
         self._frag.clear()
         self._score_memo = {}
         self._scores_cache = {}
+        self._state_ids = {}
 
     def _fill(self, workload: Workload, keys: list[NodeKey]) -> None:
         """Compute the fragmentation of the node states not met before, one batch per GPU count."""

@@ -41,8 +41,15 @@ def state_key(state: ClusterState, n: int) -> tuple[Any, ...]:
     )
     cpu = state.node_cpu_free[n] if state.node_cpu_free is not None else 0.0
     mem = state.node_mem_free[n] if state.node_mem_free is not None else 0.0
-    idle = state.node_idle[n] if not state.sharing else 0  # a masked copy lowers only these
-    return (round(cpu, 6), round(mem, 6), per_gpu, idle, bool(state.spec.nodes[n].gpu.mig_profile))
+    idle = state.node_idle[n] if not state.sharing else -1  # a masked copy lowers only these
+    return (
+        round(cpu, 6),
+        round(mem, 6),
+        per_gpu,
+        idle,
+        state.max_share,
+        bool(state.spec.nodes[n].gpu.mig_profile),
+    )
 
 
 class _Table:
@@ -59,13 +66,14 @@ class _Table:
 class NodeScores:
     """The score tables of one ClusterState (the placer keeps one per state it is asked about)."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, ids: dict[tuple[Any, ...], int]) -> None:
+        """`ids`: node state -> its number, shared by every state a placer scores (its memo's keys)."""
         self.state = state
         self.changed = state.track_changes()
         self.changed.clear()
         n = len(state.node_gpus)
         self.version = np.zeros(n, dtype=np.int64)
-        self._ids: dict[tuple[Any, ...], int] = {}
+        self._ids = ids
         self.kid = [self._id(state_key(state, i)) for i in range(n)]
         self.tables: dict[Hashable, _Table] = {}
 

@@ -109,6 +109,8 @@ class Placer(Configurable, ABC):
             if memo is None or len(memo) > _MAX_MEMO:
                 memo = {}
                 self._score_memo: dict[Any, Any] = memo
+                self._scores_cache: dict[int, NodeScores] = {}  # their node-state numbers go too
+                self._state_ids: dict[tuple[Any, ...], int] = {}
             found = self.node_scores(state).best(
                 request,
                 self.score_width,
@@ -170,25 +172,30 @@ class Placer(Configurable, ABC):
             return -1
         if not gpus:
             return 0
-        share = need.gpu_share
-        fitting = sum(1 for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, share))
+        share, njobs = need.gpu_share, state.gpu_njobs
+        if mem_gb is None and share is None:  # whole GPUs: the idle ones
+            fitting = sum(1 for g in state.node_gpus[node] if njobs[g] == 0)
+        elif mem_gb is None and state.gpu_free_share is not None:  # a share alone decides
+            fs, most, s = state.gpu_free_share, state.max_share, share - 1e-9  # type: ignore[operator]
+            fitting = sum(
+                1 for g in state.node_gpus[node] if njobs[g] == 0 or (njobs[g] < most and s <= fs[g])
+            )
+        else:
+            fitting = sum(1 for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, share))
         if not state.sharing and fitting > state.node_idle[node]:
             fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
         return fitting if fitting >= gpus else -1
 
     def node_scores(self, state: ClusterState) -> NodeScores:
         """The kept per-node scores of `state` (a few states: the live one and a pass's copies)."""
-        cache: dict[int, NodeScores] | None = getattr(self, "_scores_cache", None)
-        if cache is None:
-            cache = {}
-            self._scores_cache: dict[int, NodeScores] = cache
+        cache: dict[int, NodeScores] = self._scores_cache
         scores = cache.get(id(state))
         if scores is not None and scores.current(state):
             scores.refresh()
             return scores
         if len(cache) >= 4:
             cache.pop(next(iter(cache)))
-        scores = cache[id(state)] = NodeScores(state)
+        scores = cache[id(state)] = NodeScores(state, self._state_ids)
         return scores
 
     def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
