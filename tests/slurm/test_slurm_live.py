@@ -131,10 +131,9 @@ def test_job_gone_during_the_update_batch_is_skipped(slurm: SlurmCluster) -> Non
     assert set(res.skipped) == {order[0]} and set(res.changed) == set(order[1:])
 
 
-def test_slurm_stopped_during_apply_is_finished_from_the_journal(slurm: SlurmCluster) -> None:
+def test_slurm_stopped_during_apply_then_the_watcher_backs_off_and_finishes_it(slurm: SlurmCluster) -> None:
     ids = _whole_cluster_jobs(slurm, [6, 5, 4, 3, 2, 1])
     order = plan_queue(live_state(SlurmClient()), policy="sjf").order
-    before = _prio(slurm)
 
     class StopsSlurm(SlurmClient):
         calls = 0
@@ -147,18 +146,32 @@ def test_slurm_stopped_during_apply_is_finished_from_the_journal(slurm: SlurmClu
 
     client = StopsSlurm()
     client.runner.retries = 0
+    logs: list[dict] = []
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        if len(sleeps) == 2:
+            slurm.start_ctld()  # back after two failed looks
+
     try:
         with pytest.raises(SlurmError) as e:
             apply_order(client, order, chunk=2)
         msg = str(e.value)
         assert "Slurm stopped answering during apply" in msg and "journaled" in msg
+        # a watcher started meanwhile waits for slurmctld (the watcher's own backoff), then finishes the pass
+        watch_client = SlurmClient()
+        watch_client.runner.retries = 0
+        Watcher(watch_client, WatchOptions(policy="sjf", interval_s=5.0), logs.append, sleep).run(3)
     finally:
-        slurm.start_ctld()
-    half = _prio(slurm)
-    assert sum(half[j]["site"] != before[j]["site"] for j in ids) == 2  # the first batch only
-    # the next apply finishes the journaled pass first, then finds nothing left to change
-    res = apply_order(SlurmClient(), order)
-    assert len(res.recovered) == 5 and res.changed == {}
+        if "slurmctld" not in slurm.pids:
+            slurm.start_ctld()
+    down = [e for e in logs if e["event"] == "slurm_unreachable"]
+    assert [e["retry_in_s"] for e in down] == [2.0, 4.0] and sleeps == [2.0, 4.0]
+    assert "slurmctld is not answering" in down[0]["message"] and "squeue" in down[0]["message"]
+    passes = [e for e in logs if e["event"] == "pass"]
+    assert [e["event"] for e in logs][-2:] == ["slurm_back", "pass"]
+    assert passes[0]["recovered"] == 5 and passes[0]["changed"] == 0  # the journal's lines, nothing else
     prios = slurm.priorities()
     assert [prios[j] for j in order] == sorted(prios.values(), reverse=True)
     assert not any(p["frozen"] for p in _prio(slurm).values())
@@ -328,31 +341,3 @@ def test_nice_mode_as_a_user_who_is_not_an_operator(slurm: SlurmCluster, tmp_pat
     finally:
         slurm.run("scancel", "-u", user, check=False)
         subprocess.run(["userdel", user], capture_output=True)
-
-
-def test_watcher_backs_off_while_slurmctld_is_down_then_resumes(slurm: SlurmCluster, tmp_path: Path) -> None:
-    ids = _whole_cluster_jobs(slurm, [3, 2, 1])
-    client = SlurmClient()
-    client.runner.retries = 0  # the watcher's own backoff, not the runner's retries
-    logs: list[dict] = []
-    sleeps: list[float] = []
-
-    def sleep(s: float) -> None:
-        sleeps.append(s)
-        if len(sleeps) == 2:
-            slurm.start_ctld()  # back after two failed looks
-
-    opts = WatchOptions(policy="sjf", state_path=tmp_path / "applied.json", interval_s=5.0)
-    w = Watcher(client, opts, logs.append, sleep)
-    slurm.stop_ctld()
-    try:
-        w.run(3)
-    finally:
-        if "slurmctld" not in slurm.pids:
-            slurm.start_ctld()
-    down = [e for e in logs if e["event"] == "slurm_unreachable"]
-    assert [e["retry_in_s"] for e in down] == [2.0, 4.0] and sleeps == [2.0, 4.0]
-    assert "slurmctld is not answering" in down[0]["message"] and "squeue" in down[0]["message"]
-    assert [e["event"] for e in logs][-2:] == ["slurm_back", "pass"]
-    prios = slurm.priorities()
-    assert sorted(ids, key=lambda j: -prios[j]) == list(reversed(ids))

@@ -4,7 +4,6 @@ non-zero Age and JobSize weights (tests/slurm/harness.py), a blocker on every GP
 from __future__ import annotations
 
 import json
-import time
 
 from harness import GPUS_PER_NODE, NODES, SlurmCluster
 from typer.testing import CliRunner
@@ -29,14 +28,6 @@ def _blocked_queue(c: SlurmCluster) -> list[str]:
     c.wait_running(blockers, 30)
     return [c.sbatch("-N", n, f"--gres=gpu:{g}", f"--time={1 + i % 5}", script="sleep 1")
             for i, (n, g) in enumerate(SHAPES)]  # fmt: skip
-
-
-def prio_rows(ids: list[str], timeout_s: float = 15.0) -> dict:
-    """sprio's rows of `ids` (a job just released shows in sprio again once Slurm has recomputed it)."""
-    deadline = time.monotonic() + timeout_s
-    while not set(ids) <= set(rows := SlurmClient().prio()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return rows
 
 
 def _squeue_order(c: SlurmCluster, ids: list[str]) -> list[str]:
@@ -74,20 +65,4 @@ def test_site_factor_orders_the_queue_and_keeps_multifactor_live(slurm_backfill:
     assert reset["mode"] == "site-factor" and set(reset["changed"]) == set(out["apply"]["changed"])
     rows = SlurmClient().prio()
     assert {j: rows[j].site for j in ids} == before
-    assert [j for j in ids if rows[j].frozen] == [] and all(rows[j].job_size > 0 for j in ids)
-
-
-def test_priority_mode_freezes_and_its_reset_unfreezes(slurm_backfill: SlurmCluster) -> None:
-    c = slurm_backfill
-    ids = _blocked_queue(c)[:12]
-    out = _json("apply", "--json", "--policy", "sjf", "--mode", "priority")
-    order = out["plan"]["order"]
-    assert [j for j in _squeue_order(c, order)] == order
-    rows = SlurmClient().prio()
-    assert [j for j in order if not (rows[j].frozen and rows[j].job_size == 0)] == [], [
-        rows[j] for j in order
-    ]
-    reset = _json("reset", "--json")
-    assert sorted(reset["released"]) == sorted(order)
-    rows = prio_rows(ids)
     assert [j for j in ids if rows[j].frozen] == [] and all(rows[j].job_size > 0 for j in ids)
