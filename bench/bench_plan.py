@@ -73,7 +73,7 @@ def bench_plan(
         for backfill in backfills:
             speed = _evals_per_s(jobs, cluster, backfill)
             for budget in budgets_s:
-                p = plan_order(jobs, cluster, "makespan", backfill, budget, seed=0)
+                p = plan_order(jobs, cluster, "makespan", backfill, budget, seed=0, max_evals=None)
                 lb = p.bound.value_s
                 rows.append(
                     {

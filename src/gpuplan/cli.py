@@ -358,9 +358,9 @@ def demo(
         float,
         typer.Option(
             "--plan-seconds",
-            help="Also search for the best order (gpuplan plan) for this long and show it as 'plan+easy'; 0 skips.",
+            help="Also search for the best order (gpuplan plan's budget of simulations: the same on every machine) and show it as 'plan+easy'; this caps its seconds, 0 skips.",
         ),
-    ] = 10.0,
+    ] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
     """The article's scenario (8xA100-80GB, 50 fine-tunes + 30 batch inference) under every policy x backfill."""

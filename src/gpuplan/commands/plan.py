@@ -31,10 +31,10 @@ def plan(
     trace: Annotated[Path, typer.Argument(help="Job trace with true durations (any format gpuplan reads).")],
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Preset name or cluster .toml file; default: the trace's own cluster (SWF, Alibaba), else 8xA100-80GB.")] = None,
     objective: Annotated[str, typer.Option("--objective", help="makespan, mean-jct or weighted (GPU-weighted mean JCT).")] = "makespan",
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.0, help="Seconds for the whole search (baselines, CP-SAT, local search).")] = 30.0,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.0, help="Wall-clock cap in seconds for the whole search (default 300); reported when it cuts the search (the plan then depends on the machine).")] = None,
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="Backfill mode the plan is applied with: none (strict order), easy, conservative.")] = "easy",
     seed: Annotated[int, typer.Option(help="Random seed of the search.")] = 0,
-    max_evals: Annotated[int | None, typer.Option("--max-evals", min=1, help="Stop after this many simulations (reproducible with --seed).")] = None,
+    max_evals: Annotated[int | None, typer.Option("--max-evals", min=1, help="Simulations the search runs (default 5000): the same trace, options and seed give the same plan on any machine.")] = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="The scheduler's decisions (backfill) see true durations.")] = False,
     forecast: Annotated[bool, typer.Option("--forecast", help="Plan on the estimates (est_duration_s, else the time limit) instead of true durations.")] = False,
     fmt: Annotated[str | None, typer.Option("--format", help="Trace format; detected when omitted.")] = None,
@@ -59,7 +59,7 @@ def plan(
         from gpuplan.core.backfill import get_backfill
         from gpuplan.errors import GpuplanError
         from gpuplan.optimize.evaluate import check_objective
-        from gpuplan.optimize.search import plan_order
+        from gpuplan.optimize.search import DEFAULT_MAX_EVALS, DEFAULT_TIME_LIMIT_S, plan_order
         from gpuplan.progress import LazyProgress
 
         if cluster is not None:
@@ -83,8 +83,9 @@ def plan(
                 bar.advance(max(int(100 * share) - bar.done, 0), what)
 
             result = plan_order(
-                jobs, spec, objective, backfill, time_limit, seed, tick,
-                oracle=oracle, forecast=forecast, max_evals=max_evals,
+                jobs, spec, objective, backfill, DEFAULT_TIME_LIMIT_S if time_limit is None else time_limit,
+                seed, tick, oracle=oracle, forecast=forecast,
+                max_evals=DEFAULT_MAX_EVALS if max_evals is None else max_evals,
             )  # fmt: skip
         shown = _compared(result)
         notes = _notes(result)
@@ -101,12 +102,20 @@ def plan(
 
 
 def plan_demo_results(
-    jobs: Sequence[Job], cluster: ClusterSpec, time_limit_s: float = 30.0
+    jobs: Sequence[Job], cluster: ClusterSpec, time_limit_s: float = 300.0
 ) -> list[SimResult]:
-    """The planned order's run (policy "plan", EASY backfill) for the demo's report, within time_limit_s."""
+    """The planned order's run (policy "plan", EASY backfill) for the demo's report: the default budget
+    of simulations, `time_limit_s` only a cap (a warning on stderr when it cuts the search)."""
     from gpuplan.optimize.search import plan_order
 
-    return [plan_order(jobs, cluster, "makespan", "easy", time_limit_s).result]
+    found = plan_order(jobs, cluster, "makespan", "easy", time_limit_s)
+    if found.time_cut:
+        typer.echo(
+            f"gpuplan: warning: --plan-seconds {time_limit_s:g} cut the search after {found.evaluations} "
+            "simulations: plan+easy depends on this machine's speed; raise --plan-seconds",
+            err=True,
+        )
+    return [found.result]
 
 
 def _compared(result: PlanResult) -> list[SimResult]:
@@ -192,6 +201,11 @@ def _notes(result: PlanResult) -> list[str]:
     cp = "" if ex is None else f"; CP-SAT ({ex.model} model) {ex.status}"
     if ex is not None and ex.value_s is not None:
         cp += f", its best {ex.value_s / 3600:.3f} h"
+    if result.time_cut:
+        notes.append(
+            f"the time limit cut the search after {result.evaluations} simulations: this plan depends on "
+            "the machine's speed; raise --time-limit (or lower --max-evals) for a reproducible one."
+        )
     verdict = "proven optimal" if result.is_proven_optimal else f"{result.bound_ratio:.3f}× the lower bound"
     notes.append(
         f"plan: {result.objective} {result.value_s / 3600:.3f} h, {verdict} ({result.bound.name} "

@@ -156,6 +156,7 @@ def solve_exact(
     upper_bound_s: float | None = None,
     max_pairs: int = MAX_PAIRS,
     deterministic: bool = False,
+    wall_limit_s: float | None = None,
 ) -> ExactResult:
     """Solve the trace with CP-SAT for `objective` within `time_limit_s` seconds.
 
@@ -174,6 +175,8 @@ def solve_exact(
         deterministic: interleave the workers and stop on CP-SAT's deterministic time (time_limit_s of
             it, with 2x that in wall-clock seconds as a safety): the same answer on every run unless
             the safety cuts it short; the wall time varies with the machine.
+        wall_limit_s: with `deterministic`, the wall-clock safety in seconds (default 30x
+            time_limit_s, at least 10 s); the caller's own cap.
 
     Raises:
         GpuplanError: an empty trace, a job without a true duration, or one no node can host.
@@ -215,7 +218,9 @@ def solve_exact(
         solver.parameters.max_deterministic_time = max(float(time_limit_s), 0.01)
         # the wall-clock limit is only a safety net: on a loaded machine a tight one would cut the
         # search before its deterministic time and break reproducibility
-        solver.parameters.max_time_in_seconds = max(30.0 * float(time_limit_s), 10.0)
+        solver.parameters.max_time_in_seconds = (
+            max(30.0 * float(time_limit_s), 10.0) if wall_limit_s is None else max(wall_limit_s, 0.01)
+        )
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
     t0 = time.perf_counter()

@@ -38,9 +38,25 @@ from gpuplan.optimize.order import FixedOrder
 from gpuplan.sim.bounds import Bound
 from gpuplan.sim.result import Metrics, SimResult
 
-__all__ = ["CONSERVATIVE_MAX_JOBS", "PlanProgressFn", "PlanResult", "PlannedJob", "plan_order"]
+__all__ = [
+    "CONSERVATIVE_MAX_JOBS",
+    "CPSAT_DETERMINISTIC_S",
+    "DEFAULT_MAX_EVALS",
+    "DEFAULT_TIME_LIMIT_S",
+    "PlanProgressFn",
+    "PlanResult",
+    "PlannedJob",
+    "plan_order",
+]
 
 CONSERVATIVE_MAX_JOBS = 2000
+DEFAULT_MAX_EVALS = 5000
+"""Simulations the search runs by default: the plan is then the same on every machine (the article's
+80 jobs take about 5 s here, CP-SAT included; docs/plan.md)."""
+DEFAULT_TIME_LIMIT_S = 300.0
+"""The default wall-clock cap: reached only on a large trace or a very slow machine, and reported."""
+CPSAT_DETERMINISTIC_S = 0.5
+"""CP-SAT's default deterministic-time budget for the makespan (a tenth for the other objectives)."""
 """Baselines include conservative backfill only up to this many jobs (seconds per run beyond)."""
 
 PlanProgressFn = Callable[[float, str], None]
@@ -79,7 +95,11 @@ class PlanResult:
         bound: the strongest lower bound on the objective (sim.bounds, CP-SAT when it ran).
         exact: what CP-SAT found (None when it did not run).
         evaluations: simulations the search ran; seconds: wall time of plan_order.
-        stop_reason: bound (the plan meets the lower bound: optimal), time, or evaluations.
+        stop_reason: bound (the plan meets the lower bound: optimal), evaluations (the budget of
+            simulations: the same on every machine), or time (the time limit, a cap, cut the search:
+            the plan then depends on the machine's speed).
+        time_cut: the time limit cut some part (baselines skipped, CP-SAT stopped on the wall clock,
+            or the search) before its budget of work.
     """
 
     objective: str
@@ -103,6 +123,7 @@ class PlanResult:
     stop_reason: str
     seed: int
     baselines: list[SimResult] = field(default_factory=list)
+    time_cut: bool = False
 
     @property
     def gain_s(self) -> float:
@@ -143,6 +164,7 @@ class PlanResult:
             "evaluations": self.evaluations,
             "seconds": self.seconds,
             "stop_reason": self.stop_reason,
+            "time_cut": self.time_cut,
             "seed": self.seed,
             "metrics": self.metrics.as_dict(),
         }
@@ -153,13 +175,13 @@ def plan_order(
     cluster: ClusterSpec,
     objective: str = "makespan",
     backfill: str = "easy",
-    time_limit_s: float = 30.0,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     seed: int = 0,
     progress: PlanProgressFn | None = None,
     *,
     oracle: bool = False,
     forecast: bool = False,
-    max_evals: int | None = None,
+    max_evals: int | None = DEFAULT_MAX_EVALS,
     cpsat_time_s: float | None = None,
 ) -> PlanResult:
     """Search for the order of `jobs` that minimises `objective` on `cluster` under `backfill`.
@@ -169,16 +191,21 @@ def plan_order(
         cluster: where it runs.
         objective: makespan, mean-jct (mean end - submit) or weighted (GPU-weighted mean JCT).
         backfill: the backfill mode the plan is applied with (none applies the order strictly).
-        time_limit_s: wall-clock budget for everything (baselines, CP-SAT, search).
+        time_limit_s: wall-clock cap for everything (baselines, CP-SAT, search); with `max_evals` it
+            only cuts a search that would run longer, and the result says so (`time_cut`).
         seed: the search's (and CP-SAT's) random seed.
         progress: called now and then with (share of the budget used, what is running).
         oracle: the scheduler's decisions (backfill reservations) see true durations.
         forecast: replace every duration by its estimate (est_duration_s, else requested_s) first:
             the plan is then a forecast, not a what-if on the true outcome.
-        max_evals: stop the search after this many simulations (with the time limit not reached, the
-            same seed gives the same result; CP-SAT then runs in its deterministic mode).
-        cpsat_time_s: seconds for CP-SAT (0: none; None: on traces of at most MAX_JOBS jobs, a quarter
-            of the budget up to 10 s for the makespan, a tenth up to 3 s for the other objectives).
+        max_evals: stop the search after this many simulations (default DEFAULT_MAX_EVALS): with the
+            time limit not reached, the same trace, options and seed give the same plan on any machine
+            (every baseline runs, CP-SAT runs in its deterministic mode). None: search until the time
+            limit (the result then depends on the machine's speed).
+        cpsat_time_s: CP-SAT's budget (0: none): with `max_evals`, its deterministic time (units of
+            about a second on a fast machine); without, wall seconds. None: on traces of at most
+            MAX_JOBS jobs, CPSAT_DETERMINISTIC_S for the makespan and a tenth of it for the other
+            objectives (without `max_evals`: a quarter of the time limit up to 10 s, a tenth up to 3 s).
 
     Raises:
         GpuplanError: an unknown objective or backfill mode, duplicate job ids, a job without a
@@ -190,7 +217,9 @@ def plan_order(
     jobs = _prepared(jobs, forecast)
     ev = Evaluator(jobs, cluster, backfill, oracle=oracle)
     ticker = _Ticker(progress, t_start, time_limit_s, max_evals)
-    baselines = _baselines(jobs, cluster, ev.backfill.name, oracle, t_start + time_limit_s / 2, ticker)
+    # bounded by evaluations, every baseline runs unless the cap is reached; by time, half of it
+    stop_at = deadline if max_evals is not None else t_start + time_limit_s / 2
+    baselines, baselines_cut = _baselines(jobs, cluster, ev.backfill.name, oracle, stop_at, ticker)
     index = {j.id: i for i, j in enumerate(jobs)}
     # ties on the objective go to the lower mean JCT, as `simulate` ranks runs (then the label)
     scored = sorted(
@@ -200,13 +229,20 @@ def plan_order(
     start_value, _, start = scored[0]
     fifo = next(r for r in baselines if r.policy == "fifo" and r.backfill == "none")
     candidates = [_start_order(r, index) for _, _, r in scored]
-    exact = _run_cpsat(jobs, cluster, objective, start, cpsat_time_s, time_limit_s, seed, max_evals, ticker)
+    wall_left_s = max(deadline - time.perf_counter(), 0.01)
+    exact = _run_cpsat(
+        jobs, cluster, objective, start, cpsat_time_s, time_limit_s, seed, max_evals, ticker, wall_left_s
+    )
+    cpsat_cut = exact is not None and max_evals is not None and exact.seconds >= 0.98 * wall_left_s
     if exact is not None and exact.start_s:
         candidates.insert(0, [index[jid] for jid in exact.order()])
     bound = combine(simple_bound(jobs, cluster, objective), exact)
     target = _target(bound.value_s, jobs, objective)
     search = _Search(ev, objective, target, random.Random(seed), ticker)
     order, reason = search.run(candidates, deadline, max_evals)
+    time_cut = max_evals is not None and (baselines_cut or cpsat_cut or reason == "time")
+    if time_cut and reason != "bound":
+        reason = "time"
     ticker("simulating the plan", force=True)
     plan_ids = [jobs[i].id for i in order]
     result = _simulate(jobs, cluster, FixedOrder(plan_ids, name="plan"), backfill, oracle)
@@ -218,6 +254,7 @@ def plan_order(
         fifo_value_s=ev.value(objective, _ends(fifo, index)), fifo_metrics=fifo.metrics, bound=bound,
         exact=exact, evaluations=ev.count, seconds=time.perf_counter() - t_start,
         stop_reason=_stop_reason(value, bound.value_s, target, reason), seed=seed, baselines=baselines,
+        time_cut=time_cut,
     )  # fmt: skip
 
 
@@ -273,19 +310,20 @@ def _simulate(
 
 def _baselines(
     jobs: Sequence[Job], cluster: ClusterSpec, backfill: str, oracle: bool, stop_at: float, ticker: _Ticker
-) -> list[SimResult]:
+) -> tuple[list[SimResult], bool]:
     """fifo+none, then every policy under the plan's backfill mode, then under the other modes; later
-    ones are skipped once half the time budget (`stop_at`) is spent, so a huge trace still gets a search."""
+    ones are skipped once `stop_at` has passed, so a huge trace still gets a search. Returns the runs
+    and whether some were skipped."""
     modes = [b for b in backfill_names() if b != "conservative" or len(jobs) <= CONSERVATIVE_MAX_JOBS]
     modes.sort(key=lambda b: (b != backfill, b != "none"))
     pairs = [("fifo", "none")] + [(p, b) for b in modes for p in policy_names() if (p, b) != ("fifo", "none")]
     out: list[SimResult] = []
     for p, b in pairs:
         if out and time.perf_counter() >= stop_at:
-            break
+            return out, True
         ticker(f"simulating {p}+{b}")
         out.append(_simulate(jobs, cluster, p, b, oracle))
-    return out
+    return out, False
 
 
 def _ends(result: SimResult, index: dict[str, int]) -> list[float]:
@@ -301,10 +339,13 @@ def _start_order(result: SimResult, index: dict[str, int]) -> list[int]:
 
 
 def _run_cpsat(
-    jobs, cluster, objective, start, cpsat_time_s, limit_s, seed, max_evals, ticker
+    jobs, cluster, objective, start, cpsat_time_s, limit_s, seed, max_evals, ticker, wall_left_s
 ) -> ExactResult | None:  # type: ignore[no-untyped-def]
     if cpsat_time_s is None:  # its bound rarely helps a mean JCT (the busy-time bound is stronger)
-        share = min(limit_s / 4, 10.0) if objective == "makespan" else min(limit_s / 10, 3.0)
+        if max_evals is not None:
+            share = CPSAT_DETERMINISTIC_S if objective == "makespan" else CPSAT_DETERMINISTIC_S / 10
+        else:
+            share = min(limit_s / 4, 10.0) if objective == "makespan" else min(limit_s / 10, 3.0)
         cpsat_time_s = share if len(jobs) <= MAX_JOBS else 0.0
     if cpsat_time_s <= 0:
         return None
@@ -316,6 +357,7 @@ def _run_cpsat(
         jobs, cluster, objective, cpsat_time_s, seed=seed,
         lower_bound_s=simple_bound(jobs, cluster, objective).value_s if makespan else None,
         upper_bound_s=start.metrics.makespan_s if makespan else None, deterministic=max_evals is not None,
+        wall_limit_s=wall_left_s if max_evals is not None else None,
     )  # fmt: skip
 
 
