@@ -255,12 +255,19 @@ class Agent:
             if row.plan_rank is not None:
                 self.rank[row.id] = row.plan_rank
             if row.state == "queued" and self.deps_ok(row) is True:
-                self._queue_in_engine(row, now)
+                self.queue_job(row, now)
         self._write_pending_history()
 
-    def _queue_in_engine(self, row: JobRow, now: float) -> None:
-        """Queue a waiting job in the Scheduler with the GPU-service it attained before."""
-        self.engine.submit(row.id, self.core_job(row), now=row.stopped_at_s or row.submit_s)
+    def queue_job(self, row: JobRow, now: float) -> None:
+        """The one way a job (re)enters the Scheduler's queue (submit, release, a dependency met, a plan's
+        rank, a requeue, a preemption, recovery): from its store row, which owns it, with the GPU-service
+        it attained, its preemptions and the instant it started waiting; a suspended job waits on its
+        own GPUs again."""
+        job, since = self.core_job(row), row.stopped_at_s or row.submit_s
+        if row.state == "suspended":
+            self.engine.submit_suspended(row.id, job, row.gpu_list, since)
+        else:
+            self.engine.submit(row.id, job, now=since)
         self.engine.restore_progress(
             row.id, row.service_gpu_s, row.run_since_promotion_s, row.preemptions, now
         )
@@ -521,7 +528,7 @@ class Agent:
             self.store.update_job(jid, state="queued", start_s=None, seg_start_s=None, gpu_ids="", **progress)
             row = self.store.job(jid)
             assert row is not None
-            self._queue_in_engine(row, now)
+            self.queue_job(row, now)
             return
         run.pending = False
         if action == "suspend":
@@ -648,8 +655,14 @@ class Agent:
         self._append_history(run.jid)
         if state == "failed" and oom:
             self._maybe_requeue_oom(row, run)
-        elif run.stop_state == "requeue":
-            self.requeue_job(row, row.mem_gb, "requeued by request", now)
+        elif run.stop_state == "requeue":  # the GPU-time of its last run segment counts as attained
+            seg_s = 0.0 if run.suspended or run.pid is None else max(now - run.seg_start_s, 0.0)
+            attained = {"service_gpu_s": row.service_gpu_s + row.gpus * seg_s,
+                        "run_since_promotion_s": row.run_since_promotion_s + seg_s}  # fmt: skip
+            self.store.update_job(row.id, **attained)
+            requeued = self.store.job(row.id)
+            assert requeued is not None
+            self.requeue_job(requeued, row.mem_gb, "requeued by request", now)
         elif run.stop_state == "preempt":
             self.requeue_job(row, row.mem_gb, f"preempted ({row.preempt}); requeued", now)
         else:
@@ -712,7 +725,7 @@ class Agent:
         new = self.store.job(row.id)
         assert new is not None
         if self.deps_ok(new) is True:
-            self._queue_in_engine(new, now)
+            self.queue_job(new, now)
 
     def _release_dependents(self, now: float) -> None:
         for row in self.store.conn.execute(
@@ -725,7 +738,7 @@ class Agent:
             assert job is not None
             ok = self.deps_ok(job)
             if ok is True:
-                self.engine.submit(jid, self.core_job(job))
+                self.queue_job(job, now)
             elif isinstance(ok, str):
                 self.store.update_job(jid, state="failed", end_s=now, reason=ok)
                 self.store.forget_env(jid)

@@ -27,20 +27,24 @@ def agent_forecast(agent: Agent, rows: list[JobRow], now: float) -> Forecast:
     """The forecast of every active job in `rows` (running, suspended, queued, held) from `now`."""
     deferred: list[Deferred] = []
     held: dict[int, str] = {}
-    progress: dict[int, float] = {}
+    kept: dict[int, float] = {}
     for r in rows:
         if r.state == "held":
             held[r.id] = "JobHeldUser"
         elif r.state == "suspended":
-            progress[r.id] = r.run_s
+            kept[r.id] = r.run_s
         elif r.state == "queued" and not agent.engine.is_waiting(r.id):
             ok = agent.deps_ok(r)
             if isinstance(ok, str):
                 held[r.id] = "DependencyNeverSatisfied"
             else:  # its dependency has not ended (or, preempted, its processes are still leaving)
                 after = () if ok is True or r.after_id is None else (r.after_id,)
-                deferred.append(Deferred(r.id, agent.core_job(r), after=after))
-    return agent.engine.forecast(now, deferred, held, progress)
+                progress = (r.service_gpu_s, r.run_since_promotion_s, r.preemptions)
+                since = r.stopped_at_s or r.submit_s  # as Agent.queue_job queues it
+                deferred.append(
+                    Deferred(r.id, agent.core_job(r), after=after, submit_now_s=since, progress=progress)
+                )
+    return agent.engine.forecast(now, deferred, held, kept)
 
 
 def forecast_fields(fc: Forecast, row: JobRow) -> dict[str, Any]:

@@ -137,7 +137,7 @@ def op_submit(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
     row = agent.store.job(jid)
     assert row is not None
     if row.state == "queued" and agent.deps_ok(row) is True:
-        agent.engine.submit(jid, agent.core_job(row), now=now)
+        agent.queue_job(row, now)
     return {"id": jid}
 
 
@@ -189,8 +189,9 @@ def op_release(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]
             raise AgentError(f"job {row.id} is {row.state}, not held")
     for row in rows:
         agent.store.update_job(row.id, state="queued")
-        if agent.deps_ok(row) is True:
-            agent.engine.submit(row.id, agent.core_job(row))
+        queued = agent.store.job(row.id)
+        if queued is not None and agent.deps_ok(queued) is True:
+            agent.queue_job(queued, agent.clock())
     return {"ids": [r.id for r in rows]}
 
 
@@ -228,7 +229,7 @@ def op_apply(agent: Agent, req: dict[str, Any], who: Caller) -> dict[str, Any]:
         agent.store.update_job(row.id, plan_rank=rank)
         if agent.engine.is_waiting(row.id):
             agent.engine.withdraw(row.id)
-            agent.engine.submit(row.id, agent.core_job(row))
+            agent.queue_job(row, agent.clock())
     return {"matched": matched, "unmatched": unmatched}
 
 

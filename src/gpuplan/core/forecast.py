@@ -39,7 +39,7 @@ _INF = math.inf
 class Deferred(NamedTuple):
     """A job outside the queue now that enters it later: once every job in `after` has ended (a
     dependency) and not before `begin_s`. `submit_now_s` is the `now` its clock passes to `submit`
-    then (None: the job's submit_s, as the agent's release of a dependent does)."""
+    then (None: the job's submit_s)."""
 
     jid: int
     job: Job
@@ -47,6 +47,9 @@ class Deferred(NamedTuple):
     begin_s: float = -_INF
     book_mem_gb: float | None = None
     submit_now_s: float | None = None
+    progress: tuple[float, float, int] = (0.0, 0.0, 0)
+    """What it attained before (`Scheduler.restore_progress`: GPU-service, run since its last
+    promotion, preemptions), restored as it enters, as its clock does."""
 
 
 class Frees(NamedTuple):
@@ -346,7 +349,7 @@ class _Forecaster:
     def _begins_at(self, t: float) -> None:
         while self.begins and self.begins[0][0] <= t:
             _, jid = heapq.heappop(self.begins)
-            self._submit(self.deferred[jid])
+            self._submit(self.deferred[jid], t)
 
     def _started(self, st: Started, t: float) -> None:
         jid = st.jid
@@ -422,10 +425,12 @@ class _Forecaster:
         if d.begin_s > t:
             heapq.heappush(self.begins, (d.begin_s, d.jid))
         else:
-            self._submit(d)
+            self._submit(d, t)
 
-    def _submit(self, d: Deferred) -> None:
+    def _submit(self, d: Deferred, t: float) -> None:
         slot = self.sched.submit(d.jid, d.job, d.book_mem_gb, now=d.submit_now_s)
+        if any(d.progress):
+            self.sched.restore_progress(d.jid, *d.progress, now=t)
         self.left[d.jid] = slot.plan_s
 
     # -- GPU history (what `waiting_for` reads) ---------------------------------------------------------

@@ -12,8 +12,6 @@ Pure functions of the fetched state: tests build a `LiveState` from captured out
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 import random
 import time
@@ -22,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuplan.core.forecast import Forecast, forecast
 from gpuplan.core.policies import Policy, get_policy, policy_names
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.errors import GpuplanError
@@ -33,13 +32,17 @@ __all__ = [
     "CONSERVATIVE_MAX_JOBS",
     "LiveState",
     "Outcome",
+    "PlanInputs",
     "QueuePlan",
     "Seed",
     "backfill_for",
     "cluster_from_nodes",
+    "live_scheduler",
+    "plan_inputs",
     "plan_queue",
     "predicted_durations",
     "remaining_s",
+    "seed_gpus",
     "simulate_queue",
     "slurm_order",
     "static_policy",
@@ -84,6 +87,24 @@ class Outcome:
     ends: dict[str, float | None]
     makespan_s: float | None  # last pending job's end, from now (None: some job never ends)
     mean_wait_s: float | None  # mean of start - submit over the pending jobs (None: some never start)
+    forecast: Forecast | None = None  # the core's forecast it comes from (reasons, what each waits for)
+    handles: dict[str, int] = field(default_factory=dict)  # job id -> its handle in `forecast`
+
+    def reasons(self) -> dict[str, str]:
+        """Why each pending job waits now, in Slurm's vocabulary (Resources, Priority, ...)."""
+        fc = self.forecast
+        return {} if fc is None else {j: fc[h].reason for j, h in self.handles.items()}
+
+    def explanations(self) -> dict[str, str]:
+        """Why each pending job waits and for what, in words (`Forecast.explain`; times from now)."""
+        fc = self.forecast
+        if fc is None:
+            return {}
+        names = {h: j for j, h in self.handles.items()}
+        return {
+            j: fc.explain(h, lambda k: names.get(k, "a running job"), _from_now)
+            for j, h in self.handles.items()
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {"makespan_s": self.makespan_s, "mean_wait_s": self.mean_wait_s}
@@ -126,10 +147,18 @@ class QueuePlan:
             "gain": self.gain(),
             "slurm_order": self.slurm_order,
             "expected_start_s": {j: self.planned.starts.get(j) for j in self.order},
+            "expected_end_s": {j: self.planned.ends.get(j) for j in self.order},
+            "slurm_order_expected_start_s": {j: self.slurm.starts.get(j) for j in self.order},
+            "reason": self.planned.reasons(),
+            "explanation": self.planned.explanations(),
             "planning_duration_s": {j: self.durations_s.get(j) for j in self.order},
             "unmanaged": self.unmanaged,
             "warnings": self.warnings,
         }
+
+
+def _from_now(t_s: float) -> str:
+    return f"+{t_s:.0f} s"
 
 
 def _gain(before: float | None, after: float | None) -> float | None:
@@ -227,6 +256,32 @@ def _pending_job(q: QueueJob, now_s: float) -> Job:
     )  # fmt: skip
 
 
+def live_scheduler(
+    cluster: ClusterSpec,
+    seeds: Sequence[Seed],
+    pending: Sequence[Job],
+    policy: Policy | str,
+    backfill: str = "none",
+    placer: str = "best-fit",
+) -> Scheduler:
+    """gpuplan's own `Scheduler` seeded with the live queue at time 0 (now): the running `seeds` adopted
+    on their nodes until their remaining time (None: endless), then the `pending` jobs (handles
+    len(seeds) + index; submit_s relative to now, <= 0) queued."""
+    sched = Scheduler(cluster, policy, backfill, placer)
+    node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
+    for jid, seed in enumerate(seeds):
+        gpus = seed_gpus(sched, seed, node_index)
+        if not gpus:
+            continue
+        job = Job(id=f"running:{seed.job_id}", submit_s=-1.0, gpus=len(gpus), est_duration_s=seed.remaining_s,
+                  may_span_nodes=True)  # fmt: skip
+        sched.adopt(jid, job, gpus, 0.0, seed.remaining_s)
+    base = len(seeds)
+    for i, job in enumerate(pending):
+        sched.submit(base + i, job)
+    return sched
+
+
 def simulate_queue(
     cluster: ClusterSpec,
     seeds: Sequence[Seed],
@@ -235,47 +290,20 @@ def simulate_queue(
     backfill: str = "none",
     placer: str = "best-fit",
 ) -> Outcome:
-    """Run `pending` (submit_s relative to now, <= 0) after the running `seeds` on `cluster`.
-
-    Exclusive GPUs; a job runs for its planning duration (estimate, else limit; None = endless).
-    The scheduler is gpuplan's own `Scheduler`, with the running jobs adopted on their nodes at 0.
-    """
-    sched = Scheduler(cluster, policy, backfill, placer)
-    node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
-    heap: list[tuple[float, int, int]] = []
-    seq = itertools.count()
-    for jid, seed in enumerate(seeds):
-        gpus = _free_gpus(sched, seed, node_index)
-        if not gpus:
-            continue
-        job = Job(id=f"running:{seed.job_id}", submit_s=-1.0, gpus=len(gpus), est_duration_s=seed.remaining_s,
-                  may_span_nodes=True)  # fmt: skip
-        sched.adopt(jid, job, gpus, 0.0, seed.remaining_s)
-        if seed.remaining_s is not None:
-            heapq.heappush(heap, (seed.remaining_s, next(seq), jid))
+    """The outcome of `pending` after the running `seeds` on `cluster`: the core's forecast
+    (core/forecast.py) of the live scheduler (`live_scheduler`), every job running for its planning
+    duration (estimate, else limit; None = endless). Exclusive GPUs."""
+    fc = forecast(live_scheduler(cluster, seeds, pending, policy, backfill, placer), 0.0)
     base = len(seeds)
-    for i, job in enumerate(pending):
-        sched.submit(base + i, job)
-    starts: dict[str, float | None] = {j.id: None for j in pending}
-    ends: dict[str, float | None] = {j.id: None for j in pending}
-    now = 0.0
-    while True:
-        for st in sched.schedule(now):
-            job = pending[st.jid - base]
-            starts[job.id] = now
-            dur = sched.slot(st.jid).plan_s
-            if dur < _INF:
-                ends[job.id] = now + dur
-                heapq.heappush(heap, (now + dur, next(seq), st.jid))
-        if not heap:  # nothing left to end: every job started, or the rest waits on endless jobs
-            break
-        now = heap[0][0]
-        while heap and heap[0][0] <= now:
-            sched.finish(heapq.heappop(heap)[2], now)
-    return _outcome(pending, starts, ends)
+    starts = {j.id: fc[base + i].start_s for i, j in enumerate(pending)}
+    ends = {j.id: fc[base + i].end_s for i, j in enumerate(pending)}
+    out = _outcome(pending, starts, ends)
+    out.forecast, out.handles = fc, {j.id: base + i for i, j in enumerate(pending)}
+    return out
 
 
-def _free_gpus(sched: Scheduler, seed: Seed, node_index: dict[str, int]) -> list[int]:
+def seed_gpus(sched: Scheduler, seed: Seed, node_index: dict[str, int]) -> list[int]:
+    """The GPUs a running job takes on the scheduler: as many of its nodes' free GPUs as it holds there."""
     state = sched.state
     out: list[int] = []
     for host, count in seed.gpus_by_node.items():
@@ -307,7 +335,10 @@ def _start_order(out: Outcome, policy_order: Sequence[str]) -> list[str]:
 
 
 @dataclass
-class _Inputs:
+class PlanInputs:
+    """What a plan is made from: the usable cluster, the running jobs, the pending jobs gpuplan may
+    order, those it leaves alone (job id -> why) and the backfill mode that mirrors Slurm's."""
+
     cluster: ClusterSpec
     seeds: list[Seed]
     pending: list[Job]
@@ -315,7 +346,8 @@ class _Inputs:
     backfill: str
 
 
-def _inputs(state: LiveState, predictions: dict[str, float] | None) -> _Inputs:
+def plan_inputs(state: LiveState, predictions: dict[str, float] | None) -> PlanInputs:
+    """The plan's inputs from the live state (`predictions`: durations by job id, else time limits)."""
     cluster = cluster_from_nodes([n for n in state.nodes if _node_in(n, state.partitions)])
     preds = predictions or {}
     seeds = _seeds(state, cluster, preds)
@@ -333,7 +365,7 @@ def _inputs(state: LiveState, predictions: dict[str, float] | None) -> _Inputs:
         if q.job_id in preds:
             job.est_duration_s = preds[q.job_id]
         pending.append(job)
-    return _Inputs(cluster, seeds, pending, unmanaged, backfill_for(state.config, len(pending)))
+    return PlanInputs(cluster, seeds, pending, unmanaged, backfill_for(state.config, len(pending)))
 
 
 def _node_in(node: NodeInfo, partitions: Sequence[str]) -> bool:
@@ -355,7 +387,7 @@ def plan_queue(
     Raises:
         GpuplanError: no usable node; UnknownNameError: an unknown policy.
     """
-    inp = _inputs(state, predictions)
+    inp = plan_inputs(state, predictions)
     pending = inp.pending
     ids = {j.id for j in pending}
     pending_q = [q for q in state.jobs if q.job_id in ids]
@@ -451,7 +483,7 @@ def _local_search(
     return order, best
 
 
-def _plan_warnings(pending: Sequence[Job], inp: _Inputs, state: LiveState) -> list[str]:
+def _plan_warnings(pending: Sequence[Job], inp: PlanInputs, state: LiveState) -> list[str]:
     out = []
     unknown = [j.id for j in pending if j.planning_duration_s() is None]
     if unknown:

@@ -34,7 +34,7 @@ from gpuplan.model import Job
 from gpuplan.slurm.apply import ApplyResult, apply_order, default_state_path, load_state, save_state
 from gpuplan.slurm.client import SlurmClient, live_state
 from gpuplan.slurm.parse import QueueJob
-from gpuplan.slurm.planner import LiveState, Seed, _free_gpus, _inputs
+from gpuplan.slurm.planner import LiveState, Seed, plan_inputs, seed_gpus
 from gpuplan.slurm.runner import SlurmPermissionError
 
 __all__ = [
@@ -131,14 +131,14 @@ class _Built:
 
 
 def _build(state: LiveState, pol: Policy, priors: Mapping[str, Prior]) -> _Built:
-    inp = _inputs(state, None)
+    inp = plan_inputs(state, None)
     sched = Scheduler(inp.cluster, pol, "none", "best-fit")
     node_index = {n.name: i for i, n in enumerate(inp.cluster.nodes)}
     by_id = {q.job_id: q for q in state.jobs}
     ids: dict[int, str] = {}
     protected: dict[str, str] = {}
     for jid, seed in enumerate(inp.seeds):
-        gpus = _free_gpus(sched, seed, node_index)
+        gpus = seed_gpus(sched, seed, node_index)
         if gpus:
             _adopt(sched, jid, seed, gpus, by_id.get(seed.job_id), state, protected)
             ids[jid] = seed.job_id
