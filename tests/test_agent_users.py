@@ -104,3 +104,45 @@ def test_fairshare_usage_survives_a_restart(make_agent, clock: Clock) -> None:  
     agent.close()
     again = make_agent(policy="fairshare")
     assert again.engine.sched.user_usage(clock.now)[ME] == pytest.approx(used)
+
+
+def test_agent_reload_reads_the_quota_file_again_and_a_bad_one_keeps_the_old(
+    make_agent, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    quotas = tmp_path / "quotas.toml"
+    quotas.write_text(f"[users.{ME}]\nmax_gpus = 2\n")
+    agent = make_agent(quotas_file=str(quotas))
+    a, b = _submit(agent, gpus=2), _submit(agent, gpus=2)
+    agent.step()
+    assert _jobs(agent)[b]["reason_detail"] == f"quota: {ME} uses 2 of 2 GPUs"
+    quotas.write_text(f"[users.{ME}]\nmax_gpus = zero\n")
+    bad = _ask(agent, "reload")
+    assert not bad["ok"] and "quotas.toml: not valid TOML" in str(bad["error"])
+    agent.step()
+    assert _jobs(agent)[b]["state"] == "queued"  # the old quota holds
+    quotas.write_text(f"[users.{ME}]\nmax_gpus = 4\n")
+    good = _ask(agent, "reload")
+    assert good["ok"] and good["quotas"]["users"] == [ME]  # type: ignore[index]
+    agent.step()
+    assert {_jobs(agent)[i]["state"] for i in (a, b)} == {"running"}
+
+
+def test_sighup_reloads_the_quotas_of_a_running_agent(tmp_path: Path) -> None:
+    import signal
+
+    from agent_helpers import Daemon
+
+    quotas = tmp_path / "quotas.toml"
+    quotas.write_text("[default]\nmax_jobs = 1\n")
+    d = Daemon(tmp_path / "home", quotas_file=str(quotas))
+    try:
+        d.start()
+        a, b = d.submit("sleep 60"), d.submit("sleep 60")
+        d.wait_state(a, "running")
+        assert d.job(b)["state"] == "queued"
+        quotas.write_text("[default]\nmax_jobs = 2\n")
+        assert d.proc is not None
+        os.kill(d.proc.pid, signal.SIGHUP)
+        d.wait_state(b, "running")
+    finally:
+        d.stop()

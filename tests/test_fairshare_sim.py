@@ -76,3 +76,16 @@ def test_jain_and_user_figures_by_hand() -> None:
     }
     assert figs["bob"]["mean_bounded_slowdown"] == 1.0
     assert user_figures([JobRecord("x", 0.0, 0.0, 1.0, (0,))]) == []
+
+
+def test_fairshare_takes_its_parameters_as_a_spec(tmp_path: Path) -> None:
+    trace = _flood_trace(tmp_path / "flood.jsonl")
+    spec = "fairshare:then=sjf,half_life=1d"
+    res = runner.invoke(app, ["simulate", str(trace), "--cluster", "8xA100-80GB", "-p", spec, "--json"])
+    assert res.exit_code == 0, res.stderr
+    (run,) = json.loads(res.stdout)
+    assert run["policy"] == "fairshare:half_life=1d,then=sjf"
+    bob = next(u for u in run["users"] if u["user"] == "bob")
+    assert bob["mean_wait_s"] < 1000.0  # as with the defaults: the light user never waits behind the flood
+    bad = runner.invoke(app, ["simulate", str(trace), "-p", "fairshare:then=las", "--json"])
+    assert bad.exit_code == 2 and "then=las is not valid" in bad.stderr and "Traceback" not in bad.stderr

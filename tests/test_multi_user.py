@@ -82,6 +82,15 @@ def test_jobs_run_as_their_submitter_and_others_cannot_touch_them(world: World, 
     _one_line_refusal(world.run(u2, "logs", str(jid), home=agent.home), f"job {jid} belongs to {u1.name}")
     assert _job(agent, jid)["state"] == "running"
     assert (u1.home / "uid.txt").exists()
+    from gpuplan.agent.store import connect, events_since
+
+    conn = connect(agent.paths.db)
+    refusals = {(e["action"], e["uid"], e["job_id"]) for e in events_since(conn, 0.0)}
+    conn.close()
+    assert {
+        ("refused:cancel", u2.uid, jid),
+        ("refused:hold", u2.uid, jid),
+    } <= refusals  # logged with the caller
     # the owner reads their logs; a client-supplied user is refused
     mine = world.run(u1, "logs", str(jid), home=agent.home)
     assert mine.returncode == 0 and "secret-output" in mine.stdout, mine.stderr
@@ -161,3 +170,19 @@ def test_another_users_private_agent_is_one_clear_line(world: World) -> None:
         _one_line_refusal(res, "permission denied", "belongs to another user")
     finally:
         private.stop()
+
+
+def test_an_admin_group_member_may_steer_every_job(world: World) -> None:
+    u1, u2 = world.users  # u1 is in world.group
+    d = Daemon(Path(world.root) / f"admins-{os.urandom(3).hex()}", multi_user=True, admin_group=world.group)
+    d.start()
+    try:
+        theirs = _submit(world, u2, d, "sleep 300")
+        d.wait_state(theirs, "running")
+        _one_line_refusal(world.run(u2, "hold", str(_submit(world, u1, d, "sleep 300", "--hold")), home=d.home),
+                          f"only root and the members of group {world.group}")  # fmt: skip
+        res = world.run(u1, "cancel", str(theirs), home=d.home)
+        assert res.returncode == 0, res.stderr
+        d.wait_state(theirs, "cancelled")
+    finally:
+        d.stop()
