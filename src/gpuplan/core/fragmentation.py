@@ -17,11 +17,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # numpy on first use: `gpuplan --help` and `gpuplan policies` never need it
+    from gpuplan.lazy import lazy_module
+
+    np = lazy_module("numpy")
 
 __all__ = [
     "NodeKey",

@@ -10,11 +10,12 @@ The best node is the lexicographic minimum of the score rows, the lowest index a
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.core.state import ClusterState
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["NodeScores", "state_key"]
 
@@ -58,6 +59,8 @@ class _Table:
     __slots__ = ("extra", "rows", "seen")
 
     def __init__(self, nodes: int, width: int) -> None:
+        import numpy as np  # here, not at import: `gpuplan policies` and --help stay quick
+
         self.rows = np.full((nodes, max(width, 1)), np.inf)
         self.seen = np.full(nodes, -1, dtype=np.int64)
         self.extra: list[Any] = [None] * nodes
@@ -68,6 +71,8 @@ class NodeScores:
 
     def __init__(self, state: ClusterState, ids: dict[tuple[Any, ...], int]) -> None:
         """`ids`: node state -> its number, shared by every state a placer scores (its memo's keys)."""
+        import numpy as np
+
         self.state = state
         self.changed = state.track_changes()
         self.changed.clear()
@@ -110,6 +115,8 @@ class NodeScores:
 
         `score(nodes)` ranks nodes on their current state (`width` numbers each); `memo` holds the scores by
         (node state, request) across calls."""
+        import numpy as np
+
         table = self.tables.get(request)
         if table is None:
             table = self.tables[request] = _Table(len(self.kid), width)
@@ -138,6 +145,8 @@ class NodeScores:
 
 def _lexmin(rows: np.ndarray) -> int:
     """Index of the lexicographically smallest finite row (the first among equals), or -1."""
+    import numpy as np
+
     col = rows[:, 0]
     low = col.min()
     if low == np.inf:
