@@ -96,3 +96,30 @@ def test_a_shared_home_lets_users_pass_but_not_list(tmp_path: Path) -> None:
     closed.create()  # a private home (0700) cannot serve other users
     with pytest.raises(HomeError, match=r"keeps other users out \(mode 0700\).*chmod o\+x"):
         closed.create(shared=True)
+
+
+def test_clients_find_the_system_agent_when_they_run_none(tmp_path: Path) -> None:
+    from gpuplan.agent.paths import AgentPaths, client_paths
+
+    system = AgentPaths(tmp_path / "var", tmp_path / "run")
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    own = AgentPaths(tmp_path / "state" / "gpuplan")
+    assert client_paths(env, system) == own  # no system agent: the user's own home (and its error)
+    (tmp_path / "run").mkdir()
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(system.socket))
+    listening.listen(1)
+    try:
+        assert client_paths(env, system) == system  # the user runs no agent: the system one
+        own.home.mkdir(parents=True)
+        mine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        mine.bind(str(own.socket))
+        mine.listen(1)
+        try:
+            assert client_paths(env, system) == own  # their own agent answers: theirs
+        finally:
+            mine.close()
+        assert client_paths(env, system) == system  # a stale socket of their own does not hide it
+        assert client_paths({**env, "GPUPLAN_HOME": str(tmp_path / "h")}, system).home == tmp_path / "h"
+    finally:
+        listening.close()

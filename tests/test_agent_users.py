@@ -146,3 +146,20 @@ def test_sighup_reloads_the_quotas_of_a_running_agent(tmp_path: Path) -> None:
         d.wait_state(b, "running")
     finally:
         d.stop()
+
+
+def test_a_job_whose_submitter_has_no_account_never_starts_as_anyone(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(multi_user=True)
+    jid = _submit(agent, "touch ran", hold=True)
+    agent.store.update_job(jid, uid=2_000_000_000)  # its user was deleted since the submit
+    assert _ask(agent, "release", ids=[jid])["ok"]
+    wait_until(lambda: (agent.step(), _jobs_or_final(agent, jid) == "failed")[1], "the job to fail at start")
+    row = agent.store.job(jid)
+    assert row is not None and "uid 2000000000" in row.reason and "no account" in row.reason
+    assert not (agent.paths.home / "ran").exists()
+
+
+def _jobs_or_final(agent: Agent, jid: int) -> str:
+    row = agent.store.job(jid)
+    assert row is not None
+    return row.state

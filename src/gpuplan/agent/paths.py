@@ -173,16 +173,16 @@ def _user() -> str:
     return os.environ.get("USER") or str(os.getuid())
 
 
-def client_paths(env: dict[str, str] | None = None) -> AgentPaths:
+def client_paths(env: dict[str, str] | None = None, system: AgentPaths | None = None) -> AgentPaths:
     """The agent a client talks to: GPUPLAN_HOME's; else the user's own agent when it answers, else
-    the system agent when its socket exists (/run/gpuplan/agent.sock), else the user's own home
-    (whose "not running" error says how to start one)."""
+    the system agent when its socket exists (`system`, default /run/gpuplan/agent.sock), else the
+    user's own home (whose "not running" error says how to start one)."""
     env = dict(os.environ) if env is None else env
     own = AgentPaths(agent_home(env))
     if env.get("GPUPLAN_HOME"):
         return own
-    system = AgentPaths(SYSTEM_HOME, SYSTEM_RUN_DIR)
-    if not _listens(own.socket) and _exists(system.socket):
+    system = system or AgentPaths(SYSTEM_HOME, SYSTEM_RUN_DIR)
+    if _exists(system.socket) and not _listens(own.socket):
         return system
     return own
 
