@@ -105,8 +105,13 @@ def test_backoff_while_slurmctld_is_down_then_resume(tmp_path: Path) -> None:
         and "next try in 2 s" in down[0]["message"]
     )
     assert [e["event"] for e in logs].count("slurm_back") == 1
-    assert w.metrics.errors.labels("slurm_unreachable")._value.get() == 3
-    assert w.metrics.passes._value.get() == 2 and slurm.order() == ["12", "11", "10"]
+    reg = w.metrics.registry
+    assert reg.get_sample_value("gpuplan_slurm_watch_errors_total", {"kind": "slurm_unreachable"}) == 3
+    assert reg.get_sample_value("gpuplan_slurm_watch_passes_total") == 2 and slurm.order() == [
+        "12",
+        "11",
+        "10",
+    ]
 
 
 def test_health_and_metrics_endpoints(tmp_path: Path) -> None:
@@ -198,3 +203,15 @@ def test_nice_mode_by_a_plain_user_touches_only_their_own_jobs(
     res = apply_order(SlurmClient(slurm, clock=lambda: NOW), ["12", "11", "10"], mode="nice",
                       state_path=tmp_path / "s.json", dry_run=True)  # fmt: skip
     assert res.changed == {"12": 0, "11": 1, "10": 2}
+
+
+def test_records_of_jobs_slurm_forgot_are_dropped(tmp_path: Path) -> None:
+    slurm = FakeSlurm([3, 2, 1])
+    w = _watcher(slurm, tmp_path, [], [])
+    w.run(1)
+    state = tmp_path / "applied.json"
+    assert sorted(json.loads(state.read_text())["jobs"]) == ["11", "12"]  # 10, planned last, kept its value
+    del slurm.jobs["12"]  # ended and gone from squeue
+    slurm.jobs["13"] = {"base": 500, "site": 0, "limit": 1}
+    w.look()
+    assert sorted(json.loads(state.read_text())["jobs"]) == ["11", "13"]

@@ -193,6 +193,8 @@ def apply_order(
             f"{path} holds changes made with --mode {data.get('mode', 'priority')}; run `gpuplan slurm reset` "
             f"first (it undoes them), then apply with --mode {mode}"
         )
+    if recorded and not dry_run:
+        _forget_gone(client, recorded)
     now = {q.job_id: q for q in client.queue(partitions, states="PD")}
     rows = _prio_rows(client, mode)
     todo = _managed(order, now, rows, mode, client.clock(), result, _own_user(mode))
@@ -237,6 +239,14 @@ def apply_order(
     save_state(path, data)
     result.changed = {jid: int(kv.split("=", 1)[1]) for jid, kv in done}
     return result
+
+
+def _forget_gone(client: SlurmClient, recorded: dict[str, Any]) -> None:
+    """Drop the records of jobs Slurm no longer knows (ended, and gone from squeue after MinJobAge):
+    nothing is left to restore, and a watcher running for months must not grow its state file."""
+    alive = {q.job_id for q in client.queue()}  # every partition, every live state
+    for jid in [j for j in recorded if j not in alive]:
+        del recorded[jid]
 
 
 def _prio_rows(client: SlurmClient, mode: str) -> dict[str, PrioRow]:
