@@ -75,7 +75,9 @@ def test_priority_mode_reset_unfreezes_by_hold_and_release(slurm: SlurmCluster) 
     assert list(out["plan"]["unmanaged"]) == [dep] and "not eligible yet" in out["plan"]["unmanaged"][dep]
     assert any("freezes" in w for w in out["setup_warnings"])
     assert slurm.priorities() == {**changed, dep: 7000}
-    assert all(_prio(slurm, ids)[j]["frozen"] for j in ids)  # what --mode priority costs: no factor moves them
+    assert all(
+        _prio(slurm, ids)[j]["frozen"] for j in ids
+    )  # what --mode priority costs: no factor moves them
     # applying twice records nothing new; another mode is refused until reset
     _ok(_cli("apply", "--json", "--policy", "ljf", "--mode", "priority"))
     mixed = _cli("apply", "--json")
