@@ -77,7 +77,7 @@ def report_data(results: Sequence[SimResult]) -> dict[str, Any]:
 
     Returns:
         ``{"runs": [...], "best": label | None, "lower_bounds_s": [...]}``. Each run has ``label``
-        (unique within the report), ``policy``, ``backfill``, ``placer``, ``oracle``, ``is_fifo``,
+        (unique within the report), ``policy``, ``backfill``, ``placer``, ``oracle``, ``is_fifo`` (the FIFO baseline only),
         ``is_best``, ``records``, ``gantt_records`` (how many the Gantt draws), ``gantt_truncated``,
         ``warnings``, ``same_run_as`` (the label of an earlier run with the same schedule, or None),
         ``uses_true_durations``, ``estimates`` (`EstimateUse.as_dict()`) and ``metrics``
@@ -89,7 +89,10 @@ def report_data(results: Sequence[SimResult]) -> dict[str, Any]:
     best = _best_index(runs)
     same = same_runs(runs)
     drawn = _gantt_runs(runs)
-    entries = [_run_entry(r, labels[i], i == best, same.get(i), i in drawn) for i, r in enumerate(runs)]
+    base = fifo_baseline(runs)  # the one run the badge marks "FIFO", as the CLI's table does
+    entries = [
+        _run_entry(r, labels[i], i == best, same.get(i), i in drawn, r is base) for i, r in enumerate(runs)
+    ]
     bounds = sorted({r.metrics.lower_bound_s for r in runs if math.isfinite(r.metrics.lower_bound_s)})
     return {
         "runs": entries,
@@ -260,7 +263,12 @@ def _gantt_runs(runs: Sequence[SimResult]) -> set[int]:
 
 
 def _run_entry(
-    r: SimResult, label: str, is_best: bool, same_as: str | None = None, gantt: bool = True
+    r: SimResult,
+    label: str,
+    is_best: bool,
+    same_as: str | None = None,
+    gantt: bool = True,
+    is_fifo: bool = False,
 ) -> dict[str, Any]:
     shown = min(len(r.records), GANTT_MAX_RECORDS) if gantt else 0
     return {
@@ -269,7 +277,7 @@ def _run_entry(
         "backfill": r.backfill,
         "placer": r.placer,
         "oracle": r.oracle,
-        "is_fifo": r.policy == "fifo",
+        "is_fifo": is_fifo,
         "is_best": is_best,
         "records": len(r.records),
         "gantt_drawn": gantt,
