@@ -16,6 +16,9 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   predict: fit / predict time of the predictors on 100,000 jobs (issue #5).
   agent-submit-latency, agent-pass-10k: the local agent's submit -> start latency on a free GPU and one
     scheduling pass with 10,000 queued jobs (issue #10: p95 <= 200 ms, pass <= 100 ms; aim p95 <= 50 ms).
+  forecast-10k: the core's forecast of 10,000 waiting jobs on 64 GPUs, fifo+easy and las (issue #21:
+    <= 200 ms each); agent-queue-2000: `gpuplan queue` with 2,000 waiting jobs on a real agent,
+    process start included (issue #21: <= 0.5 s).
   web-queue-10k, web-whatif-10k: the dashboard's queue API with 10,000 queued jobs, and a what-if on a
     10,000-job trace (issue #12; the browser's first render is printed by tests/web).
   web-slurm-queue-10k: `gpuplan serve --slurm`'s queue API with 10,000 pending jobs (stand-in squeue
@@ -257,6 +260,18 @@ def _agent_pass_case() -> list[dict[str, object]]:
     return [bench_pass(policy="sjf", backfill="easy"), bench_pass(policy="fifo", backfill="conservative")]
 
 
+def _forecast_case() -> list[dict[str, object]]:
+    from bench_forecast import bench_forecast
+
+    return bench_forecast()
+
+
+def _agent_queue_case() -> dict[str, object]:
+    from bench_forecast import bench_queue
+
+    return bench_queue()
+
+
 def _web_queue_case() -> dict[str, object]:
     from bench_web import bench_queue
 
@@ -307,6 +322,8 @@ _OTHER = {
     "predict": _predict_case,
     "agent-submit-latency": _agent_latency_case,
     "agent-pass-10k": _agent_pass_case,
+    "forecast-10k": _forecast_case,
+    "agent-queue-2000": _agent_queue_case,
     "web-queue-10k": _web_queue_case,
     "web-whatif-10k": _web_whatif_case,
     "web-slurm-queue-10k": _web_slurm_queue_case,

@@ -439,20 +439,20 @@ def queue_cmd(as_json: JsonOpt = False) -> None:
 
 
 def _print_queue(jobs: list[dict[str, Any]], now: float) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False)
-    for col in ("ID", "USER", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "REASON", "COMMAND"):
-        table.add_column(col, no_wrap=col != "COMMAND")
+    """The queue as aligned columns (plain text: a 2,000-row Rich table took seconds to lay out)."""
+    head = ("ID", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "END", "REASON", "COMMAND")
+    rows = [head]
     for j in jobs:
         start = j["start_s"] if j["state"] in ("running", "suspended") else j.get("expected_start_s")
-        when = "-" if start is None else _ago(start - now)
+        end = j.get("expected_end_s")
         mem = "whole" if j["mem_gb"] is None else f"{j['mem_gb']:g}G"
         on = ",".join(map(str, j["gpu_ids"])) or "-"
-        table.add_row(str(j["id"]), j.get("user") or "-", j["state"], j["name"] or "-", str(j["gpus"]), mem, on, when,
-                      j["reason"] or "", j["command"][:60])  # fmt: skip
-    Console().print(table)
+        rows.append((str(j["id"]), j["state"], j["name"] or "-", str(j["gpus"]), mem, on,
+                     "-" if start is None else _ago(start - now), "-" if end is None else _ago(end - now),
+                     j["reason"] or "", j["command"][:60]))  # fmt: skip
+    widths = [max(len(r[k]) for r in rows) for k in range(len(head) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
+    sys.stdout.write("\n".join(line.rstrip() for line in lines) + "\n")
 
 
 def _ago(delta_s: float) -> str:
