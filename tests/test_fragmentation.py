@@ -219,3 +219,32 @@ def test_frag_on_the_alibaba_trace() -> None:
     assert spec.total_gpus == 6212 and len(jobs) == 8152
     res = {r.placer: r for r in frag_experiment(jobs, spec, ["best-fit", "fgd"], [42], 1.3, workers=1)}
     assert res["fgd"].alloc_ratio_at_130 > res["best-fit"].alloc_ratio_at_130
+
+
+def test_fragmentation_over_a_simulated_run_by_hand() -> None:
+    from gpuplan.sim.engine import simulate
+    from gpuplan.sim.fragseries import fragmentation_series
+
+    spec = ClusterSpec("one", (NodeSpec("n", 2, GPU),), sharing=True)
+    jobs = [
+        Job("a", 0.0, 1, duration_s=10.0, gpu_share=0.5, duration_includes_sharing=True),
+        Job("b", 0.0, 1, duration_s=20.0, duration_includes_sharing=True),
+    ]
+    res = simulate(jobs, spec, "fifo", "none", "first-fit")
+    series = fragmentation_series(res, jobs)
+    assert series is not None
+    # 0-10 s: GPU 0 half free (a), GPU 1 taken whole (b): the half-GPU type fits and strands nothing,
+    # the whole-GPU type fits nowhere: 0.5 x 0.5 = 0.25 GPU. From 10 s: GPU 0 idle, nothing stranded.
+    assert series.times_s == [0.0, 10.0, 20.0] and series.frag_gpus == pytest.approx([0.25, 0.0, 0.0])
+    assert series.mean_gpus == pytest.approx(0.125) and series.at_peak_gpus == pytest.approx(0.25)
+
+
+def test_simulate_reports_fragmentation(tmp_path: Path) -> None:
+    trace = FIXTURE / "openb_pod_list_small.csv"
+    res = CliRunner().invoke(
+        app, ["simulate", str(trace), "--placer", "fgd", "--json", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    (run,) = json.loads(res.stdout[res.stdout.index("[") :])
+    assert run["placer"] == "fgd" and run["fragmentation_max_gpus"] >= run["fragmentation_mean_gpus"] >= 0
+    assert 'id="fig-frag"' in (tmp_path / "report.html").read_text(encoding="utf-8")

@@ -111,7 +111,7 @@ def simulate(
     cluster: TraceClusterOpt = None,
     policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name(s) with parameters if any (las:quantum=60; `gpuplan policies`), comma-separated, or 'all'.")] = "fifo",
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="none, easy, conservative[:depth=N] (comma list) or 'all'.")] = "easy",
-    placer: Annotated[str, typer.Option(help="first-fit, best-fit (pack) or spread.")] = "first-fit",
+    placer: Annotated[str, typer.Option(help="first-fit, best-fit (pack), spread, fgd or fgd-pack (docs/fragmentation.md).")] = "first-fit",
     sharing: Annotated[bool | None, typer.Option("--sharing/--exclusive", help="Override the cluster's GPU sharing switch.")] = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="Policies see the true durations (an oracle run; every output says so).")] = False,
     fmt: Annotated[str | None, typer.Option("--format", help="Trace format; detected when omitted.")] = None,
@@ -160,6 +160,9 @@ def simulate(
             workers=workers,
             dask=dask,
         )
+        from gpuplan.sim.fragseries import attach_fragmentation
+
+        attach_fragmentation(results, jobs)
         _emit(
             results,
             as_json,

@@ -180,11 +180,43 @@ def render_report(
             *([_section("Per user", users)] if (users := _users_table(parts.data)) else []),
             _section("Makespan and utilization", figure_block("fig-compare", parts.compare)),
             _section("Utilization over time", figure_block("fig-util", parts.util)),
+            *(
+                [_section("GPU fragmentation over time (FGD's measure, docs/fragmentation.md)", frag)]
+                if (frag := _frag_block(parts.runs))
+                else []
+            ),
             _section("Gantt per run", gantt_section(parts.runs, parts.data, parts.best)),
             json_script("report-data", parts.data),
         ]
     )
     return _page(title, body)
+
+
+def _frag_block(runs: Sequence[SimResult]) -> str:
+    """A plot of each run's fragmentation over time (GPUs), when `simulate` computed it."""
+    with_frag = [r for r in runs if r.fragmentation is not None]
+    if not with_frag:
+        return ""
+    fig = go.Figure()
+    labels = _unique_labels(runs)
+    for i, r in enumerate(runs):
+        series = r.fragmentation
+        if series is None:
+            continue
+        xs, ys = [t / 3600 for t in series.times_s], series.frag_gpus
+        if len(xs) > UTIL_MAX_POINTS:
+            xs, ys = _resample_steps(xs, ys, UTIL_MAX_POINTS)
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line={"shape": "hv", "color": PALETTE[i % len(PALETTE)]},
+                name=f"{labels[i]} (mean {series.mean_gpus:.1f})",
+            )  # fmt: skip
+        )
+    fig.update_layout(**base_layout(xaxis_title="hours", yaxis_title="fragmented GPUs", height=360))
+    return figure_block("fig-frag", _plain(fig))
 
 
 def write_report(
@@ -581,6 +613,7 @@ _JS = """
   }
   draw("fig-compare");
   draw("fig-util");
+  if (document.getElementById("fig-frag")) { draw("fig-frag"); }
   var drawn = {};
   function show(run) {
     document.querySelectorAll(".gantt-panel").forEach(function (p) {

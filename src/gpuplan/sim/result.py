@@ -116,6 +116,7 @@ class SimResult:
     gpu_labels: list[str]  # label of each global GPU index, e.g. "node1/gpu3"
     warnings: list[str] = field(default_factory=list)
     estimates: EstimateUse = field(default_factory=EstimateUse)
+    fragmentation: Any = None  # sim.fragseries.FragSeries, set by `attach_fragmentation` (simulate)
 
     @property
     def spanned_jobs(self) -> int:
@@ -162,6 +163,7 @@ class SimResult:
             "users": (users := self.user_figures()),
             "jain_index": jain_index([u["mean_bounded_slowdown"] for u in users]),
             "cluster": self.cluster.as_dict(),
+            **(self.fragmentation.as_dict() if self.fragmentation is not None else {}),
         }
 
     def user_figures(self) -> list[dict[str, Any]]:
