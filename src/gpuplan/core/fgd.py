@@ -75,7 +75,14 @@ class Fgd(Placer):
         if self.workload is None:  # asked to place before any job was submitted: that job's type alone
             self._seen[type_of_need(gpus, need)] += 1
             self.workload = Workload.from_counts(self._seen)
+            self._forget()
         return self.workload
+
+    def choose(
+        self, state: ClusterState, gpus: int, mem_gb: float | None, need: Need
+    ) -> tuple[int, list[int]] | None:
+        self._ensure_workload(gpus, need)  # before the memos, which live on the workload
+        return super().choose(state, gpus, mem_gb, need)
 
     # -- placing -----------------------------------------------------------------------------
     def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
@@ -134,11 +141,16 @@ class Fgd(Placer):
         return self._gpus_on(state, node, gpus, mem_gb, need, extra)
 
     def _forget(self) -> None:
-        """Scores were computed under another workload: drop them."""
-        self._frag.clear()
-        self._score_memo = {}
+        """Scores were computed under another workload: drop them (fragmentation values and scores
+        live on the workload object, shared by every fgd placer weighing by it)."""
         self._scores_cache = {}
-        self._state_ids = {}
+        if self.workload is not None:
+            self._frag = self.workload.memo.setdefault("frag", {})
+
+    def memo_home(self) -> dict[str, Any]:
+        assert self.workload is not None, "choose sets a workload first"
+        home: dict[str, Any] = self.workload.memo.setdefault(("moves", self.step_gpus), {})
+        return home
 
     def _fill(self, workload: Workload, keys: list[NodeKey]) -> None:
         """Compute the fragmentation of the node states not met before, one batch per GPU count."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
@@ -64,6 +64,8 @@ class Workload:
     cpu_milli: np.ndarray
     host_mem_gb: np.ndarray
     weight: np.ndarray
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Figures computed under this workload (the fgd placers' node fragmentation and moves)."""
 
     @classmethod
     def from_counts(cls, counts: Counter[tuple[int, float, float, float]]) -> Workload:

@@ -78,14 +78,14 @@ class NodeScores:
         self.changed.clear()
         n = len(state.node_gpus)
         self.version = np.zeros(n, dtype=np.int64)
-        self._ids = ids
+        self.ids = ids
         self.kid = [self._id(state_key(state, i)) for i in range(n)]
         self.tables: dict[Hashable, _Table] = {}
 
     def _id(self, key: tuple[Any, ...]) -> int:
-        kid = self._ids.get(key)
+        kid = self.ids.get(key)
         if kid is None:
-            kid = self._ids[key] = len(self._ids)
+            kid = self.ids[key] = len(self.ids)
         return kid
 
     def current(self, state: ClusterState) -> bool:

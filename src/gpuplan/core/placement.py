@@ -30,6 +30,7 @@ __all__ = [
 
 
 _MAX_MEMO = 500_000  # node-state scores kept before starting afresh
+_CLASS_MEMOS: dict[type, dict[str, Any]] = {}  # per placer class: its node-state scores (memo_home)
 
 
 class Placer(Configurable, ABC):
@@ -105,13 +106,12 @@ class Placer(Configurable, ABC):
         score per request and rescores only the nodes that changed (core/nodegroups.py)."""
         if self.score_width and len(state.node_gpus) > self.scores_from:
             request = (gpus, mem_gb, need.cpu_milli, need.host_mem_gb, need.gpu_share)
-            memo: dict[Any, Any] | None = getattr(self, "_score_memo", None)
+            home = self.memo_home()
+            memo = home.get("scores")
             if memo is None or len(memo) > _MAX_MEMO:
-                memo = {}
-                self._score_memo: dict[Any, Any] = memo
-                self._scores_cache: dict[int, NodeScores] = {}  # their node-state numbers go too
-                self._state_ids: dict[tuple[Any, ...], int] = {}
-            found = self.node_scores(state).best(
+                memo = home["scores"] = {}
+                home["ids"] = {}  # node-state numbers go with the scores they key
+            found = self.node_scores(state, home["ids"]).best(
                 request,
                 self.score_width,
                 memo,
@@ -186,16 +186,24 @@ class Placer(Configurable, ABC):
             fitting = state.node_idle[node]  # a plan's masked copy lowers the idle counts only
         return fitting if fitting >= gpus else -1
 
-    def node_scores(self, state: ClusterState) -> NodeScores:
+    def memo_home(self) -> dict[str, Any]:
+        """Where the scores of node states are kept: shared by every placer of this class (a score
+        depends on the node's state alone), so runs in one process reuse what earlier runs met."""
+        return _CLASS_MEMOS.setdefault(type(self), {})
+
+    def node_scores(self, state: ClusterState, ids: dict[tuple[Any, ...], int]) -> NodeScores:
         """The kept per-node scores of `state` (a few states: the live one and a pass's copies)."""
-        cache: dict[int, NodeScores] = self._scores_cache
+        cache: dict[int, NodeScores] | None = getattr(self, "_scores_cache", None)
+        if cache is None:
+            cache = {}
+            self._scores_cache: dict[int, NodeScores] = cache
         scores = cache.get(id(state))
-        if scores is not None and scores.current(state):
+        if scores is not None and scores.current(state) and scores.ids is ids:
             scores.refresh()
             return scores
         if len(cache) >= 4:
             cache.pop(next(iter(cache)))
-        scores = cache[id(state)] = NodeScores(state, self._state_ids)
+        scores = cache[id(state)] = NodeScores(state, ids)
         return scores
 
     def need_node_key(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:

@@ -213,7 +213,7 @@ def _frag_block(runs: Sequence[SimResult]) -> str:
                 mode="lines",
                 line={"shape": "hv", "color": PALETTE[i % len(PALETTE)]},
                 name=f"{labels[i]} (mean {series.mean_gpus:.1f})",
-            )  # fmt: skip
+            )
         )
     fig.update_layout(**base_layout(xaxis_title="hours", yaxis_title="fragmented GPUs", height=360))
     return figure_block("fig-frag", _plain(fig))
