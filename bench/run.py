@@ -36,6 +36,9 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   conservative-exclusive-10k: the same comparison for 10,000 Poisson jobs on 128 x 8 exclusive A100s.
   slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
     by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
+  scale-1m-pass, scale-ratios, scale-readers, scale-startup, scale-sweep: issue #25's figures
+    (bench/bench_scale.py: the 1M-job pass, preemptive and conservative ratios to fifo+EASY, readers'
+    rows/s, start-up, the 4-worker sweep's speed-up; docs/benchmarks.md).
   slurm-article: the article's experiment on that real Slurm for seeds 0-4 (fixed in advance): per seed
     Slurm's order and the order `gpuplan slurm apply --predict` sets, real vs simulated makespans and
     gains, and the mean (docs/slurm.md; ~13 min).
@@ -134,7 +137,7 @@ def _read_own_csv_case() -> dict[str, object]:
     rows = 1_000_000
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "own.csv"
-        _write_own_csv(path, rows)
+        write_own_csv(path, rows)
         t0 = time.perf_counter()
         result = read_trace(path)
         took = time.perf_counter() - t0
@@ -144,7 +147,7 @@ def _read_own_csv_case() -> dict[str, object]:
             "aim_rows_per_s": 500_000, "within_floor": took <= 10.0}  # fmt: skip
 
 
-def _write_own_csv(path: Path, rows: int) -> None:
+def write_own_csv(path: Path, rows: int) -> None:
     """A million-row trace in gpuplan's CSV, written directly (not through Job objects: fast)."""
     import numpy as np
 
@@ -427,6 +430,16 @@ _OTHER["sim-100k-preemptive"] = _preemptive_case
 _OTHER["unknown-durations"] = _unknown_case
 _OTHER["conservative-sharing"] = _conservative_sharing_case
 _OTHER["conservative-exclusive-10k"] = _conservative_exclusive_case
+
+
+def _scale_case(name: str) -> object:
+    from bench_scale import CASES as SCALE_CASES  # issue #25's figures (bench/bench_scale.py)
+
+    return SCALE_CASES[name]()
+
+
+for _name in ("scale-1m-pass", "scale-ratios", "scale-readers", "scale-startup", "scale-sweep"):
+    _OTHER[_name] = lambda name=_name: _scale_case(name)
 
 
 def _peak_rss_mb() -> float:

@@ -41,10 +41,10 @@ def test_sacct_bench_reads_what_it_wrote(tmp_path: Path) -> None:
 
 def test_own_csv_writer_of_the_bench_is_readable(tmp_path: Path) -> None:
     from gpuplan.traces import read_trace
-    from run import _write_own_csv
+    from run import write_own_csv
 
     path = tmp_path / "own.csv"
-    _write_own_csv(path, 500)
+    write_own_csv(path, 500)
     jobs = read_trace(path).jobs
     assert len(jobs) == 500 and all(j.duration_s is not None for j in jobs)
 

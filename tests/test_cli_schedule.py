@@ -149,3 +149,24 @@ def test_plan_json_has_the_chosen_plans_schedule(tmp_path: Path) -> None:
         {"policy": "plan", "backfill": "easy", "placer": "first-fit", "oracle": False, **r}
         for r in _expected(jobs, res2)
     ]
+
+
+def test_streamed_jsonl_lines_are_the_text_of_json_dumps() -> None:
+
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.schedule_io import jsonl_lines, schedule_rows
+    from gpuplan.synth import synth_poisson
+
+    nodes = (NodeSpec("a", 4, GpuSpec("A100-80GB", 80.0)), NodeSpec("b", 8, GpuSpec("H200-141GB", 141.0)))
+    cluster = ClusterSpec("mixed", nodes)
+    jobs = synth_poisson(300, seed=9, load=1.1, total_gpus=12)
+    for policy, backfill in (("fifo", "easy"), ("las", "none"), ("sjf", "conservative")):
+        result = simulate(jobs, cluster, policy, backfill, oracle=policy == "sjf")
+        run = {
+            "policy": result.policy,
+            "backfill": result.backfill,
+            "placer": result.placer,
+            "oracle": result.oracle,
+        }
+        want = [json.dumps({**run, **row}) + "\n" for row in schedule_rows(result)]
+        assert list(jsonl_lines(result)) == want

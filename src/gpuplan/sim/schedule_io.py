@@ -8,14 +8,14 @@ local agent, Slurm) are checked against these rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.result import SimResult
 
-__all__ = ["INLINE_MAX_ROWS", "inline_schedules", "schedule_rows", "write_schedule_jsonl"]
+__all__ = ["INLINE_MAX_ROWS", "inline_schedules", "jsonl_lines", "schedule_rows", "write_schedule_jsonl"]
 
 INLINE_MAX_ROWS = 50_000
 """Most job rows (jobs x runs) `--json` carries inline (about 5 MB of JSON); above, use --schedule-out."""
@@ -50,6 +50,26 @@ def inline_schedules(results: Sequence[SimResult]) -> bool:
     return sum(len(r.records) for r in results) <= INLINE_MAX_ROWS
 
 
+def jsonl_lines(result: SimResult) -> Iterator[str]:
+    """The run's rows as JSONL lines, streamed: the text of `json.dumps({**run fields, **row})` for
+    each row of `schedule_rows`, built from pieces encoded once (the run's fields, the GPU labels), so
+    a million rows cost a fraction of a pass (tests/test_cli_schedule.py compares the two)."""
+    head = json.dumps(_run_fields(result))[:-1] + ", "
+    labels = [json.dumps(label) for label in result.gpu_labels]
+    dumps, fl = json.dumps, float.__repr__
+    for r in result.records:
+        gpus = ", ".join([labels[g] for g in r.gpus])
+        yield (
+            f'{head}"job_id": {dumps(r.job_id)}, "submit_s": {_num(r.submit_s, fl)}, '
+            f'"start_s": {_num(r.start_s, fl)}, "end_s": {_num(r.end_s, fl)}, "gpus": [{gpus}]}}\n'
+        )
+
+
+def _num(x: float, fl: Any) -> str:
+    # json.dumps' text for a finite float (repr), and for anything else (an int, inf) json's own
+    return fl(x) if type(x) is float and x - x == 0.0 else json.dumps(x)
+
+
 def write_schedule_jsonl(results: Sequence[SimResult], path: Path) -> int:
     """Write every run's schedule as JSONL, one row per job per run (the run's policy, backfill, placer
     and oracle flag on each row); returns the number of rows.
@@ -62,10 +82,8 @@ def write_schedule_jsonl(results: Sequence[SimResult], path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as f:
             for result in results:
-                run = _run_fields(result)
-                for row in schedule_rows(result):
-                    f.write(json.dumps({**run, **row}) + "\n")
-                    rows += 1
+                f.writelines(jsonl_lines(result))
+                rows += len(result.records)
     except OSError as e:
         raise GpuplanError(
             f"{path}: cannot write the schedule ({e.strerror}); choose another --schedule-out"

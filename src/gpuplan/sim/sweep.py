@@ -117,11 +117,15 @@ def _on_processes(
     traces: Mapping[str, TraceData], runs: Sequence[Run], workers: int, on_done: DoneFn | None
 ) -> list[SimResult]:
     import multiprocessing
+    import threading
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    # forkserver: workers start from a clean server process (no threads of ours copied), and each
-    # gets the traces once, through its initializer
-    ctx = multiprocessing.get_context("forkserver")
+    # fork while this process has no other thread: workers start at once and share the traces'
+    # memory; else forkserver (forking a threaded process may deadlock): each worker then gets the
+    # traces once, through its initializer (and a script calling this needs the usual
+    # `if __name__ == "__main__":` guard, as with any multiprocessing program)
+    forkable = threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if forkable else "forkserver")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(traces,)) as pool:
         futures = {pool.submit(_worker_run, run): i for i, run in enumerate(runs)}
         out: list[Any] = [None] * len(runs)

@@ -1,0 +1,180 @@
+"""Issue #25's figures (`python bench/run.py scale-...`, part of `make bench`). CPU seconds beside wall
+seconds: the development machine has 2 cores shared by several people, so wall time varies with their
+load; ratios are measured in the same process, one run after the other.
+
+  scale-1m-pass: `gpuplan simulate` (whole process: start-up, reading, the pass, the JSON) on 1,000,000
+    Poisson jobs at load 0.9 on 128 x 8 A100 (1,024 GPUs), fifo + EASY: wall, CPU, peak MB; and the same
+    with `--schedule-out` (the streamed per-job rows) as a share of the pass. Floor: <= 10 s, <= 1 GB.
+  scale-ratios: las, tiresias, gittins (preemptive, + none) and fifo + conservative as ratios to
+    fifo + EASY in the same process, on 10,000 Poisson jobs on 1,024 GPUs and on a heavy-tailed trace
+    (Pareto 1.1 durations, multi-day jobs) with short quanta (las:quantum=300). Floors: 2x and 5x.
+  scale-readers: 1,000,000 rows of gpuplan's CSV, Parquet and JSONL: rows/s (floors 500k rows/s for CSV
+    and Parquet, JSONL <= 4 s).
+  scale-startup: `gpuplan --help` and `gpuplan policies`, the least wall and CPU of 5 (floor 0.3 s).
+  scale-sweep: 8 runs of a 50,000-job trace on 1 and on 4 local worker processes: the speed-up, with
+    the machine's cores beside it (2 cores bound it near 2x; docs/sweep.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_BIN = Path(sys.executable).with_name("gpuplan")
+_CACHE = Path(tempfile.gettempdir()) / "gpuplan-bench"
+_CLUSTER_TOML = """name = "128x8xA100-80GB"
+sharing = false
+
+[[nodes]]
+name = "node"
+count = 128
+gpus = 8
+gpu_model = "A100-80GB"
+gpu_mem_gb = 80
+"""
+
+
+def _child(args: list[str]) -> dict[str, float]:
+    """Run `gpuplan ARGS`: wall seconds, CPU seconds and peak MB of the child."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(_BIN), *args], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"gpuplan {' '.join(args)}: {proc.stderr.strip()[-500:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_mb": round(after.ru_maxrss / 1024, 1)}
+
+
+def _million_trace() -> tuple[Path, Path]:
+    """The 1M-job trace and its cluster file, generated once and cached (about a minute)."""
+    _CACHE.mkdir(exist_ok=True)
+    cluster, trace = _CACHE / "128x8.toml", _CACHE / "poisson-1m.csv"
+    cluster.write_text(_CLUSTER_TOML)
+    if not trace.exists():
+        _child(["synth", "poisson", "--jobs", "1000000", "--load", "0.9", "--cluster", str(cluster),
+                "--seed", "1", "--out", str(trace)])  # fmt: skip
+    return trace, cluster
+
+
+def one_million_case() -> dict[str, object]:
+    trace, cluster = _million_trace()
+    base = ["simulate", str(trace), "--cluster", str(cluster), "-p", "fifo", "-b", "easy", "--json"]
+    plain = _child(base)
+    with tempfile.TemporaryDirectory() as tmp:
+        streamed = _child([*base, "--schedule-out", str(Path(tmp) / "rows.jsonl")])
+    return {
+        "case": "scale-1m-pass", "jobs": 1_000_000, "gpus": 1024, **plain,
+        "floor_s": 10.0, "floor_mb": 1024, "within_floor": plain["wall_s"] <= 10.0 and plain["peak_mb"] <= 1024,
+        "schedule_out_cpu_share": round(streamed["cpu_s"] / plain["cpu_s"] - 1.0, 3), "schedule_out_floor": 0.10,
+        "cores": os.cpu_count(),
+    }  # fmt: skip
+
+
+def _timed(jobs, cluster, policy: str, backfill: str) -> float:  # type: ignore[no-untyped-def]
+    from gpuplan.sim.engine import simulate
+
+    t0 = time.process_time()
+    simulate(jobs, cluster, policy, backfill)
+    return time.process_time() - t0
+
+
+def ratios_case() -> list[dict[str, object]]:
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.synth import synth_poisson
+
+    gpu = GpuSpec("A100-80GB", 80.0)
+    cluster = ClusterSpec("128x8", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(128)))
+    traces = {
+        "poisson-10k": synth_poisson(10_000, seed=1, load=0.9, total_gpus=1024),
+        "heavy-tail-10k": synth_poisson(10_000, seed=2, load=0.9, total_gpus=1024, tail_alpha=1.1),
+    }
+    out: list[dict[str, object]] = []
+    for name, jobs in traces.items():
+        easy = _timed(jobs, cluster, "fifo", "easy")
+        row: dict[str, object] = {"case": "scale-ratios", "trace": name, "jobs": len(jobs),
+                                  "longest_job_h": round(max(j.duration_s or 0 for j in jobs) / 3600, 1),
+                                  "fifo_easy_cpu_s": round(easy, 3)}  # fmt: skip
+        for policy in ("las", "las:quantum=300", "tiresias", "gittins"):
+            row[f"{policy}_ratio"] = round(_timed(jobs, cluster, policy, "none") / easy, 2)
+        row["conservative_ratio"] = round(_timed(jobs, cluster, "fifo", "conservative") / easy, 2)
+        row["floor_preemptive"], row["floor_conservative"] = 2.0, 5.0
+        out.append(row)
+    return out
+
+
+def readers_case() -> list[dict[str, object]]:
+    from gpuplan.traces import read_trace, write_trace
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import write_own_csv  # the million-row CSV writer of the reader benchmark
+
+    rows = 1_000_000
+    out: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = Path(tmp) / "own.csv"
+        write_own_csv(csv_path, rows)
+        jobs = read_trace(csv_path).jobs
+        paths = {"csv": csv_path, "parquet": Path(tmp) / "own.parquet", "jsonl": Path(tmp) / "own.jsonl"}
+        write_trace(jobs, paths["parquet"])
+        write_trace(jobs, paths["jsonl"])
+        del jobs
+        for fmt, path in paths.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            n = len(read_trace(path).jobs)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            floor = 4.0 if fmt == "jsonl" else 2.0
+            out.append({"case": "scale-readers", "format": fmt, "rows": n, "wall_s": round(wall, 3),
+                        "cpu_s": round(cpu, 3), "rows_per_s_cpu": round(n / cpu), "floor_s": floor,
+                        "within_floor_cpu": cpu <= floor})  # fmt: skip
+    return out
+
+
+def startup_case() -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for args in (["--help"], ["policies"]):
+        runs = [_child(args) for _ in range(5)]
+        wall, cpu = min(r["wall_s"] for r in runs), min(r["cpu_s"] for r in runs)
+        out.append({"case": "scale-startup", "command": " ".join(["gpuplan", *args]), "wall_s": wall,
+                    "cpu_s": cpu, "floor_s": 0.3, "within_floor": wall <= 0.3})  # fmt: skip
+    return out
+
+
+def sweep_case() -> dict[str, object]:
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.sweep import Run, default_workers, run_all
+    from gpuplan.synth import synth_poisson
+
+    gpu = GpuSpec("A100-80GB", 80.0)
+    cluster = ClusterSpec("16x8", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(16)))
+    jobs = synth_poisson(50_000, seed=3, load=0.9, total_gpus=cluster.total_gpus)
+    runs = [Run("t", p, b) for p in ("fifo", "sjf", "gpu-time", "article") for b in ("none", "easy")]
+    took = {}
+    for workers in (1, 4):
+        t0 = time.perf_counter()
+        run_all({"t": (jobs, cluster)}, runs, workers)
+        took[workers] = time.perf_counter() - t0
+    return {"case": "scale-sweep", "runs": len(runs), "jobs": len(jobs), "one_worker_s": round(took[1], 2),
+            "four_workers_s": round(took[4], 2), "speed_up": round(took[1] / took[4], 2),
+            "cores": os.cpu_count(), "usable_cores": default_workers(),
+            "note": "bounded by the usable cores: about 2x on a 2-core machine"}  # fmt: skip
+
+
+CASES = {
+    "scale-1m-pass": one_million_case,
+    "scale-ratios": ratios_case,
+    "scale-readers": readers_case,
+    "scale-startup": startup_case,
+    "scale-sweep": sweep_case,
+}
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or list(CASES):
+        print(json.dumps(CASES[name]()), flush=True)
