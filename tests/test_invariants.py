@@ -124,10 +124,7 @@ def test_plan_evaluator_gives_the_simulators_schedule(case: Case, data: st.DataO
     orders = [list(range(n)), *(data.draw(st.permutations(range(n))) for _ in range(3))]
     for backfill in ("none", "easy") if mirrored else (case.backfill,):
         ev = Evaluator(case.jobs, case.cluster, backfill, case.placer, oracle=case.oracle)
-        # where the evaluator has its own copy of the rules (exclusive, first-fit, no spanning, none or
-        # EASY), that copy agreed with simulate when it was built; else it would quietly fall back to
-        # simulate and hide the drift
-        assert ev.path == ("list-scheduler" if mirrored else "simulate")
+        assert ev.path == "simulate"  # no copy of the rules: the core's own scheduler scores a plan
         event(f"evaluator path: {ev.path}")
         for order in orders:
             ends = ev.ends(order)

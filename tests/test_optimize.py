@@ -114,7 +114,7 @@ def test_evaluator_gives_the_simulators_ends(backfill: str, sizes: tuple[int, ..
         )  # the simulator books the larger of estimate and truth
     cluster = _cluster(*sizes, mixed=mixed)
     ev = Evaluator(jobs, cluster, backfill)
-    assert ev.path == ("simulate" if backfill == "conservative" else "list-scheduler")
+    assert ev.path == "simulate"
     rng = random.Random(3)
     for _ in range(4):
         order = list(range(len(jobs)))
