@@ -248,3 +248,11 @@ def test_simulate_reports_fragmentation(tmp_path: Path) -> None:
     (run,) = json.loads(res.stdout[res.stdout.index("[") :])
     assert run["placer"] == "fgd" and run["fragmentation_max_gpus"] >= run["fragmentation_mean_gpus"] >= 0
     assert 'id="fig-frag"' in (tmp_path / "report.html").read_text(encoding="utf-8")
+
+
+def test_audit_what_if_reports_fragmentation() -> None:
+    trace = FIXTURE / "openb_pod_list_small.csv"
+    res = CliRunner().invoke(app, ["audit", str(trace), "--json"])
+    assert res.exit_code == 0, res.output
+    runs = json.loads(res.stdout[res.stdout.index("{") :])["what_if"]["runs"]
+    assert runs and all(r["fragmentation_max_gpus"] >= r["fragmentation_mean_gpus"] >= 0 for r in runs)

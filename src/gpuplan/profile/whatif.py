@@ -182,6 +182,10 @@ def what_if(
         )
     _run_all(result, runnable, sim_cluster, _ordered(policies), budget_s, progress, clock)
     result.runs.sort(key=lambda r: (r.metrics.makespan_s, r.metrics.mean_jct_s, r.policy != "fifo", r.label))
+    if sim_cluster is cluster:  # on the one node of all GPUs fragmentation means nothing
+        from gpuplan.sim.fragseries import attach_fragmentation
+
+        attach_fragmentation(result.runs, runnable)
     result.notes += _same_notes(result.same_as)
     if oracle:
         result.notes.append("ORACLE replay: policies saw the true durations, which no real scheduler knows")
@@ -292,8 +296,8 @@ def _count_only(jobs: Sequence[Job], cluster: ClusterSpec) -> ClusterSpec:
     exactly when enough GPUs are free in all, wherever they are: node boundaries change no start
     time, and the simulator is much faster on one node than on many (a 128-node SWF machine).
     """
-    if cluster.sharing or len(cluster.nodes) == 1:
-        return cluster
+    if cluster.sharing or len(cluster.nodes) == 1 or cluster.has_host_resources:
+        return cluster  # (CPU and host memory are per node: node boundaries matter)
     if len({n.gpu.mem_gb for n in cluster.nodes}) != 1:
         return cluster
     if not all(j.gpus == 1 or j.may_span_nodes for j in jobs):
