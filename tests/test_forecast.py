@@ -67,7 +67,7 @@ def _check_preemptive(case: LiveCase, placer: str) -> None:
 
 
 # Each drawn live state is checked under every backfill mode x placer (static policies) or every
-# placer (preemptive ones ignore backfill): 250 x 9 + 200 x 3 cases, the drawing paid once per state.
+# placer (preemptive ones ignore backfill): 250 x 9 + 120 x 3 cases, the drawing paid once per state.
 @INVARIANTS(250)
 @given(live_cases(policies=(*POLICIES, "fairshare")))
 def test_forecast_is_the_simulated_schedule(case: LiveCase) -> None:
@@ -76,7 +76,7 @@ def test_forecast_is_the_simulated_schedule(case: LiveCase) -> None:
             _check_static(replace(case, placer=placer), backfill)
 
 
-@INVARIANTS(200)
+@INVARIANTS(120)
 @given(live_cases(policies=PREEMPTIVE))
 def test_forecast_of_a_preemptive_policy_is_the_simulated_schedule(case: LiveCase) -> None:
     for placer in PLACERS:

@@ -122,7 +122,7 @@ def _check(case: LiveCase, backfill: str) -> None:
 
 
 # each drawn state under every backfill mode x placer (250 x 9 cases), preemptive ones under every
-# placer (200 x 3; they ignore backfill)
+# placer (120 x 3; they ignore backfill)
 @INVARIANTS(250)
 @given(live_cases(policies=(*POLICIES, "fairshare"), ranks=True))
 def test_agent_clock_starts_every_job_as_forecast(case: LiveCase) -> None:
@@ -131,7 +131,7 @@ def test_agent_clock_starts_every_job_as_forecast(case: LiveCase) -> None:
             _check(replace(case, placer=placer), backfill)
 
 
-@INVARIANTS(200)
+@INVARIANTS(120)
 @given(live_cases(policies=PREEMPTIVE, ranks=True))
 def test_agent_clock_under_a_preemptive_policy_starts_every_job_as_forecast(case: LiveCase) -> None:
     for placer in PLACERS:

@@ -58,6 +58,8 @@ def test_queue_page_shows_the_forecast(page: Any, watch: Watch, artifacts: Path,
             )
         assert rows == want, (rows, want)
         assert all(end > start for _, start, end, _ in rows), rows
+        shown = page.locator("#queue-table tbody tr td:nth-child(11)").all_inner_texts()
+        assert shown == [r[3] for r in rows], "the Reason column shows each row's reason"
         reasons = {r[0]: r[3] for r in rows}
         assert [reasons[str(j["id"])] for j in cli["jobs"][2:]] == [
             "Resources",

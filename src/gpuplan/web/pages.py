@@ -80,7 +80,7 @@ Expected times assume each job runs as long as its estimate (1 h where it has no
 <button id="page-next">Next ▶</button></div>
 <table class="summary" id="queue-table"><thead><tr><th class="num">#</th><th>Job</th><th>State</th><th>Name</th>
 <th>User</th><th class="num">GPUs</th><th class="num">Mem GB</th><th>Submitted</th><th>Expected start</th>
-<th>Expected end</th></tr></thead><tbody></tbody></table>
+<th>Expected end</th><th title="Why it waits now, in Slurm's words (Resources, Priority, JobHeldUser, QOS...)">Reason</th></tr></thead><tbody></tbody></table>
 <p class="muted" id="queue-empty" hidden>The queue is empty: no job is running or waiting.</p></section>"""
     return _shell(
         "queue", "Queue", body, label=label, is_fake=is_fake, plotly_url=plotly_url, plotly_later=True

@@ -112,7 +112,7 @@
           '" data-reason="' + esc(r.reason || "") + '" class="' + r.state + '"><td class="num">' + r.rank + "</td><td>" +
           esc(r.job_id) + "</td><td>" + r.state + "</td><td>" + esc(r.name) + "</td><td>" + esc(r.user) +
           '</td><td class="num">' + r.gpus + '</td><td class="num">' + num(r.mem_gb, 1) + "</td><td>" +
-          when(r.submit_s) + "</td><td>" + when(r.expected_start_s) + mark + "</td><td>" + when(r.expected_end_s) + mark + "</td></tr>";
+          when(r.submit_s) + "</td><td>" + when(r.expected_start_s) + mark + "</td><td>" + when(r.expected_end_s) + mark + "</td><td>" + esc(r.reason || "") + "</td></tr>";
       }).join("");
       $("queue-empty").hidden = q.total > 0;
       var last = Math.min(q.offset + q.rows.length, q.total);
