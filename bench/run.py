@@ -7,6 +7,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     issue #13 floor: the preemptive run within 2x the fifo+easy run.
   unknown-durations: issue #13's comparison on traces stripped of estimates, users and names (Alibaba
     pods at ~85 % load on an exclusive cluster, a heavy-tailed synth poisson); docs/preemption.md.
+  sim-100k-fairshare: 100,000 Poisson jobs at offered load 1.0 with 200 Zipf-drawn users under fifo+easy and
+    fairshare+easy in one process: CPU seconds and their ratio, mean waits of the light users, Jain.
   sim-100k-fifo-easy, sim-100k-gputime-easy: 100,000 jobs, Poisson arrivals at offered load 0.9, on 128
     nodes x 8 A100-80GB (1,024 GPUs); issue #2 floor: each run <= 20 s on a 2-core machine, aim <= 5 s.
   read-own-csv-1m, read-sacct-1m: reading a 1,000,000-row trace (own CSV; sacct -P with step rows);
@@ -425,7 +427,14 @@ def _frag_case() -> list[dict[str, object]]:
     return bench_frag(_SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv")
 
 
+def _fairshare_case() -> dict[str, object]:
+    from bench_fairshare import bench_fairshare
+
+    return bench_fairshare()
+
+
 _OTHER["frag-alibaba"] = _frag_case
+_OTHER["sim-100k-fairshare"] = _fairshare_case
 _OTHER["sim-100k-preemptive"] = _preemptive_case
 _OTHER["unknown-durations"] = _unknown_case
 _OTHER["conservative-sharing"] = _conservative_sharing_case

@@ -150,3 +150,18 @@ def test_frag_bench_rows() -> None:
     assert rows[0]["case"] == "frag-alibaba" and rows[0]["seeds"] == 2, rows
     assert {r["case"] for r in rows[1:]} == {"frag-alibaba/best-fit", "frag-alibaba/fgd"}
     assert all(r["us_per_placement"] > 0 for r in rows[1:])  # type: ignore[operator]
+
+
+def test_fairshare_bench_reports_both_runs() -> None:
+    from bench_fairshare import bench_fairshare
+
+    row = bench_fairshare(n_jobs=1_500, n_users=20)
+    assert row["jobs"] == 1_500 and row["users"] == 20
+    for policy in ("fifo", "fairshare"):
+        assert {
+            f"{policy}_cpu_s",
+            f"{policy}_mean_wait_s",
+            f"{policy}_light_users_mean_wait_s",
+            f"{policy}_jain",
+        } <= set(row)
+    assert row["cpu_ratio"] > 0

@@ -17,8 +17,9 @@ waiting jobs: iteration walks the groups in order (a k-way merge inside a group 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from sortedcontainers import SortedList
 
@@ -232,9 +233,10 @@ class FairQueue:
     def __iter__(self) -> Iterator[tuple]:  # type: ignore[type-arg]
         if self._dirty:
             self._rerank(self._t_rank if self._t_rank > -math.inf else 0.0)
+        return itertools.chain.from_iterable(self._group_entries())  # C-level per entry
+
+    def _group_entries(self) -> Iterator[Iterable[tuple]]:  # type: ignore[type-arg]
+        """Per group of users (equal usage), its entries in order: one list, or a merge of several."""
         for group in list(self._groups):
             lists = [self._by_user[u] for u in group if u in self._by_user]
-            if len(lists) == 1:
-                yield from lists[0]
-            else:
-                yield from heapq.merge(*lists)
+            yield lists[0] if len(lists) == 1 else heapq.merge(*lists)
