@@ -98,6 +98,13 @@ def test_jobs_run_as_their_submitter_and_others_cannot_touch_them(world: World, 
         u2, agent.home, {"op": "submit", "command": "true", "user": u1.name, "cwd": str(u2.home)}
     )
     assert not forged["ok"] and "unknown field(s) 'user'" in str(forged["error"])  # the caller is its uid
+    sneaky = world.raw(
+        u2, agent.home, {"op": "submit", "command": "cat secret > stolen", "cwd": str(u1.home)}
+    )
+    assert sneaky["ok"]  # accepted, but it never runs in a folder its submitter may not enter
+    failed = agent.wait_state(int(sneaky["id"]), "failed")  # type: ignore[call-overload]
+    assert f"{u2.name} may not enter the working directory {u1.home}" in str(failed["reason"])
+    assert not (u1.home / "stolen").exists()
     events = agent.call("show", id=jid)  # root sees everything
     assert "id -u" in str(events["job"]["command"])
     # root can cancel it

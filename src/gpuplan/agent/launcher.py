@@ -183,6 +183,7 @@ def launch(
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
     if run_as is not None:
+        _may_enter(cwd, run_as)
         _own(job_dir, run_as, 0o700)
         env = {**env, **run_as.environment()}
     out, err = _private_append(job_dir / "stdout", run_as), _private_append(job_dir / "stderr", run_as)
@@ -216,6 +217,21 @@ def launch(
     # its destructor does not warn about a child still running.
     proc.returncode = 0
     return Launched(proc.pid, proc.pid)
+
+
+def _may_enter(cwd: str, run_as: RunAs) -> None:
+    """Refuse a working directory the submitter may not enter (Popen changes into it as root).
+
+    Raises:
+        PermissionError: the submitter cannot `cd` there (the job fails at start, saying so).
+    """
+    probe = subprocess.run(
+        ["/bin/sh", "-c", 'cd -- "$1"', "gpuplan-cwd", cwd], env={"PATH": "/usr/bin:/bin"}, cwd="/",
+        stdin=subprocess.DEVNULL, capture_output=True, check=False, close_fds=True,
+        user=run_as.uid, group=run_as.gid, extra_groups=list(run_as.groups),
+    )  # fmt: skip
+    if probe.returncode != 0:
+        raise PermissionError(f"{run_as.name} may not enter the working directory {cwd}")
 
 
 def _own(path: Path, run_as: RunAs, mode: int) -> None:
