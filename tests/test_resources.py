@@ -135,3 +135,17 @@ def test_every_placer_is_registered_for_needs() -> None:
     for name in placer_names():
         st = ClusterState(two_nodes())
         assert get_placer(name).find(st, 1, None, need=Need(cpu_milli=9000)) is not None
+
+
+def test_sacct_gives_cpu_and_host_memory() -> None:
+    from pathlib import Path
+
+    from gpuplan.traces import read_trace
+
+    fixtures = Path(__file__).parent / "fixtures" / "sacct"
+    text = {j.id: j for j in read_trace(fixtures / "parsable_p.txt").jobs}
+    # AllocTRES cpu=1 (no mem there), ReqTRES mem=16G
+    assert (text["610"].cpu_milli, text["610"].host_mem_gb) == (1000.0, 16.0)
+    assert (text["611"].cpu_milli, text["611"].host_mem_gb) == (2000.0, 32.0)
+    js = read_trace(fixtures / "cluster.json").jobs
+    assert all(j.cpu_milli is not None and j.cpu_milli >= 1000 for j in js)

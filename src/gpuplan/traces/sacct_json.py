@@ -168,10 +168,19 @@ def _json_alloc(rec: _JsonRecord, which: str) -> Alloc:
     untyped: int | None = None
     typed: list[tuple[str, int]] = []
     nodes: int | None = None
+    cpus: int | None = None
+    mem_mb: int | None = None
     shares = False
     items = rec.items("tres", which)
     for k in range(len(items)):
         kind, name = rec.text("tres", which, k, "type"), rec.text("tres", which, k, "name")
+        if kind in ("cpu", "mem"):
+            n = rec.count("tres", which, k, "count")
+            if kind == "cpu":
+                cpus = n
+            else:
+                mem_mb = n  # Slurm's JSON counts memory in MB
+            continue
         if kind not in ("gres", "node"):
             continue
         n = rec.count("tres", which, k, "count") or 0
@@ -187,7 +196,8 @@ def _json_alloc(rec: _JsonRecord, which: str) -> Alloc:
     if gpus > MAX_GPUS:
         rec.column = f"{rec.prefix}.tres.{which}"
         raise BadValue(gpus, EXPECT_AT_MOST_GPUS, "absurd GPU count")
-    return Alloc(not items, gpus, nodes, tuple(typed), shares)
+    mem = None if mem_mb is None else mem_mb << 20
+    return Alloc(not items, gpus, nodes, tuple(typed), shares, cpus, mem)
 
 
 def _json_usage(rec: _JsonRecord) -> _Usage:
@@ -262,8 +272,9 @@ def _json_job(rec: _JsonRecord) -> tuple[Job, Alloc, _Usage]:
     if code:
         meta["exit_code"] = code
     alloc = _json_alloc(rec, "allocated")
+    req = _json_alloc(rec, "requested")
     if alloc.empty:
-        alloc = _json_alloc(rec, "requested")
+        alloc = req
     duration = _json_times(rec, meta, state)
     limit = _json_limit(rec, meta)
     nodes = rec.count("allocation_nodes") or alloc.nodes
@@ -286,6 +297,8 @@ def _json_job(rec: _JsonRecord) -> tuple[Job, Alloc, _Usage]:
         name=rec.text("name"),
         may_span_nodes=nodes is not None and nodes > 1,
         meta=meta,
+        cpu_milli=alloc.cpu_milli or req.cpu_milli,
+        host_mem_gb=alloc.host_mem_gb or req.host_mem_gb,
     )
     return job, alloc, _json_usage(rec)
 

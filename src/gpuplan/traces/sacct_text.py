@@ -475,6 +475,8 @@ class TextParser:
                 name=name,
                 may_span_nodes=nodes is not None and nodes > 1,
                 meta=meta,
+                cpu_milli=alloc.cpu_milli or (req_tres.cpu_milli if req_tres else None),
+                host_mem_gb=alloc.host_mem_gb or (req_tres.host_mem_gb if req_tres else None),
             )
 
         return assemble

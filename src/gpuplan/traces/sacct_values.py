@@ -222,6 +222,18 @@ class Alloc:
     nodes: int | None
     gpu_types: tuple[tuple[str, int], ...]
     shares: bool  # gres/shard or gres/mps without a whole GPU
+    cpus: int | None = None  # cpu=N: CPUs of the allocation (all nodes)
+    mem_bytes: int | None = None  # mem=SIZE: its memory (all nodes)
+
+    @property
+    def cpu_milli(self) -> float | None:
+        """Job.cpu_milli of its CPUs (None when the TRES gives none)."""
+        return self.cpus * 1000.0 if self.cpus else None
+
+    @property
+    def host_mem_gb(self) -> float | None:
+        """Job.host_mem_gb of its memory (None when the TRES gives none)."""
+        return self.mem_bytes / (1 << 30) if self.mem_bytes else None
 
 
 def cell_alloc(text: str) -> Alloc:
@@ -229,9 +241,15 @@ def cell_alloc(text: str) -> Alloc:
     untyped: int | None = None
     typed: list[tuple[str, int]] = []
     nodes: int | None = None
+    cpus: int | None = None
+    mem: int | None = None
     shares = False
     for name, value in items.items():
-        if name == "gres/gpu":
+        if name == "cpu":
+            cpus = _count(value, EXPECT_TRES + " (CPU counts are whole numbers >= 0)")
+        elif name == "mem":
+            mem = _size(value)
+        elif name == "gres/gpu":
             untyped = _count(value, EXPECT_TRES + " (GPU counts are whole numbers >= 0)")
         elif name.startswith("gres/gpu:"):
             typed.append((name[9:], _count(value, EXPECT_TRES + " (GPU counts are whole numbers >= 0)")))
@@ -243,7 +261,7 @@ def cell_alloc(text: str) -> Alloc:
     gpus = untyped if untyped is not None else sum(n for _, n in typed)
     if gpus > MAX_GPUS:
         raise BadValue(text, EXPECT_AT_MOST_GPUS, "absurd GPU count")
-    return Alloc(not items, gpus, nodes, tuple(typed), shares)
+    return Alloc(not items, gpus, nodes, tuple(typed), shares, cpus, mem)
 
 
 def cell_usage(text: str) -> tuple[int | None, float | None]:
