@@ -149,3 +149,24 @@ def test_sacct_gives_cpu_and_host_memory() -> None:
     assert (text["611"].cpu_milli, text["611"].host_mem_gb) == (2000.0, 32.0)
     js = read_trace(fixtures / "cluster.json").jobs
     assert all(j.cpu_milli is not None and j.cpu_milli >= 1000 for j in js)
+
+
+def test_agent_node_from_the_os(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from gpuplan.agent.engine import host_resources, node_spec
+    from gpuplan.agent.gpus import GpuDevice
+
+    meminfo = Path(str(tmp_path)) / "meminfo"
+    meminfo.write_text("MemTotal:       16777216 kB\nMemFree:  1 kB\n", encoding="ascii")
+    cpu, mem = host_resources(str(meminfo))
+    assert mem == 16.0 and cpu is not None and cpu >= 1000
+    assert host_resources(str(meminfo) + ".absent")[1] is None
+    dev = GpuDevice.__new__(GpuDevice)  # only its name and memory are read
+    object.__setattr__(dev, "name", "H200")
+    object.__setattr__(dev, "mem_total_gb", 141.0)
+    spec = node_spec([dev], sharing=True, host=(8000.0, 64.0))
+    assert (spec.nodes[0].cpu_milli, spec.nodes[0].host_mem_gb) == (8000.0, 64.0)
+    s = Scheduler(spec, "fifo", "none", "first-fit")
+    with pytest.raises(JobNeverFitsError, match="milli-CPU"):
+        s.submit(0, Job("big", 0.0, 1, mem_gb=1.0, cpu_milli=16000))

@@ -10,7 +10,9 @@ lost GPU.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.forecast import Deferred, Forecast, forecast
@@ -22,18 +24,41 @@ from gpuplan.core.view import JobSlot
 from gpuplan.errors import JobNeverFitsError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 
-__all__ = ["AgentPolicy", "Engine", "node_spec"]
+__all__ = ["AgentPolicy", "Engine", "host_resources", "node_spec"]
 
 _INF = math.inf
 
 
-def node_spec(devices: list[GpuDevice], sharing: bool, max_jobs_per_gpu: int = 4) -> ClusterSpec:
-    """This node as a one-node ClusterSpec (mixed models plan with the smallest memory)."""
+def host_resources(meminfo: str = "/proc/meminfo") -> tuple[float | None, float | None]:
+    """This machine's CPU (milli-cores, from os.cpu_count) and memory (GiB, MemTotal of /proc/meminfo);
+    None for what the OS does not tell."""
+    cpus = os.cpu_count()
+    mem_gb: float | None = None
+    try:
+        for line in Path(meminfo).read_text(encoding="ascii", errors="replace").splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = int(line.split()[1]) / (1 << 20)  # kB
+                break
+    except (OSError, ValueError, IndexError):
+        mem_gb = None
+    return (cpus * 1000.0 if cpus else None), mem_gb
+
+
+def node_spec(
+    devices: list[GpuDevice],
+    sharing: bool,
+    max_jobs_per_gpu: int = 4,
+    host: tuple[float | None, float | None] | None = None,
+) -> ClusterSpec:
+    """This node as a one-node ClusterSpec (mixed models plan with the smallest memory), with its CPU
+    and host memory (`host`; default: `host_resources()`, from the OS): a job that declares
+    cpu_milli or host_mem_gb starts only when they fit beside the running ones."""
     if not devices:
         raise JobNeverFitsError("the GPU backend lists no GPUs on this node")
     mem = min(d.mem_total_gb for d in devices)
     model = devices[0].name if len({d.name for d in devices}) == 1 else "mixed"
-    node = NodeSpec("local", len(devices), GpuSpec(model, mem))
+    cpu_milli, host_mem_gb = host_resources() if host is None else host
+    node = NodeSpec("local", len(devices), GpuSpec(model, mem), cpu_milli, host_mem_gb)
     return ClusterSpec("local", (node,), sharing=sharing, max_jobs_per_gpu=max_jobs_per_gpu)
 
 

@@ -226,7 +226,7 @@ def start_cmd(
     gpus: Annotated[str, typer.Option("--gpus", help="nvml (the real GPUs) or fake:PRESET_OR_TOML[,lost=I][,unsupported=FIELD] (no GPU needed).")] = "nvml",
     policy: Annotated[str, typer.Option("--policy", "-p", help="Ordering policy (see `gpuplan policies`).")] = "fifo",
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="Backfill mode: none, easy, conservative.")] = "easy",
-    placer: Annotated[str, typer.Option("--placer", help="GPU placer: first-fit, best-fit (pack), spread.")] = "first-fit",
+    placer: Annotated[str, typer.Option("--placer", help="GPU placer: first-fit, best-fit (pack), spread, fgd, fgd-pack.")] = "first-fit",
     sharing: Annotated[bool, typer.Option("--sharing/--exclusive", help="Let jobs share a GPU while their declared memory fits (default: one job per GPU).")] = False,
     max_jobs_per_gpu: Annotated[int, typer.Option("--max-jobs-per-gpu", min=1, help="With --sharing: most jobs on one GPU.")] = 4,
     sample_interval: Annotated[float, typer.Option("--sample-interval", min=0.01, help="Seconds between GPU samples.")] = 1.0,

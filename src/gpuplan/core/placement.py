@@ -1,4 +1,5 @@
-"""Placers pick the GPUs a job gets: first-fit, best-fit (pack) and spread, one registry by name.
+"""Placers pick the GPUs a job gets: first-fit, best-fit (pack) and spread (fgd, fgd-pack: core/fgd.py), one
+registry by name.
 
 A multi-GPU job gets all its GPUs on one node unless it may span nodes and no single node can host it.
 A job with a `Need` (CPU, host memory, a GPU share) fits a node only when every resource fits there;
