@@ -170,3 +170,12 @@ def test_agent_node_from_the_os(tmp_path: object) -> None:
     s = Scheduler(spec, "fifo", "none", "first-fit")
     with pytest.raises(JobNeverFitsError, match="milli-CPU"):
         s.submit(0, Job("big", 0.0, 1, mem_gb=1.0, cpu_milli=16000))
+
+
+def test_helios_cpu_num_is_cpu_milli() -> None:
+    from pathlib import Path
+
+    from gpuplan.traces import read_trace
+
+    jobs = {j.id: j for j in read_trace(Path(__file__).parent / "fixtures" / "helios" / "cluster_log.csv").jobs}
+    assert jobs["j1"].cpu_milli == 48000.0 and jobs["j1"].meta["cpu_num"] == 48

@@ -184,6 +184,7 @@ def _job(row: _Row, extras: list[str]) -> Job:
         name=c.get("jobname", "").strip(),
         may_span_nodes=(row.counts["node_num"] or 0) > 1,
         meta=meta,
+        cpu_milli=float(cpus) * 1000.0 if (cpus := row.counts.get("cpu_num")) else None,
     )
 
 
