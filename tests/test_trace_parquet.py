@@ -239,3 +239,36 @@ def test_random_values_only_raise_located_errors(columns: list[str], data: st.Da
         path = Path(tmp) / "fuzz.parquet"
         pq.write_table(pa.table(frame), path)
         assert_located(path, lambda: read_trace(path, options=ReadOptions(skip_bad=skip_bad)))
+
+
+def test_the_columnar_fast_path_gives_the_row_readers_jobs(tmp_path: Path) -> None:
+    """A clean file goes through `jobs_from_arrow`; its jobs equal the row-by-row reader's."""
+    from gpuplan.synth import synth_poisson
+    from gpuplan.traces.fastcsv import jobs_from_arrow
+    from gpuplan.traces.fields import job_from_json
+
+    jobs = synth_poisson(400, seed=5, load=0.9, total_gpus=32)
+    for k, j in enumerate(jobs):  # missing values, spanning jobs, integer-valued floats, empty names
+        if k % 3 == 0:
+            j.est_duration_s, j.mem_gb, j.user = None, None, ""
+        if k % 5 == 0:
+            j.may_span_nodes, j.duration_includes_sharing, j.meta = True, k % 10 == 0, {}
+        if k % 7 == 0:
+            j.duration_s = float(int(j.duration_s or 0))
+    path = tmp_path / "t.parquet"
+    write_trace(jobs, path)
+    table = pq.read_table(path)
+    fast = jobs_from_arrow(table)
+    assert fast is not None and len(fast) == len(jobs)
+    slow = [
+        job_from_json({k: v for k, v in row.items() if v is not None} | _meta_of(row))
+        for row in table.to_pylist()
+    ]
+    assert fast == slow == read_trace(path).jobs
+
+
+def _meta_of(row: dict) -> dict:  # type: ignore[type-arg]
+    import json
+
+    text = row.get("meta")
+    return {"meta": json.loads(text)} if text else {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,10 @@ from gpuplan.traces.fields import (
     PLAUSIBLE_MAX,
     REQUIRED_FIELDS,
     TRUE_WORDS,
+    loads_object,
 )
 
-__all__ = ["fast_own_csv_jobs"]
+__all__ = ["fast_own_csv_jobs", "jobs_from_arrow"]
 
 _STRING_FIELDS = ("id", "user", "name", "command", "meta", *BOOL_FIELDS)
 
@@ -54,16 +54,53 @@ def fast_own_csv_jobs(path: Path, header: list[str]) -> list[Job] | None:
         return None
     if table.num_rows == 0 or table.column_names != header:
         return None
+    return jobs_from_arrow(table, text_bools=True)
+
+
+def jobs_from_arrow(table: Any, text_bools: bool = False) -> list[Job] | None:
+    """All jobs of an Arrow table whose columns are Job field names (own CSV, Parquet), in row order,
+    or None when some value is not provably clean by the exact readers' rules (then read row by row).
+
+    Numeric columns may be any integer or float type; strings may be null (the field's default);
+    `text_bools`: true/false columns are text (CSV) rather than Arrow booleans (Parquet)."""
+    import pyarrow as pa
+
+    names = table.column_names
+    if table.num_rows == 0 or any(f in PHASE_FIELDS for f in names):
+        return None  # the exact reader checks startup_s + init_s against duration_s row by row
     was_enabled = gc.isenabled()
     gc.disable()  # millions of new values and jobs would trigger many useless collections
     try:
-        columns = {name: _clean_column(name, table.column(name)) for name in header}
-        if any(col is None for col in columns.values()):
-            return None
-        return _jobs(columns, table.num_rows)  # type: ignore[arg-type]
+        columns: dict[str, list[Any]] = {}
+        for name in names:
+            column = _typed(name, table.column(name), text_bools, pa)
+            values = None if column is None else _clean_column(name, column)
+            if values is None:
+                return None
+            columns[name] = values
+        return _jobs(columns, table.num_rows)
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _typed(name: str, column: Any, text_bools: bool, pa: Any) -> Any:
+    """The column in the type its checks expect (float64 numbers, non-null strings), or None."""
+    t = column.type
+    if name in (*FLOAT_FIELDS, "gpus"):
+        if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
+            return None
+        try:
+            return column if pa.types.is_float64(t) else column.cast(pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    if name in BOOL_FIELDS and not text_bools:
+        return column.fill_null(False) if pa.types.is_boolean(t) else None
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        return None
+    if column.null_count:
+        return None if name == "id" else column.fill_null("")
+    return column
 
 
 def _clean_column(name: str, column: Any) -> list[Any] | None:
@@ -98,6 +135,8 @@ def _clean_column(name: str, column: Any) -> list[Any] | None:
             return None
         return column.to_pylist()
     values = _shared_strings(column)
+    if name in BOOL_FIELDS and pa.types.is_boolean(column.type):
+        return column.to_pylist()  # type: ignore[no-any-return]
     if name in BOOL_FIELDS:
         lowered = [v.strip().lower() for v in values]
         if any(v not in TRUE_WORDS and v not in FALSE_WORDS for v in lowered):
@@ -133,7 +172,7 @@ def _metas(values: list[str]) -> list[dict[str, Any]] | None:
                 obj = {}
             else:
                 try:
-                    obj = json.loads(v)
+                    obj = loads_object(v)
                 except ValueError:
                     return None
                 if not isinstance(obj, dict):

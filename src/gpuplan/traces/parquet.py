@@ -16,6 +16,7 @@ from typing import Any
 from gpuplan.cluster import cluster_from_toml, cluster_to_toml
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
+from gpuplan.traces.fastcsv import jobs_from_arrow
 from gpuplan.traces.fields import JOB_FIELDS, REQUIRED_FIELDS, FieldError, job_from_json, loads_object
 from gpuplan.traces.rows import RowSink, checked_records, clip, ignored_option_warnings
 
@@ -73,8 +74,8 @@ def _check_framing(path: Path) -> None:
         raise TraceError(f"{path}: the Parquet footer is missing: the file looks cut off")
 
 
-def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]], bytes | None]:
-    """The column names, the rows of the file as Python values, and the cluster TOML in its metadata.
+def _table(path: Path) -> tuple[Any, bytes | None]:
+    """The file as an Arrow table, and the cluster TOML in its metadata.
 
     Raises:
         TraceError: not a Parquet file, cut off, damaged, or unreadable.
@@ -84,7 +85,7 @@ def _rows(path: Path) -> tuple[list[str], list[dict[str, Any]], bytes | None]:
     try:
         with pq.ParquetFile(path) as f:
             table = f.read()
-        return list(table.column_names), table.to_pylist(), (table.schema.metadata or {}).get(CLUSTER_KEY)
+        return table, (table.schema.metadata or {}).get(CLUSTER_KEY)
     except (pa.ArrowException, OSError, ValueError, MemoryError) as e:
         # A damaged file surfaces as ArrowInvalid, OSError or a text decoding error; all mean the same.
         why = f"{type(e).__name__}: {clip(' '.join(str(e).split()), 200)}"
@@ -143,11 +144,15 @@ class ParquetReader(TraceReader):
         return path.suffix.lower() in (".parquet", ".pq") or head.startswith(_MAGIC.decode())
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
-        columns, rows, cluster = _rows(path)
-        _checked_columns(path, columns)
+        table, cluster = _table(path)
+        _checked_columns(path, list(table.column_names))
         sink = RowSink(path, options.skip_bad)
-        for number, row in enumerate(rows, start=1):
-            sink.add(number, partial(_row_job, row))
+        fast = jobs_from_arrow(table)  # clean columns at C speed; else row by row, naming the bad row
+        if fast is not None:
+            sink.jobs = fast
+        else:
+            for number, row in enumerate(table.to_pylist(), start=1):
+                sink.add(number, partial(_row_job, row))
         result = sink.result(self.name, ignored_option_warnings(options, self.name))
         if cluster is not None:
             text = cluster.decode("utf-8", errors="replace")
