@@ -40,18 +40,30 @@ def test_site_factor_orders_the_queue_and_keeps_multifactor_live(slurm_backfill:
     assert c.weights["Age"] > 0 and c.weights["JobSize"] > 0 and GPUS_PER_NODE * NODES == 32
     ids = _blocked_queue(c)
     c.run("scontrol", "update", f"JobId={ids[3]}", "SiteFactor=40")  # a site's own value, to be restored
+    frozen = c.sbatch("--gres=gpu:1", "--time=1", script="sleep 1")
+    c.run("scontrol", "update", f"JobId={frozen}", "Priority=300")  # an admin froze it: gpuplan leaves it
     sprio = {r.job_id: r for r in SlurmClient().prio().values()}
     before = {j: sprio[j].site for j in ids}
     assert len({sprio[j].job_size for j in ids}) > 1  # the weights are live: job sizes differ
     plan = _json("plan", "--json", "--policy", "sjf")  # who gains and who loses, before applying
     (user,) = plan["fairness"]["by_user"]
-    assert user["name"] == "root" and user["jobs"] == len(ids) and len(plan["fairness"]["by_account"]) == 1
+    assert (
+        user["name"] == "root" and user["jobs"] == len(ids) + 1 and len(plan["fairness"]["by_account"]) == 1
+    )
     assert abs(user["slurm_mean_wait_s"] - plan["slurm_order_expected"]["mean_wait_s"]) < 1e-6
     assert abs(user["plan_mean_wait_s"] - plan["expected"]["mean_wait_s"]) < 1e-6
     out = _json("apply", "--json", "--policy", "sjf")
     order = out["plan"]["order"]
-    assert order == plan["order"] and out["plan"]["fairness"]["by_user"][0]["jobs"] == len(ids)
-    assert sorted(order) == sorted(ids) and order != out["plan"]["slurm_order"]
+    assert order == plan["order"] and sorted(order) == sorted([*ids, frozen])
+    assert "priority set explicitly" in out["apply"]["skipped"][frozen]
+    landed = out["apply"]["unmanaged"][frozen]  # where the job left alone lands among all pending jobs
+    assert (
+        landed["priority"] == 300
+        and landed["rank_before"] >= 1
+        and landed["rank_after"] >= landed["rank_before"]
+    )
+    order = [j for j in order if j != frozen]
+    assert order != [j for j in out["plan"]["slurm_order"] if j != frozen]
     assert out["apply"]["mode"] == "site-factor" and out["apply"]["out_of_plan_order"] == []
     # one scontrol line per changed job at most; Slurm's own priority now ranks them as planned
     assert 0 < len(out["apply"]["changed"]) < len(ids)

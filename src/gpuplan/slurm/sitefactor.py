@@ -202,16 +202,18 @@ def _targets(low: Sequence[int], high: Sequence[int], gaps: Sequence[int], keep_
 
     A job's priority now is `low` (what Slurm uses until its next recalculation) and will be `high`
     (its lag added); a job that is updated is recomputed at once, so both are its target. The kept
-    jobs: a longest chain in which each one's `low` leads the next one's `high` by the `keep_gaps` of
-    the jobs between them (so the order holds both now and after the recalculation). Every other job
-    takes its slot's value, moved just enough to be `gaps` away from its neighbours, or, where the
-    kept jobs leave less room, `keep_gaps`. Nothing goes below 1."""
+    jobs: a longest chain in which two neighbours in plan order lead by their `keep_gaps` both now
+    and once recomputed, and two with jobs between them leave room for those jobs at full `gaps`
+    (the first one's `low` leads the second one's `high` by the gaps in between), as does the last
+    one above the jobs below it, down to 1. Every other job takes its slot's value, moved just enough
+    to be `gaps` away from its neighbours: a job set now always gets the full gap, so it is kept at
+    the next pass until it really drifts (the slack between the two gaps)."""
     k = len(low)
-    cum, kcum = _cumulative(gaps), _cumulative(keep_gaps)
-    floor, kfloor = 1 + cum[-1], 1 + kcum[-1]
-    zlo = [low[i] + kcum[i] for i in range(k)]
-    zhi = [high[i] + kcum[i] for i in range(k)]
-    kept = _longest_chain([i for i in range(k) if zlo[i] >= kfloor], zlo, zhi, low, high, keep_gaps)
+    cum = _cumulative(gaps)
+    floor = 1 + cum[-1]
+    zlo = [low[i] + cum[i] for i in range(k)]
+    zhi = [high[i] + cum[i] for i in range(k)]
+    kept = _longest_chain(zlo, zhi, low, high, keep_gaps, floor)
     keep = set(kept)
     nxt: list[int | None] = [None] * k
     following: int | None = None
@@ -225,14 +227,11 @@ def _targets(low: Sequence[int], high: Sequence[int], gaps: Sequence[int], keep_
             out.append(high[i])
             continue
         n = nxt[i]
-        lo = (high[n] + cum[n] - cum[i]) if n is not None else (floor - cum[i])
-        klo = (zhi[n] - kcum[i]) if n is not None else (kfloor - kcum[i])
-        value = max(slots[i], lo)
+        value = max(slots[i], (zhi[n] - cum[i]) if n is not None else (floor - cum[i]))
         if i:
             prev = low[i - 1] if i - 1 in keep else out[-1]  # a kept job above: its priority until recomputed
             value = min(value, prev - gaps[i - 1])
-            value = min(max(value, klo), prev - keep_gaps[i - 1])
-        out.append(max(value, klo))
+        out.append(value)
     return out, kept
 
 
@@ -243,25 +242,24 @@ def _cumulative(gaps: Sequence[int]) -> list[int]:
     return out
 
 
-def _longest_chain(candidates: Sequence[int], zlo: Sequence[int], zhi: Sequence[int], low: Sequence[int],
-                   high: Sequence[int], keep_gaps: Sequence[int]) -> list[int]:  # fmt: skip
-    """Indices (ascending) of a longest subsequence of `candidates` that may keep their values: two
-    neighbours in plan order must lead by their keep gap both now (`low`) and once recomputed
-    (`high`); two with jobs between them (set now, so recomputed at once) need the first one's `low`
-    to lead the second's `high` by the gaps in between (`zlo` >= `zhi`). O(n log n): a Fenwick tree of
-    the best chain ending at each `zlo`, an element entering it once it is no longer a neighbour."""
-    if not candidates:
+def _longest_chain(zlo: Sequence[int], zhi: Sequence[int], low: Sequence[int], high: Sequence[int],
+                   keep_gaps: Sequence[int], floor: int) -> list[int]:  # fmt: skip
+    """Indices (ascending) of a longest chain of jobs that may keep their values (see `_targets`):
+    neighbours need `keep_gaps` at both moments, others `zlo` >= `zhi`, the last `zlo` >= `floor`.
+    O(n log n): a Fenwick tree of the best chain ending at each `zlo`, a job entering it once it is
+    no longer the next one's neighbour."""
+    k = len(zlo)
+    if not k:
         return []
-    keys = sorted({-zlo[i] for i in candidates})  # ascending -zlo: "zlo >= q" is a prefix
+    keys = sorted({-z for z in zlo})  # ascending -zlo: "zlo >= q" is a prefix
     size = len(keys)
     tree: list[tuple[int, int]] = [(0, -1)] * (size + 1)  # (chain length, its last index)
-    prev: dict[int, int] = {}
-    length: dict[int, int] = {}
-    waiting: list[int] = []
+    prev: list[int] = [-1] * k
+    length: list[int] = [0] * k
     best = (0, -1)
-    for i in candidates:
-        while waiting and waiting[0] < i - 1:
-            a = waiting.pop(0)
+    for i in range(k):
+        if i >= 2:  # i - 2 is no longer a neighbour of anything to come
+            a = i - 2
             p = bisect.bisect_left(keys, -zlo[a]) + 1
             while p <= size:
                 tree[p] = max(tree[p], (length[a], a))
@@ -272,11 +270,11 @@ def _longest_chain(candidates: Sequence[int], zlo: Sequence[int], zhi: Sequence[
             got = max(got, tree[p])
             p -= p & -p
         a = i - 1
-        if a in length and low[a] - low[i] >= keep_gaps[a] and high[a] - high[i] >= keep_gaps[a]:
+        if a >= 0 and low[a] - low[i] >= keep_gaps[a] and high[a] - high[i] >= keep_gaps[a]:
             got = max(got, (length[a], a))
         prev[i], length[i] = got[1], got[0] + 1
-        best = max(best, (length[i], i))
-        waiting.append(i)
+        if zlo[i] >= floor:  # room for the jobs below it: it may end the chain
+            best = max(best, (length[i], i))
     out: list[int] = []
     cur = best[1]
     while cur != -1:
