@@ -177,5 +177,7 @@ def test_helios_cpu_num_is_cpu_milli() -> None:
 
     from gpuplan.traces import read_trace
 
-    jobs = {j.id: j for j in read_trace(Path(__file__).parent / "fixtures" / "helios" / "cluster_log.csv").jobs}
+    jobs = {
+        j.id: j for j in read_trace(Path(__file__).parent / "fixtures" / "helios" / "cluster_log.csv").jobs
+    }
     assert jobs["j1"].cpu_milli == 48000.0 and jobs["j1"].meta["cpu_num"] == 48

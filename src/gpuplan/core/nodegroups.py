@@ -25,15 +25,17 @@ Score = tuple[tuple[float, ...], Any] | None
 
 def state_key(state: ClusterState, n: int) -> tuple[Any, ...]:
     """What a placement on node n depends on: free CPU and memory, and per GPU (sorted) its free
-    share, occupants, free memory and capacity."""
+    share, whether it is idle or full (occupants only decide fit through these), its free memory and
+    capacity."""
     gpus = state.node_gpus[n]
-    njobs, free_gb, cap = state.gpu_njobs, state.gpu_free_gb, state.gpu_cap_gb
+    njobs, free_gb, cap, most = state.gpu_njobs, state.gpu_free_gb, state.gpu_cap_gb, state.max_share
     fs = state.gpu_free_share
     per_gpu = tuple(
         sorted(
             (
                 round(fs[g], 9) if fs is not None else (1.0 if njobs[g] == 0 else 0.0),
-                njobs[g],
+                njobs[g] == 0,
+                njobs[g] >= most,
                 round(free_gb[g], 9),
                 cap[g],
             )
@@ -43,14 +45,7 @@ def state_key(state: ClusterState, n: int) -> tuple[Any, ...]:
     cpu = state.node_cpu_free[n] if state.node_cpu_free is not None else 0.0
     mem = state.node_mem_free[n] if state.node_mem_free is not None else 0.0
     idle = state.node_idle[n] if not state.sharing else -1  # a masked copy lowers only these
-    return (
-        round(cpu, 6),
-        round(mem, 6),
-        per_gpu,
-        idle,
-        state.max_share,
-        bool(state.spec.nodes[n].gpu.mig_profile),
-    )
+    return (round(cpu, 6), round(mem, 6), per_gpu, idle, most, bool(state.spec.nodes[n].gpu.mig_profile))
 
 
 class _Table:
@@ -124,20 +119,24 @@ class NodeScores:
         if len(stale):
             rows, extra, kid = table.rows, table.extra, self.kid
             nodes = stale.tolist()
+            keys = [(kid[n], request) for n in nodes]
             missing: dict[int, int] = {}  # node state -> a node in it, for the states not scored yet
-            for n in nodes:
-                if (kid[n], request) not in memo and kid[n] not in missing:
-                    missing[kid[n]] = n
+            for n, k in zip(nodes, keys, strict=True):
+                if k not in memo and k[0] not in missing:
+                    missing[k[0]] = n
             if missing:
-                for k, got in zip(missing, score(list(missing.values())), strict=True):
-                    memo[(k, request)] = got
-            for n in nodes:
-                got = memo[(kid[n], request)]
-                if got is None:
-                    rows[n] = np.inf
-                else:
-                    rows[n] = got[0]
+                for k0, got in zip(missing, score(list(missing.values())), strict=True):
+                    memo[(k0, request)] = got
+            fit_nodes, fit_rows = [], []
+            for n, k in zip(nodes, keys, strict=True):
+                got = memo[k]
+                if got is not None:
+                    fit_nodes.append(n)
+                    fit_rows.append(got[0])
                     extra[n] = got[1]
+            rows[stale] = np.inf
+            if fit_nodes:
+                rows[fit_nodes] = fit_rows
             table.seen[stale] = self.version[stale]
         node = _lexmin(table.rows)
         return None if node < 0 else (node, table.extra[node])
