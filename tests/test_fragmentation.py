@@ -250,9 +250,10 @@ def test_simulate_reports_fragmentation(tmp_path: Path) -> None:
     assert 'id="fig-frag"' in (tmp_path / "report.html").read_text(encoding="utf-8")
 
 
-def test_audit_what_if_reports_fragmentation() -> None:
+def test_audit_what_if_reports_fragmentation(tmp_path: Path) -> None:
     trace = FIXTURE / "openb_pod_list_small.csv"
-    res = CliRunner().invoke(app, ["audit", str(trace), "--json"])
+    res = CliRunner().invoke(app, ["audit", str(trace), "--json", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     runs = json.loads(res.stdout[res.stdout.index("{") :])["what_if"]["runs"]
     assert runs and all(r["fragmentation_max_gpus"] >= r["fragmentation_mean_gpus"] >= 0 for r in runs)
+    assert "fragmented GPUs (at peak)" in (tmp_path / "audit.html").read_text(encoding="utf-8")

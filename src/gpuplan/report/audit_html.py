@@ -201,6 +201,7 @@ def _whatif_block(wi: dict[str, Any] | None, figures: dict[str, Any]) -> str:
         rows.append([
             _esc(label + badge), duration_text(r["makespan_s"]), _pct(r["utilization"]),
             duration_text(r["mean_wait_s"]), duration_text(r["mean_jct_s"]),
+            _num(r.get("fragmentation_mean_gpus")), _num(r.get("fragmentation_at_peak_gpus")),
         ])  # fmt: skip
     saved = wi["time_saved_s"]
     if wi.get("no_winner"):
@@ -212,7 +213,9 @@ def _whatif_block(wi: dict[str, Any] | None, figures: dict[str, Any]) -> str:
         )
     else:
         summary = f"<p>No simulated policy finishes sooner than {_esc(wi['fifo'])} ({wi['jobs']:,} jobs replayed).</p>"
-    table = _table(["policy", "makespan", "utilization", "mean wait", "mean JCT"], rows)
+    head = ["policy", "makespan", "utilization", "mean wait", "mean JCT"]
+    head += ["fragmented GPUs (mean)", "fragmented GPUs (at peak)"]
+    table = _table(head, rows)
     extra = [f"{p} same schedule as {twin} (same job order)" for p, twin in wi["same_schedule_as"].items()]
     extra += [f"{p} not simulated: {why}" for p, why in wi["policies_skipped"].items()]
     listed = "".join(f"<li>{_esc(x)}</li>" for x in extra)
