@@ -215,3 +215,24 @@ def test_records_of_jobs_slurm_forgot_are_dropped(tmp_path: Path) -> None:
     slurm.jobs["13"] = {"base": 500, "site": 0, "limit": 1}
     w.look()
     assert sorted(json.loads(state.read_text())["jobs"]) == ["11", "13"]
+
+
+def test_apply_text_says_what_was_set_kept_and_left_out_of_order(tmp_path: Path) -> None:
+    from gpuplan.commands.slurm import apply_lines
+    from gpuplan.slurm.apply import apply_order
+
+    slurm = FakeSlurm([3, 2, 1])
+    client = SlurmClient(slurm, clock=lambda: NOW)
+    res = apply_order(client, ["12", "11", "10"], state_path=tmp_path / "s.json")
+    text = "\n".join(apply_lines(res))
+    assert "set SiteFactor on 2 job(s); skipped 0; previous values in" in text
+    assert (
+        "1 planned job(s) already in place kept their SiteFactor" in text
+        and "210 priority points apart" in text
+    )
+    nudge = apply_order(client, ["10", "11", "12"], state_path=tmp_path / "n.json", weight=0.0, dry_run=True)
+    text = "\n".join(apply_lines(nudge))
+    assert (
+        "would set SiteFactor on 0 job(s)" in text
+        and "at --weight 0, 2 job(s) stay out of plan order: 10 12" in text
+    )
