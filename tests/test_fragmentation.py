@@ -213,9 +213,9 @@ def test_frag_on_the_alibaba_trace() -> None:
     pods = DATA / "openb_pod_list_default.csv"
     if not pods.is_file():
         pytest.skip(f"the Alibaba v2023 trace is not in {DATA} (../shared/data)")
-    from gpuplan.commands.frag import _pods
+    from gpuplan.commands.frag import frag_pods
 
-    jobs, spec, _ = _pods(pods, None)
+    jobs, spec, _ = frag_pods(pods, None)
     assert spec.total_gpus == 6212 and len(jobs) == 8152
     res = {r.placer: r for r in frag_experiment(jobs, spec, ["best-fit", "fgd"], [42], 1.3, workers=1)}
     assert res["fgd"].alloc_ratio_at_130 > res["best-fit"].alloc_ratio_at_130

@@ -181,3 +181,19 @@ def test_helios_cpu_num_is_cpu_milli() -> None:
         j.id: j for j in read_trace(Path(__file__).parent / "fixtures" / "helios" / "cluster_log.csv").jobs
     }
     assert jobs["j1"].cpu_milli == 48000.0 and jobs["j1"].meta["cpu_num"] == 48
+
+
+def test_alibaba_reader_keeps_cpu_pods_when_asked() -> None:
+    from pathlib import Path
+
+    from gpuplan.traces.alibaba import AlibabaGpuReader
+    from gpuplan.traces.base import ReadOptions
+
+    pods = Path(__file__).parent / "fixtures" / "alibaba_frag" / "openb_pod_list_small.csv"
+    kept = AlibabaGpuReader(cpu_pods=True).read(pods, ReadOptions())
+    plain = AlibabaGpuReader().read(pods, ReadOptions())
+    cpu_only = [j for j in kept.jobs if j.gpus == 0]
+    assert cpu_only and len(kept.jobs) == len(plain.jobs) + len(cpu_only)
+    assert all(j.cpu_milli and j.host_mem_gb for j in kept.jobs)
+    node = kept.cluster.nodes[0]  # type: ignore[union-attr]
+    assert (node.cpu_milli, node.host_mem_gb) == (96000, 384.0)  # 393216 MiB

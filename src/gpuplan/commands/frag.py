@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["frag", "parse_seeds"]
+__all__ = ["frag", "frag_pods", "parse_seeds"]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -39,7 +39,7 @@ def parse_seeds(text: str) -> list[int]:
 def frag(
     trace: Annotated[Path, typer.Argument(help="Pods with CPU, memory and GPU requests (the Alibaba v2023 pods CSV, or any trace gpuplan reads).")],
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Preset name or cluster .toml; default: the cluster the trace describes (the Alibaba node list).")] = None,
-    placer: Annotated[str | None, typer.Option("--placer", help="Comma-separated placers; default: all.")] = None,
+    placer: Annotated[str | None, typer.Option("--placer", help="Comma-separated placers, with parameters if any (fgd:step=0.1), or 'all' (the default).")] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of the arrival orders: 42-51 or 1,2,3.")] = "42-51",
     arrive_to: Annotated[float, typer.Option("--arrive-to", min=0.01, max=10.0, help="Top the pods up with random draws until their GPU requests reach this share of the capacity.")] = 1.3,
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes (default: the CPUs, at most 8).")] = None,
@@ -49,16 +49,16 @@ def frag(
     """Place pods that never leave, in random arrival orders, with each placer; report the share of the
     GPU capacity each allocates as arrivals grow (FGD's experiment, USENIX ATC '23)."""
     from gpuplan.commands.common import cli_errors as _errors
-    from gpuplan.commands.common import parse_names as _names
+    from gpuplan.commands.common import parse_specs
 
     with _errors():
-        from gpuplan.core.placement import placer_names
+        from gpuplan.core.placement import get_placer, placer_names
         from gpuplan.sim.fragexp import frag_experiment
 
         all_placers = [p for p in placer_names() if p != "pack"]  # pack is best-fit's alias
-        names = _names(placer, placer_names(), "placer") if placer else all_placers
+        names = parse_specs(placer, get_placer, "placer", all_placers) if placer else all_placers
         seed_list = parse_seeds(seeds)
-        jobs, spec, notes = _pods(trace, cluster)
+        jobs, spec, notes = frag_pods(trace, cluster)
         t0 = time.perf_counter()
         results = frag_experiment(jobs, spec, names, seed_list, arrive_to, workers)
         wall = time.perf_counter() - t0
@@ -83,7 +83,7 @@ def frag(
         _print(payload)
 
 
-def _pods(trace: Path, cluster: str | None) -> tuple[list[Any], Any, list[str]]:
+def frag_pods(trace: Path, cluster: str | None) -> tuple[list[Any], Any, list[str]]:
     """The pods (CPU-only ones included) and the cluster, with sharing on and no cap on pods per GPU
     (shares decide, as in FGD's simulator); GPU memory plays no part (FGD models none)."""
     from gpuplan.commands.common import cluster_for as _cluster_for
