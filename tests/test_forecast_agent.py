@@ -91,7 +91,7 @@ def _run(eng: Engine, later: dict[int, Job], deps: dict[int, int]) -> dict[int, 
             left[p.jid] -= t - seg[p.jid]
             gen[p.jid] = -1.0
         for st in decided.started:
-            out.setdefault(st.jid, [t, None, st.gpus])
+            out.setdefault(st.jid, [t, None, st.gpu_ids])
             seg[st.jid] = t
             end = t + left.setdefault(st.jid, s.slot(st.jid).plan_s)
             if end < math.inf:

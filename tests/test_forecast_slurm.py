@@ -76,7 +76,7 @@ def _drive(sched: Scheduler) -> dict[int, tuple[float, tuple[int, ...]]]:
         while ends and ends[0][0] <= t:
             sched.finish(heapq.heappop(ends)[1], t)
         for st_ in sched.decide(t).started:
-            out[st_.jid] = (t, st_.gpus)
+            out[st_.jid] = (t, st_.gpu_ids)
             end = sched.slot(st_.jid).expected_end_s
             if end < math.inf:
                 heapq.heappush(ends, (end, st_.jid))

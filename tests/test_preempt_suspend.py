@@ -104,7 +104,7 @@ def test_withdrawing_a_suspended_job_frees_its_memory_and_an_agent_can_reseed_on
     assert sched.slot(1).level == 2.0 and sched.slot(1).preemptions == 3
     sched.submit(2, Job("c", 20.0, 1, mem_gb=40.0), now=20.0)  # level 0, too big to fit beside b
     decided = sched.decide(20.0)
-    assert decided.preempted == [] and [(s.jid, s.gpus) for s in decided.started] == [(1, (0,))]
+    assert decided.preempted == [] and [(s.jid, s.gpu_ids) for s in decided.started] == [(1, (0,))]
     assert not state.suspended_n, "resumed: its hold became the running job's booking"
 
 

@@ -106,7 +106,7 @@ def test_scheduler_exposes_preemption_to_every_clock() -> None:
     assert sched.next_event_s() == pytest.approx(100.0)  # a leaves level 0 then
     sched.submit(1, Job("b", 150.0, 1), now=150.0)
     decided = sched.decide(150.0)
-    assert [(p.jid, p.gpus, p.action) for p in decided.preempted] == [(0, (0,), "requeue")]
+    assert [(p.jid, p.gpu_ids, p.action) for p in decided.preempted] == [(0, (0,), "requeue")]
     assert [s.jid for s in decided.started] == [1]
     assert sched.slot(0).service_gpu_s == 150.0 and sched.slot(0).preemptions == 1
     with pytest.raises(ScheduleError, match="decide"):

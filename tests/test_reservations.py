@@ -78,7 +78,7 @@ def _drive(case: Case) -> _Drive:
         ran = bool(waiting) and (cluster.sharing or sum(idle) > 0)  # a full exclusive cluster skips the pass
         for st in sched.schedule(now):
             per_node = [0] * len(idle)
-            for g in st.gpus:
+            for g in st.gpu_ids:
                 per_node[node_of[g]] += 1
             for n, k in enumerate(per_node):
                 idle[n] -= k

@@ -280,7 +280,7 @@ def test_conservative_with_a_spanning_job_books_gpus_it_can_hold_for_its_whole_r
     setup = [("A", 2, 10.0), ("G1", 2, 1.0), ("C", 1, 1000.0), ("G2", 3, 1.0), ("B", 2, 10.0)]
     for jid, (name, g, est) in enumerate(setup):
         s.submit(jid, Job(name, 0.0, g, est_duration_s=est))
-    assert [st.gpus for st in s.schedule(0.0)] == [(0, 1), (2, 3), (4,), (5, 6, 7), (8, 9)]
+    assert [st.gpu_ids for st in s.schedule(0.0)] == [(0, 1), (2, 3), (4,), (5, 6, 7), (8, 9)]
     s.finish(1)
     s.finish(3)
     s.submit(5, Job("Q1", 0.0, 4, est_duration_s=100.0))

@@ -503,7 +503,7 @@ class Agent:
             if run is not None and run.suspended:
                 self._resume(run, now)
             else:
-                self._launch(s.jid, s.gpus, now)
+                self._launch(s.jid, s.gpu_ids, now)
         if (
             decided.started
         ):  # a reading on the next round (right after the reply): even a short job gets a profile

@@ -356,7 +356,7 @@ class _Forecaster:
         slot = self.sched.slot(jid)
         fc = self.jobs[jid]
         if fc.state != "running" and fc.start_s is None:
-            fc.start_s, fc.gpu_ids = t, st.gpus
+            fc.start_s, fc.gpu_ids = t, st.gpu_ids
             self.todo -= 1
         if not self.preemptive:
             end = slot.expected_end_s
@@ -366,7 +366,7 @@ class _Forecaster:
             end = t + overhead + self.left[jid]
             self.ran.add(jid)
         self.basis[jid] = _basis(slot.job)
-        self._open(jid, st.gpus, t, t, overhead)
+        self._open(jid, st.gpu_ids, t, t, overhead)
         self._expect_end(jid, end)
 
     def _expect_end(self, jid: int, end: float) -> None:

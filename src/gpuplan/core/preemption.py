@@ -62,7 +62,7 @@ class Preempted(NamedTuple):
     scratch)."""
 
     jid: int
-    gpus: tuple[int, ...]
+    gpu_ids: tuple[int, ...]
     action: str
 
 
@@ -114,9 +114,9 @@ class PreemptingScheduler(SchedulerView, Protocol):
     read-only view, plus starting a waiting job and preempting a running one."""
 
     def start_waiting(
-        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+        self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
-        """Start a waiting job on `gpus` and take it out of the queue."""
+        """Start a waiting job on `gpu_ids` and take it out of the queue."""
 
     def preempt(self, jid: int, now: float) -> Preempted:
         """Take a running job's GPUs by its preempt mode; it waits again."""

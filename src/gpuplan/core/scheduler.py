@@ -200,16 +200,16 @@ class Scheduler:
         return done
 
     def submit_suspended(
-        self, jid: int, job: Job, gpus: tuple[int, ...], now: float, book_mem_gb: float | None = None
+        self, jid: int, job: Job, gpu_ids: tuple[int, ...], now: float, book_mem_gb: float | None = None
     ) -> JobSlot:
-        """Seed a job that waits suspended in place on `gpus` (a restarted agent found it stopped).
+        """Seed a job that waits suspended in place on `gpu_ids` (a restarted agent found it stopped).
 
         Raises:
             JobNeverFitsError, ScheduleError: as `submit`.
         """
         slot = self.submit(jid, job, book_mem_gb, now=now)  # bumps the version
-        self._state.hold_suspended(gpus, slot.mem_gb)
-        slot.suspended_on = tuple(gpus)
+        self._state.hold_suspended(gpu_ids, slot.mem_gb)
+        slot.suspended_on = tuple(gpu_ids)
         return slot
 
     def restore_progress(
@@ -236,11 +236,11 @@ class Scheduler:
             self._version += 1
 
     def start_waiting(
-        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+        self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
-        """Start a waiting job on `gpus` and take it out of the queue (the preemptive pass)."""
+        """Start a waiting job on `gpu_ids` and take it out of the queue (the preemptive pass)."""
         self._queue.remove((*slot.key, slot))
-        self.start(slot, gpus, now, started)
+        self.start(slot, gpu_ids, now, started)
 
     def finish(self, jid: int, now: float | None = None, learn: bool = True) -> JobSlot:
         """A running job ended: free its GPUs; returns its record (with its start and GPUs).
@@ -296,12 +296,12 @@ class Scheduler:
         self,
         jid: int,
         job: Job,
-        gpus: tuple[int, ...] | list[int],
+        gpu_ids: tuple[int, ...] | list[int],
         start_s: float,
         expected_end_s: float | None = None,
         book_mem_gb: float | None = None,
     ) -> JobSlot:
-        """Seed a job that is already running on `gpus` since `start_s` (a restarted agent, a live queue).
+        """Seed a job that is already running on `gpu_ids` since `start_s` (a restarted agent, a live queue).
 
         It is booked on its GPUs as they are, without a fit check: it runs there in reality.
         `expected_end_s` defaults to start + its planned duration (endless when it has none); when
@@ -310,11 +310,11 @@ class Scheduler:
         Raises:
             ScheduleError: `jid` is already in use, or a GPU index is not on the cluster.
         """
-        gpus = tuple(gpus)
-        bad = [g for g in gpus if not 0 <= g < self._state.total_gpus]
-        if bad or not gpus:
+        gpu_ids = tuple(gpu_ids)
+        bad = [g for g in gpu_ids if not 0 <= g < self._state.total_gpus]
+        if bad or not gpu_ids:
             raise ScheduleError(
-                f"cannot adopt job {job.id!r} on GPUs {list(gpus)}: cluster {self.spec.name!r} has GPUs "
+                f"cannot adopt job {job.id!r} on GPUs {list(gpu_ids)}: cluster {self.spec.name!r} has GPUs "
                 f"0..{self._state.total_gpus - 1}"
             )
         mem = job.planning_mem_gb(self.oracle) if book_mem_gb is None else book_mem_gb
@@ -324,7 +324,7 @@ class Scheduler:
             expected_end_s = start_s + slot.plan_s
         elif expected_end_s < _INF:
             slot.plan_s = max(expected_end_s - start_s, 0.0)  # what the caller expects is the plan
-        self._book(slot, gpus, start_s, expected_end_s)
+        self._book(slot, gpu_ids, start_s, expected_end_s)
         if self._pre is not None:
             self._pre.enter(slot, start_s)
         return slot
@@ -507,17 +507,17 @@ class Scheduler:
         return proj
 
     def start(
-        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+        self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
-        """Book a waiting job on `gpus` at `now` (called by backfill modes during `schedule`)."""
-        gpus = tuple(gpus)
-        self._book(slot, gpus, now, now + slot.plan_s)
-        started.append(Started(slot.jid, gpus))
+        """Book a waiting job on `gpu_ids` at `now` (called by backfill modes during `schedule`)."""
+        gpu_ids = tuple(gpu_ids)
+        self._book(slot, gpu_ids, now, now + slot.plan_s)
+        started.append(Started(slot.jid, gpu_ids))
 
-    def _book(self, slot: JobSlot, gpus: tuple[int, ...], start_s: float, end_s: float) -> None:
+    def _book(self, slot: JobSlot, gpu_ids: tuple[int, ...], start_s: float, end_s: float) -> None:
         self._version += 1
-        self._state.place(gpus, slot.mem_gb, slot.need)
-        slot.alloc = gpus
+        self._state.place(gpu_ids, slot.mem_gb, slot.need)
+        slot.alloc = gpu_ids
         slot.start_s = start_s
         slot.expected_end_s = end_s
         self._running.add((end_s, slot.jid, slot))

@@ -23,7 +23,7 @@ class Started(NamedTuple):
     """A start decision: job handle and the GPUs it gets (a tuple: cheap on the hot path)."""
 
     jid: int
-    gpus: tuple[int, ...]
+    gpu_ids: tuple[int, ...]
 
 
 class WaitReason(NamedTuple):
@@ -136,6 +136,6 @@ class SchedulerView(Protocol):
         """A copy of the cluster as it will be at `at_s` if every running job ends at its expected end."""
 
     def start(
-        self, slot: JobSlot, gpus: list[int] | tuple[int, ...], now: float, started: list[Started]
+        self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
-        """Book a waiting job on `gpus` at `now` and append the decision to `started`."""
+        """Book a waiting job on `gpu_ids` at `now` and append the decision to `started`."""

@@ -188,7 +188,7 @@ class RunningJob:
 
     Attributes:
         job: the job (its estimate plans the scheduler's expectations, as for waiting jobs).
-        gpus: the global GPU indices it holds.
+        gpu_ids: the global GPU indices it holds.
         start_s: when it started, on the same clock as `now_s` and the waiting jobs' submit_s.
         remaining_s: how long it really runs on from `now_s` (what the simulator replays; sharing runs
             take the time before now_s as its first phases, start-up and init first).
@@ -196,7 +196,7 @@ class RunningJob:
     """
 
     job: Job
-    gpus: tuple[int, ...]
+    gpu_ids: tuple[int, ...]
     start_s: float
     remaining_s: float
     expected_end_s: float | None = None
@@ -302,7 +302,7 @@ class _Run:
             jid, start = base + k, r.start_s - self.t0
             expected = None if r.expected_end_s is None else r.expected_end_s - self.t0
             slot = self.sched.adopt(
-                jid, r.job, r.gpus, start, expected, booked_mem_gb(r.job, self.sched.oracle)
+                jid, r.job, r.gpu_ids, start, expected, booked_mem_gb(r.job, self.sched.oracle)
             )
             left, elapsed = max(r.remaining_s, 0.0), max(-start, 0.0)
             self.work[jid] = elapsed + left
@@ -367,16 +367,16 @@ class _Run:
     def _start(self, st: Started, now: float) -> None:
         jid = st.jid
         self.start_t[jid] = now
-        extra = self._slice_extra_s(jid, st.gpus)
+        extra = self._slice_extra_s(jid, st.gpu_ids)
         if not self.sharing:
             heapq.heappush(self.heap, (now + self.work[jid] + extra, next(self.seq), jid, 0))
             return
         self._set_phases(jid, 0.0)
         self.phases_left[jid][_GPU_PHASE] += extra
         self.last_t[jid], self.rate[jid], self.version[jid] = now, 1.0, 0
-        for g in st.gpus:
+        for g in st.gpu_ids:
             self.gpu_jobs[g].add(jid)
-        self._rerate(self._neighbours(st.gpus), now, force=jid)
+        self._rerate(self._neighbours(st.gpu_ids), now, force=jid)
 
     def _slice_extra_s(self, jid: int, gpus: tuple[int, ...]) -> float:
         """Extra seconds the job's GPU phase takes on these GPUs: 0 on whole GPUs; on MIG slices its GPU

@@ -114,7 +114,7 @@ class PreemptiveRun:
         if p.action == "suspend":
             self.in_place.add(jid)
         self.left[jid] = self.left[jid] - kept if job.checkpointable else float(job.duration_s or 0.0)
-        self.wasted_gpu_s += len(p.gpus) * (seg - kept)
+        self.wasted_gpu_s += len(p.gpu_ids) * (seg - kept)
         self.preemptions += 1
 
     def _finish(self, jid: int, now: float) -> None:

@@ -176,7 +176,7 @@ def _groups(decided: Decisions) -> list[tuple[list[int], list[int]]]:
     owner: dict[int, int] = {}
     for k, st in enumerate(decided.started):
         for p in decided.preempted:
-            if p.jid not in owner and set(p.gpus) & set(st.gpus):
+            if p.jid not in owner and set(p.gpu_ids) & set(st.gpu_ids):
                 owner[p.jid] = k
     groups: list[tuple[list[int], list[int]]] = [([], [st.jid]) for st in decided.started]
     for p in decided.preempted:
