@@ -18,12 +18,17 @@ from __future__ import annotations
 import math
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from gpuplan.core.count_plan import CountPlan
 from gpuplan.core.gpu_plan import GpuPlan
 from gpuplan.core.params import Configurable, Param, build
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, SchedulerView, Started
+
+if TYPE_CHECKING:
+    from gpuplan.core.shapes import ShapeIndex
 
 __all__ = [
     "Backfill",
@@ -108,7 +113,8 @@ class Easy(Backfill):
         proj = _Projection(s, freed, head)
         no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
         hurts_head: set[tuple[object, ...]] = set()
-        for slot in slots:
+        scan = _Scan(s, slots, now, shadow)
+        for slot in scan:
             if exclusive and state.idle_total == 0:
                 break
             fk = slot.fits_key(state)
@@ -120,6 +126,7 @@ class Easy(Backfill):
             gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 no_fit.add(fk)
+                scan.classified(no_fit, hurts_head)
                 continue
             if ends_by_shadow:
                 s.start(slot, gpus, now, started)
@@ -128,8 +135,64 @@ class Easy(Backfill):
                 gpus = proj.place_elsewhere(slot)  # the placer's first choice took the head's GPUs
                 if gpus is None:
                     hurts_head.add(fk)
+                    scan.classified(no_fit, hurts_head)
                     continue
             s.start(slot, gpus, now, started)
+
+
+class _Scan:
+    """The jobs EASY's backfill visits after the head, in queue order. Each time a shape joins
+    `no_fit` or `hurts_head`, the rest of the scan narrows to the jobs that may still start: those
+    of shapes in neither set, and those of `hurts_head` shapes that end by the shadow
+    (`ShapeIndex.after`). Every job left out would have been passed by (both sets only grow during
+    a pass), so the decisions are the plain scan's."""
+
+    def __init__(self, s: SchedulerView, slots: Iterable[JobSlot], now: float, shadow: float) -> None:
+        self.s, self.slots, self.now, self.shadow = s, slots, now, shadow
+        self.sets: tuple[set[tuple[object, ...]], set[tuple[object, ...]]] | None = None
+        self.present: set[tuple[object, ...]] | None = None  # fits-keys of the waiting jobs
+        self.index: ShapeIndex | None = None
+        self.usable = True
+
+    def __iter__(self) -> Iterator[JobSlot]:
+        source, n = iter(self.slots), 0
+        while True:
+            for slot in source:
+                yield slot
+                n += 1
+                if self.sets is not None and n >= _NARROW_AFTER:
+                    rest = self._narrow(slot)
+                    if rest is not None:
+                        source, n = rest, 0
+                        break
+            else:
+                return
+
+    def classified(self, no_fit: set[tuple[object, ...]], hurts: set[tuple[object, ...]]) -> None:
+        """A shape joined `no_fit` or `hurts`: the scan narrows once it has gone on a little (a
+        pass that ends within a few jobs is not worth it)."""
+        if self.usable:
+            self.sets = (no_fit, hurts)
+
+    def _narrow(self, slot: JobSlot) -> Iterator[JobSlot] | None:
+        assert self.sets is not None
+        no_fit, hurts = self.sets
+        self.sets = None
+        state = self.s.state
+        if self.index is None:
+            index = self.s.waiting_shapes()
+            present = None if index is None else index.fits_keys(state)
+            if index is None or present is None:
+                self.usable = False
+                return None
+            self.index, self.present = index, present
+        assert self.present is not None
+        every = self.present - no_fit - hurts
+        return self.index.after(state, every, hurts - no_fit, self.now, self.shadow, slot.key)
+
+
+_NARROW_AFTER = 8
+"""Jobs a backfill scan visits past a new no-fit or hurts-head shape before it narrows (`_Scan`)."""
 
 
 class _Projection:

@@ -21,6 +21,7 @@ from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
+from gpuplan.core.shapes import ShapeIndex
 from gpuplan.core.state import ClusterState, Need, need_of
 from gpuplan.core.view import JobSlot, SchedulerView, Started, WaitReason
 from gpuplan.errors import JobNeverFitsError, ScheduleError
@@ -71,6 +72,7 @@ class Scheduler:
         self._quotas: Quotas | None = None
         self._use = QuotaUse()
         self._in_pass = False
+        self._shapes: ShapeIndex | None = None  # built on first use by a backfill pass (waiting_shapes)
         self._running: SortedList = SortedList()  # (expected end, jid, slot)
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
         self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
@@ -115,6 +117,8 @@ class Scheduler:
         key = (*self.policy.key(job, jid, self.oracle), jid)
         slot.key = key
         self._queue.add((*key, slot))
+        if self._shapes is not None:
+            self._shapes.add(slot)
         if self._pre is not None:
             slot.waiting_since_s = job.submit_s if now is None else now
             self._pre.enter(slot, slot.waiting_since_s)
@@ -147,8 +151,11 @@ class Scheduler:
             started = self.backfill.select(self, now)
         finally:
             self._in_pass = False
+        shapes = self._shapes
         for st in started:
             self._queue.remove((*self._slots[st.jid].key, self._slots[st.jid]))
+            if shapes is not None:
+                shapes.remove(st.jid)
         return started
 
     def decide(self, now: float) -> Decisions:
@@ -195,6 +202,8 @@ class Scheduler:
         slot.waiting_since_s = now
         slot.preemptions += 1
         self._queue.add((*slot.key, slot))
+        if self._shapes is not None:
+            self._shapes.add(slot)
         if self._pre is not None:
             self._pre.enter(slot, now)
         return done
@@ -240,6 +249,8 @@ class Scheduler:
     ) -> None:
         """Start a waiting job on `gpu_ids` and take it out of the queue (the preemptive pass)."""
         self._queue.remove((*slot.key, slot))
+        if self._shapes is not None:
+            self._shapes.remove(slot.jid)
         self.start(slot, gpu_ids, now, started)
 
     def finish(self, jid: int, now: float | None = None, learn: bool = True) -> JobSlot:
@@ -284,6 +295,8 @@ class Scheduler:
         del self._slots[jid]
         self._version += 1
         self._queue.remove((*slot.key, slot))
+        if self._shapes is not None:
+            self._shapes.remove(jid)
         if slot.suspended_on:
             self._state.drop_suspended(slot.suspended_on, slot.mem_gb)
             slot.suspended_on = ()
@@ -437,6 +450,7 @@ class Scheduler:
         else:
             new._queue = SortedList((*e[:-1], slots[e[-2]]) for e in self._queue)
         new._use = copy.deepcopy(self._use)
+        new._shapes = None if self._shapes is None else self._shapes.copy(slots)
         new._running = SortedList((e[0], e[1], slots[e[1]]) for e in self._running)
         new._pre = None if self._pre is None else self._pre.fork(new, new.policy)  # type: ignore[arg-type]
         return new
@@ -479,6 +493,16 @@ class Scheduler:
         for slot in slots:  # lazy: a job started earlier in this pass counts for the next ones
             if reason(quotas, slot.job.user, slot.gpus) is None:
                 yield slot
+
+    def waiting_shapes(self) -> ShapeIndex | None:
+        """The waiting jobs by fits-shape and planned duration (core/shapes.py), for a backfill pass
+        that skips what cannot start; None where `waiting()` is not the plain queue order (preemptive
+        and fair-share policies, quotas), there the pass visits every job."""
+        if self._pre is not None or self._ledger is not None or self._quotas is not None:
+            return None
+        if self._shapes is None:
+            self._shapes = ShapeIndex(map(_LAST, self._queue))
+        return self._shapes
 
     def waiting_jids(self) -> Iterator[int]:
         """Handles of the waiting jobs in policy order."""

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
+
+if TYPE_CHECKING:
+    from gpuplan.core.shapes import ShapeIndex
 
 __all__ = ["JobSlot", "SchedulerView", "Started", "WaitReason"]
 
@@ -128,6 +131,10 @@ class SchedulerView(Protocol):
 
     def running(self) -> Iterator[JobSlot]:
         """Running jobs by expected end (then jid)."""
+
+    def waiting_shapes(self) -> ShapeIndex | None:
+        """The waiting jobs by fits-shape and planned duration (core/shapes.py), or None where
+        `waiting()` is not plain queue order (a backfill pass then visits every job)."""
 
     def slot(self, jid: int) -> JobSlot:
         """The record of a waiting or running job (KeyError when unknown)."""

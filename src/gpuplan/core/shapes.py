@@ -1,0 +1,141 @@
+"""The waiting jobs grouped by what decides whether they fit (`JobSlot.fits_key`), each group by planned
+duration: how EASY's backfill scan learns which jobs it still could start (core/backfill.py).
+
+A backfill pass skips every job whose fits-shape already failed to fit in that pass, and every job of a
+shape that would delay the head's reservation unless it ends by the head's shadow time. Once every
+shape still waiting is one of those, only the jobs that end by the shadow can start; `ShapeIndex.short`
+lists them in queue order, so the pass visits those few instead of every job (the same jobs, in the
+same order: the decisions do not change).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from sortedcontainers import SortedList
+
+from gpuplan.core.state import ClusterState, Need
+from gpuplan.core.view import JobSlot
+
+__all__ = ["MAX_SHAPES", "Shape", "ShapeIndex"]
+
+MAX_SHAPES = 64
+"""More distinct shapes than this waiting: the index does not pay, the pass scans every job."""
+
+
+class Shape(NamedTuple):
+    """The fields of a slot that `JobSlot.fits_key` reads."""
+
+    gpus: int
+    mem_gb: float | None
+    may_span: bool
+    need: Need | None
+
+    def fits_key(self, state: ClusterState) -> tuple[object, ...]:
+        return JobSlot.fits_key(self, state)  # type: ignore[arg-type]  # the one rule, on these fields
+
+
+def shape_of(slot: JobSlot) -> Shape:
+    return Shape(slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+
+
+class ShapeIndex:
+    """Waiting jobs by shape: each shape's queue keys in queue order, and by planned duration."""
+
+    def __init__(self, slots: Iterable[JobSlot] = ()) -> None:
+        self._by_shape: dict[Shape, tuple[SortedList, SortedList]] = {}  # (keys, (plan_s, key))
+        self._of: dict[int, tuple[Shape, float, tuple[object, ...], JobSlot]] = {}
+        self._basis: tuple[bool, float] | None = None  # what the cached fits-keys were made on
+        self._fk: dict[Shape, tuple[object, ...]] = {}
+        self._present: set[tuple[object, ...]] | None = None
+        for slot in slots:
+            self.add(slot)
+
+    def add(self, slot: JobSlot) -> None:
+        shape = shape_of(slot)
+        self._of[slot.jid] = (shape, slot.plan_s, slot.key, slot)
+        got = self._by_shape.get(shape)
+        if got is None:
+            got = self._by_shape[shape] = (SortedList(), SortedList())
+            self._present = None
+        got[0].add(slot.key)
+        got[1].add((slot.plan_s, slot.key))
+
+    def remove(self, jid: int) -> None:
+        shape, plan_s, key, _ = self._of.pop(jid)
+        keys, plans = self._by_shape[shape]
+        keys.remove(key)
+        plans.remove((plan_s, key))
+        if not keys:
+            del self._by_shape[shape]
+            self._present = None
+
+    def copy(self, slots: dict[int, JobSlot]) -> ShapeIndex:
+        """The same index over the copied slots of a forked scheduler."""
+        return ShapeIndex(slots[jid] for jid in self._of)
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+    def fits_keys(self, state: ClusterState) -> set[tuple[object, ...]] | None:
+        """The fits-keys of the waiting jobs on `state` (do not change the set), or None when there
+        are too many shapes."""
+        if len(self._by_shape) > MAX_SHAPES:
+            return None
+        if self._present is None or self._basis != (state.sharing, state.min_cap_gb):
+            self._present = {self._fits_key(shape, state) for shape in self._by_shape}
+        return self._present
+
+    def _fits_key(self, shape: Shape, state: ClusterState) -> tuple[object, ...]:
+        basis = (state.sharing, state.min_cap_gb)  # all of the state that fits_key reads
+        if basis != self._basis:
+            self._basis, self._fk, self._present = basis, {}, None
+        fk = self._fk.get(shape)
+        if fk is None:
+            fk = self._fk[shape] = shape.fits_key(state)
+        return fk
+
+    def after(
+        self,
+        state: ClusterState,
+        every: set[tuple[object, ...]],
+        short: set[tuple[object, ...]],
+        now: float,
+        shadow: float,
+        cursor: tuple[object, ...],
+    ) -> Iterator[JobSlot]:
+        """The waiting jobs ranked after the queue key `cursor`, in queue order, that are either of a
+        fits-key in `every`, or of one in `short` and end by `shadow` if started at `now`."""
+        runs: list[Iterator[tuple[object, ...]]] = []
+        for shape, (keys, plans) in self._by_shape.items():
+            fk = self._fits_key(shape, state)
+            if fk in every:
+                runs.append(keys.irange(minimum=cursor, inclusive=(False, True)))
+            elif fk in short:
+                runs.append(self._short(keys, plans, now, shadow, cursor))
+        of = self._of
+        merged = runs[0] if len(runs) == 1 else heapq.merge(*runs)
+        return (of[key[-1]][3] for key in merged)  # type: ignore[index]
+
+    def _short(
+        self, keys: SortedList, plans: SortedList, now: float, shadow: float, cursor: tuple[object, ...]
+    ) -> Iterator[tuple[object, ...]]:
+        room = shadow - now
+        bound = math.nextafter(room, math.inf) + abs(shadow) * 1e-12
+        n = plans.bisect_left((bound,))
+        if n <= _FEW:  # few end in time: list them
+            picked = [k for p, k in plans.islice(0, n) if now + p <= shadow and k > cursor]
+            picked.sort()
+            return iter(picked)
+        of = self._of
+        return (
+            k
+            for k in keys.irange(minimum=cursor, inclusive=(False, True))
+            if now + of[k[-1]][1] <= shadow  # type: ignore[index]
+        )
+
+
+_FEW = 256
