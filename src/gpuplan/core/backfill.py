@@ -19,16 +19,12 @@ import math
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from gpuplan.core.count_plan import CountPlan
 from gpuplan.core.gpu_plan import GpuPlan
 from gpuplan.core.params import Configurable, Param, build
 from gpuplan.core.state import ClusterState
-from gpuplan.core.view import JobSlot, SchedulerView, Started
-
-if TYPE_CHECKING:
-    from gpuplan.core.shapes import ShapeIndex
+from gpuplan.core.view import JobSlot, SchedulerView, Started, WaitingShapes
 
 __all__ = [
     "Backfill",
@@ -151,7 +147,7 @@ class _Scan:
         self.s, self.slots, self.now, self.shadow = s, slots, now, shadow
         self.sets: tuple[set[tuple[object, ...]], set[tuple[object, ...]]] | None = None
         self.present: set[tuple[object, ...]] | None = None  # fits-keys of the waiting jobs
-        self.index: ShapeIndex | None = None
+        self.index: WaitingShapes | None = None
         self.usable = True
 
     def __iter__(self) -> Iterator[JobSlot]:

@@ -10,16 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
 
-if TYPE_CHECKING:
-    from gpuplan.core.shapes import ShapeIndex
-
-__all__ = ["JobSlot", "SchedulerView", "Started", "WaitReason"]
+__all__ = ["JobSlot", "SchedulerView", "Started", "WaitReason", "WaitingShapes"]
 
 
 class Started(NamedTuple):
@@ -106,6 +103,25 @@ class JobSlot:
 _SLOT_FIELDS = tuple(f.name for f in fields(JobSlot))
 
 
+class WaitingShapes(Protocol):
+    """The waiting jobs by fits-shape and planned duration (core/shapes.py's `ShapeIndex`)."""
+
+    def fits_keys(self, state: ClusterState) -> set[tuple[object, ...]] | None:
+        """The fits-keys of the waiting jobs (None: too many shapes to be worth it)."""
+
+    def after(
+        self,
+        state: ClusterState,
+        every: set[tuple[object, ...]],
+        short: set[tuple[object, ...]],
+        now: float,
+        shadow: float,
+        cursor: tuple[object, ...],
+    ) -> Iterator[JobSlot]:
+        """The waiting jobs after queue key `cursor`, in queue order: those of a fits-key in `every`,
+        and those of one in `short` that end by `shadow` if started at `now`."""
+
+
 class SchedulerView(Protocol):
     """The read-only surface of a Scheduler (plus `start`, the one change a backfill mode makes).
 
@@ -132,7 +148,7 @@ class SchedulerView(Protocol):
     def running(self) -> Iterator[JobSlot]:
         """Running jobs by expected end (then jid)."""
 
-    def waiting_shapes(self) -> ShapeIndex | None:
+    def waiting_shapes(self) -> WaitingShapes | None:
         """The waiting jobs by fits-shape and planned duration (core/shapes.py), or None where
         `waiting()` is not plain queue order (a backfill pass then visits every job)."""
 
