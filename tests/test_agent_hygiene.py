@@ -39,16 +39,21 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_time_limit_holds_while_the_agent_is_down(tmp_path: Path) -> None:
     d = Daemon(tmp_path / "home", grace_s=1.0).start()
     try:
-        jid = d.submit("sleep 60", time_limit_s=2.0)
+        jid = d.submit("sleep 60", time_limit_s=3.0)
         start_s = d.wait_state(jid, "running")["start_s"]
         d.kill9()
+        killed_after_s = time.time() - start_s
+        # under heavy load the agent may reach the limit itself before it dies: then it proves nothing
+        assert killed_after_s < 3.0, (
+            f"the agent was killed {killed_after_s:.1f} s after the start (limit 3 s)"
+        )
         wait_until(lambda: not live_jobs(d.home), "the job's launcher to stop it", timeout_s=15)
         stopped_after_s = time.time() - start_s
-        assert stopped_after_s < 2.0 + 4.0, f"stopped {stopped_after_s:.1f} s after its start (limit 2 s)"
+        assert stopped_after_s < 3.0 + 4.0, f"stopped {stopped_after_s:.1f} s after its start (limit 3 s)"
         d.start()
         job = d.wait_state(jid, "timeout", "failed", "done")
         assert job["state"] == "timeout" and "while the agent was down" in job["reason"], job
-        assert 1.9 <= job["end_s"] - job["start_s"] < 6.0, "its end is when it stopped, not the restart"
+        assert 2.9 <= job["end_s"] - job["start_s"] < 7.0, "its end is when it stopped, not the restart"
         history = [json.loads(line) for line in d.paths.history.read_text().splitlines()]
         assert [h["meta"]["state"] for h in history] == ["TIMEOUT"]
     finally:

@@ -409,11 +409,14 @@ def test_a_crash_during_a_preemptions_grace_requeues_the_victim_once(
     dies during the grace period. The next one kills A, requeues it once, and only then starts C."""
     first = make_agent(gpus=1)
     t0 = clock.now
-    cmd = f'trap "" TERM; while [ ! -e "{done}/$GPUPLAN_JOB_ID" ]; do sleep 0.01; done'
+    cmd = (f'trap "" TERM; : > "{done}/trapped-$GPUPLAN_JOB_ID"; '
+           f'while [ ! -e "{done}/$GPUPLAN_JOB_ID" ]; do sleep 0.01; done')  # fmt: skip
     reply = handle(first, {"op": "submit", "command": cmd, "cwd": str(done), "env": {"PATH": os.environ["PATH"]},
                           "preempt": "requeue", "name": "A"}, os.getuid())  # fmt: skip
     a = int(reply["id"])
     _settle(first, clock.now)
+    # a SIGTERM that came before the shell set its trap would end A at once (seen under load)
+    wait_until(lambda: (done / f"trapped-{a}").exists(), "A to ignore SIGTERM")
     clock.now = t0 + 10
     c = _submit(first, done, "C", 1, 40.0, "suspend")
     first.step(clock.now)

@@ -688,6 +688,8 @@ class Agent:
         if state == "timeout" and not run.stop_state:
             down = " while the agent was down" if vanished else ""
             return f"time limit reached{down}: stopped by its launcher"
+        if state == "timeout":
+            return "time limit reached: stopped by the agent"
         if state == "failed" and run.exit_code is None:
             return "ended while the agent was down; exit status unknown (killed?)"
         if state == "failed" and run.exit_code is not None and run.exit_code > 128:
