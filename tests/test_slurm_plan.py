@@ -89,6 +89,24 @@ def test_best_plan_beats_or_equals_slurm_order() -> None:
     )
 
 
+def test_policy_ties_break_by_submit_then_id_whatever_squeue_shows() -> None:
+    """sjf ties (same limit) must not follow squeue's row order, which follows priorities that move
+    between two reads (age, PriorityCalcPeriod): plan and the apply right after it agree."""
+    from gpuplan.slurm.parse import QueueJob
+
+    def q(jid: str, submit_s: float, priority: int) -> QueueJob:
+        return QueueJob(jid, f"j{jid}", "u", "gpu", "PENDING", 120.0, 0.0, 4, 32, priority, 0, "Priority",
+                        submit_s, None, "")  # fmt: skip
+
+    cfg = {"SchedulerType": "sched/builtin"}
+    first = [q("12", 10.0, 50), q("9", 10.0, 40), q("10", 10.0, 30), q("8", 11.0, 20)]
+    later = [q("8", 11.0, 90), q("10", 10.0, 80), q("12", 10.0, 70), q("9", 10.0, 60)]  # priorities moved
+    orders = [
+        plan_queue(LiveState(_four_nodes(), jobs, 30.0, cfg), policy="sjf").order for jobs in (first, later)
+    ]
+    assert orders == [["9", "10", "12", "8"]] * 2  # equal limits: submit time, then job id
+
+
 def test_search_never_worse_than_its_start() -> None:
     state = _live_state("sched/backfill")
     base = plan_queue(state, policy="sjf")

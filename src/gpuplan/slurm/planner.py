@@ -337,7 +337,7 @@ def _start_order(out: Outcome, policy_order: Sequence[str]) -> list[str]:
 @dataclass
 class PlanInputs:
     """What a plan is made from: the usable cluster, the running jobs, the pending jobs gpuplan may
-    order, those it leaves alone (job id -> why) and the backfill mode that mirrors Slurm's."""
+    order (by submit time, then job id: never squeue's row order), those it leaves alone (job id -> why) and the backfill mode that mirrors Slurm's."""
 
     cluster: ClusterSpec
     seeds: list[Seed]
@@ -352,7 +352,7 @@ def plan_inputs(state: LiveState, predictions: dict[str, float] | None) -> PlanI
     preds = predictions or {}
     seeds = _seeds(state, cluster, preds)
     pending, unmanaged = [], {}
-    for q in state.jobs:
+    for q in sorted(state.jobs, key=_submit_key):  # squeue's row order follows priorities that move
         if not q.is_pending or not state.in_partitions(q):
             continue
         why = q.why_unmanaged(state.now_s) or (None if q.gpus > 0 else "no GPUs requested")
@@ -366,6 +366,13 @@ def plan_inputs(state: LiveState, predictions: dict[str, float] | None) -> PlanI
             job.est_duration_s = preds[q.job_id]
         pending.append(job)
     return PlanInputs(cluster, seeds, pending, unmanaged, backfill_for(state.config, len(pending)))
+
+
+def _submit_key(q: QueueJob) -> tuple[float, tuple[int, str]]:
+    """Submit time, then job id: as Slurm breaks a tie in priority. A policy's own ties (equal keys) fall
+    back to this position, so two reads of an unchanged queue plan the same order whatever the
+    priorities (age, PriorityCalcPeriod) did in between."""
+    return (_INF if q.submit_s is None else q.submit_s, _id_key(q.job_id))
 
 
 def _node_in(node: NodeInfo, partitions: Sequence[str]) -> bool:
