@@ -240,6 +240,21 @@ def test_whatif_by_path(client: TestClient, article: Path) -> None:
     assert client.get(f"/api/whatif/{res['id']}/gantt/99").status_code == 404
 
 
+def test_whatif_takes_specs_with_several_parameters(client: TestClient, article: Path) -> None:
+    """A policy spec's own commas (`las:quantum=60,promote=...`) do not split it into two policies."""
+    resp = client.post(
+        "/api/whatif",
+        params={
+            "path": article.name,
+            "policies": "fairshare:half_life=1d,then=sjf,fifo",
+            "backfills": "easy",
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    labels = sorted(r["label"] for r in resp.json()["data"]["runs"])
+    assert labels == ["fairshare:half_life=1d,then=sjf+easy", "fifo+easy", "fifo+none"]
+
+
 def test_whatif_cluster_auto_follows_the_cli_rule(client: TestClient, article: Path, tmp_path: Path) -> None:
     """By default the trace's own cluster when it describes one (as every CLI command decides), else
     the default preset, said in the notes; a preset given wins."""

@@ -37,6 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from gpuplan.agent import schema
+from gpuplan.core.params import split_specs
 from gpuplan.errors import GpuplanError
 from gpuplan.web.access import HostCheck, HostRule, token_refusal
 from gpuplan.web.history import History, snapshot_json
@@ -421,7 +422,7 @@ def _whatif_api(app: FastAPI) -> None:
         watts: str = "",
     ) -> JSONResponse:
         params = WhatIfParams(
-            path, name, cluster, _names(policies), _names(backfills), placer, oracle, skip_bad,
+            path, name, cluster, split_specs(policies), split_specs(backfills), placer, oracle, skip_bad,
             _names(prices), _names(watts),
         )  # fmt: skip
         status, body, headers = await _state(request).whatifs.answer(request, params)
