@@ -102,6 +102,15 @@ class PreemptionCost:
         return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
 
 
+_MAX_LEVELS = 64
+"""More distinct waiting levels than this: a pass does not look for the point where all fail."""
+
+
+def _shape(slot: JobSlot) -> tuple[object, ...]:
+    """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended)."""
+    return (slot.gpus, slot.mem_gb, slot.may_span, slot.need, bool(slot.suspended_on))
+
+
 class Decisions(NamedTuple):
     """One pass's decisions, in the order a clock carries them out: preemptions, then starts."""
 
@@ -136,6 +145,8 @@ class PreemptiveQueue:
         self._entry: dict[int, tuple[object, ...]] = {}
         self._changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
         self._stamp: dict[int, int] = {}
+        self._shapes: dict[object, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
+        self._shape_of: dict[int, tuple[object, ...]] = {}
 
     def fork(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -145,6 +156,8 @@ class PreemptiveQueue:
         new._entry = dict(self._entry)
         new._changes = list(self._changes)
         new._stamp = dict(self._stamp)
+        new._shapes = {level: dict(shapes) for level, shapes in self._shapes.items()}
+        new._shape_of = dict(self._shape_of)
         return new
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -153,7 +166,15 @@ class PreemptiveQueue:
         slot.level = self.policy.level(slot, now)
         entry = (slot.level, *slot.key)
         self._entry[slot.jid] = entry
-        (self.waiting if slot.start_s is None else self.running).add(entry)
+        if slot.start_s is None:
+            self.waiting.add(entry)
+            shape = self._shape_of[slot.jid] = _shape(slot)
+            at = self._shapes.get(slot.level)
+            if at is None:
+                at = self._shapes[slot.level] = {}
+            at[shape] = at.get(shape, 0) + 1
+        else:
+            self.running.add(entry)
         stamp = self._stamp.get(slot.jid, 0) + 1
         self._stamp[slot.jid] = stamp
         t = self.policy.next_change_s(slot, now)
@@ -163,7 +184,19 @@ class PreemptiveQueue:
 
     def leave(self, slot: JobSlot) -> None:
         entry = self._entry.pop(slot.jid)
-        (self.waiting if slot.start_s is None else self.running).remove(entry)
+        if slot.start_s is None:
+            self.waiting.remove(entry)
+            shape = self._shape_of.pop(slot.jid)
+            at = self._shapes[entry[0]]
+            left = at[shape] - 1
+            if left:
+                at[shape] = left
+            elif len(at) > 1:
+                del at[shape]
+            else:
+                del self._shapes[entry[0]]
+        else:
+            self.running.remove(entry)
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
@@ -203,32 +236,71 @@ class PreemptiveQueue:
         sched, state = self.sched, self.sched.state
         out = Decisions([], [])
         preempted: set[int] = set()
-        cursor: tuple[object, ...] | None = None
+        # shapes that found no GPUs (even by preempting) since the pass last freed anything: a later job
+        # of the shape ranks at the same or a higher level, so its victims are among the same jobs (or
+        # jobs started since on GPUs that were idle), and on an exclusive cluster a placement that
+        # fails with more free fails with less: it fails alike. Suspended jobs resume by their own rule.
+        failed: set[tuple[object, ...]] = set()
+        memo = not state.sharing
+        waiting = self.waiting
+        entries = iter(waiting)  # rebuilt from the cursor whenever the pass changes the queue
+        worst, full = self._worst_full()
+        n_preempted = 0
         for _ in range(MAX_EXAMINED):
-            idx = 0 if cursor is None else self.waiting.bisect_right(cursor)
-            if idx >= len(self.waiting):
+            entry = next(entries, None)
+            if entry is None:
                 break
-            cursor = entry = self.waiting[idx]
+            cursor = entry
             level, jid = entry[0], entry[-1]
-            worst = self.running[-1][0] if self.running else -_INF
-            full = not state.sharing and state.idle_total == 0 and not state.suspended_n
             if full and level >= worst:  # type: ignore[operator]
                 break
             if jid in preempted:
                 continue
             slot = sched.slot(jid)  # type: ignore[arg-type]
+            shape = self._shape_of[jid]  # type: ignore[index]
+            if shape in failed:
+                continue
             gpus: list[int] | tuple[int, ...] | None
-            if slot.suspended_on:
+            resumed = bool(slot.suspended_on)
+            if resumed:
                 gpus = self._resume_on(slot, now, out.preempted, preempted)
             else:
                 gpus = self._find(slot)
                 if gpus is None and level < worst:  # type: ignore[operator]
                     gpus = self._evict_for(slot, now, out.preempted, preempted)
             if gpus is not None:
+                freed = len(out.preempted) > n_preempted or resumed
                 self.leave(slot)
                 sched.start_waiting(slot, gpus, now, out.started)
                 self.enter(slot, now)
+                if freed:
+                    failed.clear()
+                    n_preempted = len(out.preempted)
+                entries = waiting.irange(minimum=cursor, inclusive=(False, True))
+                worst, full = self._worst_full()
+            elif memo and not resumed:
+                failed.add(shape)
+                if self._all_fail(failed, level, worst, full):
+                    break  # every job it could still reach fails alike: none starts in this pass
         return out
+
+    def _all_fail(self, failed: set[tuple[object, ...]], level: object, worst: object, full: bool) -> bool:
+        """Whether every waiting job the pass may still reach is of a shape in `failed`: those ranked
+        at `level` or later, below `worst` when the cluster is full (the pass stops there)."""
+        if len(self._shapes) > _MAX_LEVELS:
+            return False
+        for at, shapes in self._shapes.items():
+            if at < level or (full and at >= worst):  # type: ignore[operator]
+                continue
+            if any(shape not in failed for shape in shapes):
+                return False
+        return True
+
+    def _worst_full(self) -> tuple[object, bool]:
+        """The highest running level, and whether an exclusive cluster is full (no suspended job)."""
+        state = self.sched.state
+        worst = self.running[-1][0] if self.running else -_INF
+        return worst, not state.sharing and state.idle_total == 0 and not state.suspended_n
 
     def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
         """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
