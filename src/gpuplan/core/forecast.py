@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from gpuplan.core import preemption
 from gpuplan.core.preemption import Preempted, PreemptionCost
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
@@ -103,6 +104,10 @@ class Forecast:
     version: int
     """The scheduler's version the forecast was made from (a view may reuse it while it stands)."""
     basis: dict[int, str] = field(default_factory=dict)
+    stopped: str = ""
+    """Why the forecast stopped short ("" when it ran to its end): its safety net
+    (core/preemption.py's MAX_PASSES_PER_JOB); jobs not started then get no expected start, those not
+    ended no expected end, and their `detail` says why."""
     _history: dict[int, tuple[list[float], list[tuple[float, float, int]]]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[JobForecast]:
@@ -281,6 +286,7 @@ class _Forecaster:
         self.unmet: dict[int, int] = {}
         self.begins: list[tuple[float, int]] = []
         self.todo = 0  # waiting or deferred jobs not started yet
+        self.stopped = ""
         for k, jid in enumerate(sched.waiting_jids()):
             slot = sched.slot(jid)
             self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
@@ -303,7 +309,12 @@ class _Forecaster:
     def loop(self) -> None:
         sched, t, first = self.sched, self.now, True
         idle, most_idle, todo = 0, 2 * len(self.jobs) + 64, self.todo
-        while True:
+        per_job = preemption.MAX_PASSES_PER_JOB  # read at run time: a test may lower it
+        most_passes = per_job * (len(self.jobs) + 1)
+        for passes in itertools.count():
+            if passes >= most_passes:
+                self._stop(t, most_passes, per_job)
+                return
             self._ends_at(t)
             self._begins_at(t)
             decided = sched.decide(t)
@@ -330,6 +341,18 @@ class _Forecaster:
             if t_next == _INF:
                 return
             t = t_next
+
+    def _stop(self, t: float, passes: int, per_job: int) -> None:
+        """The safety net: after `passes` passes, every job not started or not ended gets none."""
+        self.stopped = (
+            f"the forecast stopped at {t:.0f} s after {passes} scheduler passes "
+            f"({per_job} per job) without the queue draining: jobs preempt each other "
+            "without progress (a preemptive level at most half the restart overhead?)"
+        )
+        for jid, fc in self.jobs.items():
+            if fc.end_s is None:
+                self.end_of.pop(jid, None)
+                fc.detail = fc.detail or self.stopped
 
     def _ends_at(self, t: float) -> None:
         heap = self.heap
@@ -456,7 +479,7 @@ class _Forecaster:
                 fc.end_s = end
             if fc.end_s is not None and fc.start_s is not None and fc.end_s < fc.start_s:
                 fc.end_s = fc.start_s
-        return Forecast(self.now, self.jobs, self.version, self.basis, self.history)
+        return Forecast(self.now, self.jobs, self.version, self.basis, self.stopped, self.history)
 
 
 def _basis(job: Job) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
     "DEFAULT_RESTART_OVERHEAD_S",
     "MAX_EXAMINED",
+    "MAX_PASSES_PER_JOB",
     "Decisions",
     "Preempted",
     "PreemptingScheduler",
@@ -41,6 +42,13 @@ __all__ = [
 
 _INF = math.inf
 MAX_EXAMINED = 500
+
+MAX_PASSES_PER_JOB = 1000
+"""Every preemptive clock's safety net: a run (the simulator's, a forecast's) stops after this many
+scheduler passes per job (plus one job's worth). A sane run needs a few per job (its start, its end, its
+level changes); only jobs that preempt each other without progress (a level at most half the restart
+overhead, docs/preemption.md) come near it. The simulator then fails with a one-line error; a forecast
+gives the jobs left no expected start or end and says why (`Forecast.stopped`)."""
 
 DEFAULT_RESTART_OVERHEAD_S = 10.0
 """Seconds a resumed job spends before it makes progress again, when the job does not say (its

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
+from gpuplan.core import preemption
 from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.preemption import Preempted, PreemptionCost
 from gpuplan.core.preemptive import PreemptivePolicy
@@ -70,7 +71,12 @@ class PreemptiveRun:
         jobs, order, heap, sched, state = self.jobs, self.order, self.heap, self.sched, self.sched.state
         n, ai, now = len(order), 0, 0.0
         arrivals = [jobs[i].submit_s - self.t0 for i in order] + [_INF]
-        while ai < n or heap or sched.waiting_count:
+        most_passes = preemption.MAX_PASSES_PER_JOB * (n + 1)  # read at run time: a test may lower it
+        for passes in itertools.count():
+            if not (ai < n or heap or sched.waiting_count):
+                break
+            if passes >= most_passes:
+                raise ScheduleError(self._endless(now, passes))
             t_next = min(arrivals[ai], heap[0][0] if heap else _INF, sched.next_event_s())
             if sched.waiting_count:
                 self.idle_wait_gpu_s += state.idle_total * (t_next - now)
@@ -93,6 +99,16 @@ class PreemptiveRun:
             if not heap and ai >= n and sched.waiting_count and sched.next_event_s() == _INF:
                 ids = [jobs[j].id for j in itertools.islice(sched.waiting_jids(), 5)]
                 raise ScheduleError(f"{sched.waiting_count} job(s) can never start (first: {ids})")
+
+    def _endless(self, now: float, passes: int) -> str:
+        """The safety net's one-line error: jobs preempt each other without progress."""
+        left = self.sched.waiting_count + self.sched.running_count
+        return (
+            f"policy {self.sched.policy.spec!r}: {passes} scheduler passes "
+            f"({preemption.MAX_PASSES_PER_JOB} per job) and {left} job(s) still unfinished at "
+            f"{now:.0f} s: jobs preempt each other without progress; make each level last more than "
+            "half the restart overhead (quantum / GPUs > overhead / 2, docs/preemption.md)"
+        )
 
     def _start(self, st: Started, now: float) -> None:
         jid, job = st.jid, self.jobs[st.jid]
