@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import GpuplanError, InputError
 from gpuplan.slurm.parse import PrioRow, parse_sprio
-from gpuplan.slurm.sitefactor import SITE_FACTOR_MAX, Headroom, headroom_for, site_factor_plan
+from gpuplan.slurm.sitefactor import SITE_FACTOR_MAX, Headroom, headroom_for, nice_values, site_factor_plan
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -167,3 +167,37 @@ def test_a_kept_job_leads_the_next_both_now_and_once_recomputed() -> None:
     assert (
         "top" not in sf.kept and sf.expected_priority["top"] - sf.expected_priority["mid"] >= h.base + h.stale
     )
+
+
+def _ranked(rows: dict[str, PrioRow], nice: dict[str, int]) -> list[str]:
+    """Slurm's order once each job runs at `nice`: the sum without nice, minus it, at least 1."""
+    prio = {j: max(r.base + r.site + r.nice - nice[j], 1) for j, r in rows.items()}
+    return sorted(rows, key=lambda j: -prio[j])
+
+
+def test_nice_values_rank_the_plan_against_job_size_and_age_with_no_negative_nice() -> None:
+    room = Headroom(base=3, stale=34, drift=7)
+    # the plan puts the smallest, youngest job first: multifactor ranks it last by hundreds of points;
+    # job "b" already carries a nice of 50 from its user, which the new value replaces
+    rows = {
+        "c": _row("c", 129, size=129),
+        "b": _row("b", 208, size=258, nice=50),
+        "a": _row("a", 600, age=84, size=516),
+    }
+    values = nice_values(["c", "b", "a"], rows, room)
+    assert values[0] == 0 and min(values) >= 0
+    assert _ranked(rows, dict(zip("cba", values))) == ["c", "b", "a"]
+    assert values[1] == 258 - (129 - room.gap(0, 0)) and values[2] == 600 - (129 - 2 * room.gap(0, 0))
+    assert nice_values(["a", "b", "c"], rows, room) == [0, 0, 0]  # already that far apart: nothing to lower
+
+
+def test_nice_values_near_slurms_floor_keep_the_smallest_gap_instead_of_ties_at_1() -> None:
+    room = Headroom(base=3, stale=200, drift=7)  # a full gap of 210 points: two of them reach below 1
+    rows = {"c": _row("c", 128, size=128), "b": _row("b", 257, size=257), "a": _row("a", 515, size=515)}
+    values = nice_values(["c", "b", "a"], rows, room)
+    nice = dict(zip("cba", values))
+    prio = {j: r.base - nice[j] for j, r in rows.items()}
+    assert prio == {"c": 128, "b": 11, "a": 1} and _ranked(rows, nice) == ["c", "b", "a"]
+    low = {**rows, "c": _row("c", 5, size=5)}  # no room left below the first: ties at 1, never above it
+    nice = dict(zip("cba", nice_values(["c", "b", "a"], low, room)))
+    assert {j: max(r.base - nice[j], 1) for j, r in low.items()} == {"c": 5, "b": 1, "a": 1}

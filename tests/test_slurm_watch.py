@@ -16,7 +16,9 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.slurm.client import SlurmClient
 from gpuplan.slurm.health import HealthServer
+from gpuplan.slurm.parse import parse_config
 from gpuplan.slurm.runner import SlurmCommandError, SlurmRunner
+from gpuplan.slurm.sitefactor import headroom_for
 from gpuplan.slurm.watch import Metrics, Watcher, WatchOptions, lock_path, writer_lock
 
 NOW = 1_000_000.0
@@ -202,7 +204,9 @@ def test_nice_mode_by_a_plain_user_touches_only_their_own_jobs(
     monkeypatch.setattr(getpass, "getuser", lambda: "u")
     res = apply_order(SlurmClient(slurm, clock=lambda: NOW), ["12", "11", "10"], mode="nice",
                       state_path=tmp_path / "s.json", dry_run=True)  # fmt: skip
-    assert res.changed == {"12": 0, "11": 1, "10": 2}
+    room = headroom_for(parse_config(_CONFIG), 3600.0)
+    gap = room.base + room.drift + room.stale  # equal priorities (500), equal ages: no age lead
+    assert res.changed == {"12": 0, "11": gap, "10": 2 * gap}  # each a full gap below the one before
 
 
 def test_records_of_jobs_slurm_forgot_are_dropped(tmp_path: Path) -> None:

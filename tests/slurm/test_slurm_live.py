@@ -317,9 +317,13 @@ def test_nice_mode_as_a_user_who_is_not_an_operator(slurm: SlurmCluster, tmp_pat
     user = "gpuplan-nonop"
     subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", user], check=True, capture_output=True)
     try:
+        # the shortest job is the smallest: multifactor's JobSize (and the age of the earlier ones) ranks
+        # it last by hundreds of points, far more than a nice of 1 or 2
         ids = [slurm.run("runuser", "-u", user, "--", "sbatch", "--parsable", f"--chdir={slurm.root}/out",
-                         "-o", "/dev/null", "-N", "4", "--gres=gpu:8", f"--time={m}", "--wrap=sleep 1"
-                         ).stdout.strip() for m in (3, 2, 1)]  # fmt: skip
+                         "-o", "/dev/null", "-N", str(n), "--gres=gpu:8", f"--time={m}", "--wrap=sleep 1"
+                         ).stdout.strip() for n, m in ((4, 3), (2, 2), (1, 1))]  # fmt: skip
+        before = slurm.priorities()
+        assert sorted(ids, key=lambda j: -before[j]) == ids  # Slurm's own order: the reverse of the plan
         bindir = tmp_path / "bin"
         bindir.mkdir()
         for cmd in ("squeue", "sinfo", "scontrol", "sprio", "sacct"):  # every Slurm command runs as that user
@@ -331,11 +335,9 @@ def test_nice_mode_as_a_user_who_is_not_an_operator(slurm: SlurmCluster, tmp_pat
         denied = _cli("apply", "--policy", "sjf", "--state", state)  # SiteFactor needs an operator
         assert denied.exit_code == 2 and "Operator" in denied.stderr and "--mode nice" in denied.stderr
         out = _ok(_cli("apply", "--json", "--policy", "sjf", "--mode", "nice", "--state", state))
-        assert out["plan"]["order"] == list(reversed(ids)) and list(out["apply"]["changed"].values()) == [
-            0,
-            1,
-            2,
-        ]
+        nice = out["apply"]["changed"]
+        assert out["plan"]["order"] == list(reversed(ids)) and list(nice) == list(reversed(ids))
+        assert nice[ids[2]] == 0 and 0 < nice[ids[1]] < nice[ids[0]]  # never negative: that needs an operator
         prios = slurm.priorities()
         assert sorted(ids, key=lambda j: -prios[j]) == list(reversed(ids))
         reset = _ok(_cli("reset", "--json", "--state", state))

@@ -7,7 +7,9 @@ Three modes (docs/slurm.md has them side by side):
 - `priority`: `Priority=X`. Slurm then stops computing those jobs' priorities (multifactor is frozen
   for them); reset gives them back to the priority plugin by `scontrol hold` + `release` (a job whose
   priority was already set explicitly before gpuplan gets that number back instead).
-- `nice`: `Nice=0,1,2...`: raising nice needs no privilege; reset writes the previous Nice back.
+- `nice`: `Nice=N` from sprio's parts, so that multifactor's sum minus nice ranks the caller's jobs in
+  plan order (0 for the first, 0 or more for each next one: raising nice needs no privilege); without
+  sprio (priority/basic) 0, 1, 2... Reset writes the previous Nice back.
 
 Safety rules:
 - The previous values of every job about to change are written to a state file FIRST (a job already
@@ -35,7 +37,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.slurm.client import SlurmClient
 from gpuplan.slurm.parse import PrioRow, QueueJob
 from gpuplan.slurm.runner import SlurmCommandError, SlurmError, SlurmPermissionError
-from gpuplan.slurm.sitefactor import headroom_for, site_factor_plan
+from gpuplan.slurm.sitefactor import headroom_for, nice_values, site_factor_plan
 
 __all__ = [
     "DEFAULT_HORIZON_S",
@@ -131,7 +133,8 @@ def save_state(path: Path, data: dict[str, Any]) -> None:
 
 def target_values(order: Sequence[str], mode: str, others_max_priority: int) -> list[int]:
     """Priority and nice modes, in `order`: priorities strictly decreasing and all above
-    `others_max_priority`; nice values 0, 1, 2... (a higher nice runs later; raising nice needs no privilege)."""
+    `others_max_priority`; nice values 0, 1, 2... (a higher nice runs later; raising nice needs no privilege):
+    what nice mode sets without sprio (priority/basic); with it, `sitefactor.nice_values`."""
     n = len(order)
     if mode == "nice":
         return list(range(n))
@@ -207,6 +210,9 @@ def apply_order(
             _original(q, recorded).get("priority", q.priority) for q in now.values() if q.job_id not in order
         ]
         values = target_values([q.job_id for q in todo], mode, max([*others, above], default=1))
+        if mode == "nice" and rows and all(q.job_id in rows for q in todo):
+            room = headroom_for(config if config is not None else client.config(), horizon_s)
+            values = nice_values([q.job_id for q in todo], rows, room, _ages(client, now))
         changes = [(q.job_id, f"{_KEY[mode]}={v}") for q, v in zip(todo, values)]
         undo = [(q.job_id, f"{_KEY[mode]}={q.priority if mode == 'priority' else q.nice}") for q in todo]
     if dry_run:
@@ -302,13 +308,18 @@ def _site_factor_changes(client: SlurmClient, todo: Sequence[QueueJob], now: Map
         j: int(r["site_factor"]) for j, r in recorded.items() if isinstance(r, dict) and "site_factor" in r
     }
     room = headroom_for(config if config is not None else client.config(), horizon_s)
-    now_s = client.clock()
-    ages = {j: now_s - t for j, q in now.items() if (t := q.eligible_s or q.submit_s) is not None}
-    sf = site_factor_plan(ids, rows, originals, others, room, weight, ages)
+    sf = site_factor_plan(ids, rows, originals, others, room, weight, _ages(client, now))
     result.details = sf.as_dict()
     changes = [(j, f"SiteFactor={new}") for j, _, new in sf.changes]
     undo = [(j, f"SiteFactor={old}") for j, old, _ in sf.changes]
     return changes, undo
+
+
+def _ages(client: SlurmClient, now: Mapping[str, QueueJob]) -> dict[str, float]:
+    """Seconds each pending job has been eligible, from the clock (sprio's age lags by up to one
+    PriorityCalcPeriod)."""
+    now_s = client.clock()
+    return {j: now_s - t for j, q in now.items() if (t := q.eligible_s or q.submit_s) is not None}
 
 
 def _send(client: SlurmClient, changes: Sequence[tuple[str, str]], undo: Sequence[tuple[str, str]], chunk: int,

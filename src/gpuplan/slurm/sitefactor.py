@@ -5,7 +5,8 @@ Slurm 22.05 (../shared/slurm/NOTES.md section 9): a job's priority is the intege
 after `scontrol update JobId=N SiteFactor=X` (X within +-2147483645). Setting the SiteFactor keeps age,
 job size and fair-share live; `Priority=` would freeze them.
 
-Pure: sprio rows and the plan in, the values to set out. The rules:
+Pure: sprio rows and the plan in, the values to set out (`nice_values`: the Nice values of
+nice mode, by the same arithmetic and gaps). The rules:
 - Consecutive planned jobs get priorities at least `Headroom.gap` apart: 3 for rounding, plus the age a
   job gains between the sprio reading and its update (`drift`, 2 s worth), plus what a job
   updated now gains over one Slurm recomputes only at the next PriorityCalcPeriod (its age moves on),
@@ -37,10 +38,13 @@ from typing import Any
 from gpuplan.errors import GpuplanError
 from gpuplan.slurm.parse import PrioRow, parse_limit_s
 
-__all__ = ["SITE_FACTOR_MAX", "Headroom", "SiteFactorPlan", "headroom_for", "site_factor_plan"]
+__all__ = ["NICE_MAX", "SITE_FACTOR_MAX", "Headroom", "SiteFactorPlan", "headroom_for", "nice_values",
+           "site_factor_plan"]  # fmt: skip
 
 SITE_FACTOR_MAX = 2147483645
 """`scontrol update SiteFactor=` accepts -2147483645..2147483645 (22.05: "value out of range")."""
+NICE_MAX = 2147483645
+"""`scontrol update Nice=` accepts up to this (22.05: NICE_OFFSET - 3); below 0 needs an operator."""
 _DEFAULT_MAX_AGE_S = 7 * 86400.0  # Slurm's defaults for PriorityMaxAge and PriorityCalcPeriod
 _DEFAULT_CALC_S = 300.0
 _UPDATE_DELAY_S = 2.0  # sprio read -> a job's update: its age moves on meanwhile (drift)
@@ -193,6 +197,47 @@ def site_factor_plan(
     return SiteFactorPlan(list(order), site, expected, changes, out_of_order,
                           _landing(managed, own, expected, [rows[j] for j in others if j in rows]), room, weight,
                           [managed[i].job_id for i in kept])  # fmt: skip
+
+
+def nice_values(
+    order: Sequence[str],
+    rows: Mapping[str, PrioRow],
+    headroom: Headroom | None = None,
+    ages_s: Mapping[str, float] | None = None,
+) -> list[int]:
+    """Nice mode: the Nice of each job of `order` (every id must have a row) that makes Slurm's
+    `SiteFactor + sum(weight x factor) - nice` rank them first to last, none below 0 (a negative nice
+    needs an operator): the first job gets 0, each next one the nice that puts it the full
+    `Headroom.gap` below the one before, or 0 when multifactor already ranks it that far below. Nice can
+    only lower a priority, and Slurm's priority is at least 1: where the full gaps would push the later
+    jobs under that floor, a job is set just high enough to leave the jobs below it the smallest gap
+    (rounding and drift: every job is updated, so recomputed, in the same pass); a first job
+    already too low for that leaves ties at 1 (an operator's site-factor mode has no such floor).
+
+    Raises:
+        GpuplanError: a nice beyond Slurm's range (NICE_MAX).
+    """
+    room = headroom or Headroom()
+    managed = [rows[j] for j in order]
+    free = [r.base + r.site + r.nice + _lag(r, ages_s, room) for r in managed]  # the priority at nice 0
+    ages = [
+        room.age_points(ages_s[r.job_id]) if ages_s and r.job_id in ages_s else float(r.age) for r in managed
+    ]
+    least = room.base + room.drift
+    out: list[int] = []
+    above = 0
+    for i, (r, f) in enumerate(zip(managed, free)):
+        floor = 1 + least * (len(managed) - 1 - i)  # room for the jobs below at the smallest gap
+        gap = room.gap(ages[i - 1], ages[i]) if i else 0
+        target = f if i == 0 else min(f, max(above - gap, floor), above - least)  # never above the one before
+        if f - target > NICE_MAX:
+            raise GpuplanError(
+                f"job {r.job_id}: Nice {f - target} is beyond Slurm's {NICE_MAX}; lower --horizon-s or "
+                "order fewer jobs"
+            )
+        out.append(f - target)
+        above = target
+    return out
 
 
 def _targets(low: Sequence[int], high: Sequence[int], gaps: Sequence[int], keep_gaps: Sequence[int],
