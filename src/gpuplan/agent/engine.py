@@ -71,6 +71,7 @@ class AgentPolicy(Policy):
         self.description = self.inner.description
         self.needs_duration = self.inner.needs_duration
         self.preemptive = self.inner.preemptive
+        self.endless_levels = getattr(self.inner, "endless_levels", False)  # las: the pass leases starts
         self.usage_ranked = self.inner.usage_ranked  # fairshare: users first, then priority and plan
         if self.usage_ranked:
             self.half_life_s = self.inner.half_life_s  # type: ignore[attr-defined]

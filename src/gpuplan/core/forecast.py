@@ -239,13 +239,13 @@ def forecast(
         now: the clock's time; running jobs past their expected end are taken to end now.
         deferred: jobs that enter the queue later (dependencies, begin times).
         held: jobs held out of the queue: handle -> Slurm reason (JobHeldUser, JobHeldAdmin).
-        cost: what a preemption costs (preemptive policies; default `PreemptionCost()`).
+        cost: what a preemption costs (preemptive policies; default the scheduler's `preemption_cost`).
         progress_s: seconds of work waiting jobs already kept from earlier runs (checkpoint, suspend).
 
     Returns:
         A `Forecast` of every running, waiting, deferred and held job.
     """
-    run = _Forecaster(sched, now, list(deferred), cost or PreemptionCost(), progress_s or {})
+    run = _Forecaster(sched, now, list(deferred), cost or sched.preemption_cost, progress_s or {})
     run.loop()
     fc = run.result()
     for jid, why in (held or {}).items():
@@ -267,7 +267,7 @@ class _Forecaster:
         self.now = now
         self.sched = sched = live.fork()
         self.version = live.version
-        self.cost = cost
+        self.cost = sched.preemption_cost = cost  # the fork's pass leases each start by the same cost
         self.preemptive = sched.policy.preemptive
         self.jobs: dict[int, JobForecast] = {}
         self.heap: list[tuple[float, int, int, int]] = []  # (end, seq, jid, version)

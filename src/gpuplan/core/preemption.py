@@ -11,6 +11,15 @@ The pass: waiting jobs in rank order (level, then the policy's static key); each
 one that does not fit may take the GPUs of running jobs of a strictly higher level, the highest first
 (a victim whose GPUs the newcomer does not need keeps running). Jobs of one level never preempt each
 other. At most MAX_EXAMINED waiting jobs are looked at per pass (as Slurm's bf_max_job_test).
+
+A preemption must pay for itself (policies whose levels never run out, `endless_levels`: las): a job
+that pays a restart to resume does not take the GPUs of a running job whose level, when it (re)started,
+was not above its own, before that job's lease ends (`PreemptionCost.lease_s`, as Gandiva's and
+Tiresias' minimum run after a start): the restart overhead the victim paid plus the kept progress that
+pays for its next restart. Without it, a level at most half the overhead let two jobs trade places
+forever without progress (each one's overhead, counted as attained service, lifted it above the other).
+A newcomer's first start, a job that costs no restart, or a level the victim already had preempt as
+before. The pass asks again when a lease that held a preemption back ends (`next_change_s`).
 """
 
 from __future__ import annotations
@@ -109,6 +118,18 @@ class PreemptionCost:
         c = self.checkpoint_interval_s
         return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
 
+    def lease_s(self, job: Job, resumed: bool) -> float:
+        """Seconds a run must last after a start (`resumed`: a resume, that paid `overhead_s`) before
+        the job may be preempted: the overhead paid plus the kept progress that pays the next restart
+        (its overhead, rounded up to whole checkpoint intervals with periodic checkpoints). 0 for a job
+        whose preemption costs no restart (suspended in place, or restarted from scratch)."""
+        overhead = self.overhead_s(job)
+        if overhead <= 0.0:
+            return 0.0
+        c = self.checkpoint_interval_s
+        pays = overhead if c <= 0.0 else max(math.ceil(overhead / c), 1) * c
+        return (overhead if resumed else 0.0) + pays
+
 
 _MAX_LEVELS = 64
 """More distinct waiting levels than this: a pass does not look for the point where all fail."""
@@ -128,7 +149,10 @@ class Decisions(NamedTuple):
 
 class PreemptingScheduler(SchedulerView, Protocol):
     """What the preemptive pass needs of its scheduler (core/scheduler.py's `Scheduler` is one): the
-    read-only view, plus starting a waiting job and preempting a running one."""
+    read-only view, plus starting a waiting job and preempting a running one, and what a preemption
+    costs (the lease it gives a started job)."""
+
+    preemption_cost: PreemptionCost
 
     def start_waiting(
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
@@ -155,6 +179,9 @@ class PreemptiveQueue:
         self._stamp: dict[int, int] = {}
         self._shapes: dict[object, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
         self._shape_of: dict[int, tuple[object, ...]] = {}
+        self._wakes: list[float] = []  # ends of leases that held a preemption back
+        self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
+        self._lease_held = False  # a lease held a preemption back in this job's try (no shape memo)
 
     def fork(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -166,6 +193,8 @@ class PreemptiveQueue:
         new._stamp = dict(self._stamp)
         new._shapes = {level: dict(shapes) for level, shapes in self._shapes.items()}
         new._shape_of = dict(self._shape_of)
+        new._wakes = list(self._wakes)
+        new._start_level = dict(self._start_level)
         return new
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -209,16 +238,20 @@ class PreemptiveQueue:
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
         self._stamp.pop(jid, None)
+        self._start_level.pop(jid, None)
 
     def next_change_s(self) -> float:
         """The next instant a level may change (the clock calls `decide` again then)."""
         ch = self._changes
         while ch and self._stamp.get(ch[0][1]) != ch[0][2]:
             heapq.heappop(ch)
-        return ch[0][0] if ch else _INF
+        nxt = ch[0][0] if ch else _INF
+        return min(nxt, self._wakes[0]) if self._wakes else nxt
 
     def refresh(self, now: float) -> None:
         """Rank again every job whose level may have changed by `now`."""
+        while self._wakes and self._wakes[0] <= now:
+            heapq.heappop(self._wakes)
         ch = self._changes
         while ch and ch[0][0] <= now:
             _, jid, stamp = heapq.heappop(ch)
@@ -237,6 +270,30 @@ class PreemptiveQueue:
         for slot in slots:
             self.enter(slot, now)
         self.sched.note_change()
+
+    # -- the lease ---------------------------------------------------------------------------------
+    def lease_end_s(self, slot: JobSlot) -> float:
+        """When a running job may first be preempted (its start plus `PreemptionCost.lease_s`)."""
+        start = slot.start_s if slot.start_s is not None else -_INF
+        return start + self.sched.preemption_cost.lease_s(slot.job, resumed=slot.preemptions > 0)
+
+    def _leased(self, victim: JobSlot, by: JobSlot, now: float) -> bool:
+        """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
+        restart to run, and only the victim's own service since its (re)start put it above `by` (its
+        level then was not higher). The pass asks again when the lease ends."""
+        if not self.policy.endless_levels:
+            return False  # its levels run out: a trade of places ends at the last one
+        if not by.preemptions or self.sched.preemption_cost.overhead_s(by.job) <= 0.0:
+            return False  # its first start (or one that costs no restart): nothing to trade back
+        if self._start_level.get(victim.jid, _INF) > by.level:
+            return False  # it outranked `by` when it started: its lease is not what makes it a victim
+        end = self.lease_end_s(victim)
+        if end <= now + 1e-9:
+            return False
+        if end not in self._wakes:
+            heapq.heappush(self._wakes, end)
+        self._lease_held = True
+        return True
 
     # -- the pass ----------------------------------------------------------------------------------
     def decide(self, now: float) -> Decisions:
@@ -270,6 +327,7 @@ class PreemptiveQueue:
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
+            self._lease_held = False
             if resumed:
                 gpus = self._resume_on(slot, now, out.preempted, preempted)
             else:
@@ -281,12 +339,13 @@ class PreemptiveQueue:
                 self.leave(slot)
                 sched.start_waiting(slot, gpus, now, out.started)
                 self.enter(slot, now)
+                self._start_level[slot.jid] = slot.level
                 if freed:
                     failed.clear()
                     n_preempted = len(out.preempted)
                 entries = waiting.irange(minimum=cursor, inclusive=(False, True))
                 worst, full = self._worst_full()
-            elif memo and not resumed:
+            elif memo and not resumed and not self._lease_held:  # a lease binds this job only
                 failed.add(shape)
                 if self._all_fail(failed, level, worst, full):
                     break  # every job it could still reach fails alike: none starts in this pass
@@ -341,6 +400,8 @@ class PreemptiveQueue:
                 return None
         if any(b.level <= slot.level or b.job.preempt_mode == "never" for b in blockers):
             return None
+        if [b for b in blockers if self._leased(b, slot, now)]:  # every lease noted, so the pass asks again
+            return None
         for victim in blockers:
             out.append(sched.preempt(victim.jid, now))
             preempted.add(victim.jid)
@@ -355,7 +416,7 @@ class PreemptiveQueue:
         """GPUs for `slot` after preempting running jobs of a higher level, or None (nothing changed).
 
         A victim of mode `suspend` keeps its memory: its GPUs serve only a newcomer whose memory fits
-        beside it. Jobs of mode `never` are passed by."""
+        beside it. Jobs of mode `never`, and jobs whose lease has not ended, are passed by."""
         sched, state = self.sched, self.sched.state
         released: list[JobSlot] = []
         gpus = None
@@ -364,7 +425,7 @@ class PreemptiveQueue:
                 break
             victim = sched.slot(entry[-1])  # type: ignore[arg-type]
             mode = victim.job.preempt_mode
-            if mode == "never":
+            if mode == "never" or self._leased(victim, slot, now):
                 continue
             state.release(victim.alloc, victim.mem_gb, victim.need)
             if mode == "suspend":

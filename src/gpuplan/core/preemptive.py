@@ -50,6 +50,10 @@ class PreemptivePolicy(Policy):
     preemptive = True
     quantum_param: ClassVar[str] = ""
     learns: ClassVar[bool] = False  # ranks by what `observe` learned from finished jobs (gittins)
+    endless_levels: ClassVar[bool] = False
+    """Its levels never run out (las): two jobs whose restart overhead lifts each above the other could
+    trade places forever, so the pass leases their starts (core/preemption.py, `PreemptionCost.lease_s`).
+    Tiresias' K queues and Gittins' finite grid end such a trade at their last level."""
 
     def key(self, job: Job, seq: int, oracle: bool) -> tuple[float, ...]:
         return (job.submit_s, seq)
@@ -90,6 +94,7 @@ class Las(PreemptivePolicy):
     description = "least attained GPU-service first (preemptive, quanta of 1 GPU-hour; no durations needed)"
     params = (Param("quantum", "quantum_gpu_s", "gpu_time", "GPU-time per level"),)
     quantum_param = "quantum"
+    endless_levels = True
 
     def __init__(self, quantum_gpu_s: float = 3600.0) -> None:
         self.quantum_gpu_s = quantum_gpu_s

@@ -19,7 +19,7 @@ from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.fairshare import FairQueue, UsageLedger
 from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
-from gpuplan.core.preemption import Decisions, Preempted, PreemptiveQueue
+from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
 from gpuplan.core.state import ClusterState, Need, need_of
@@ -74,6 +74,9 @@ class Scheduler:
         self._in_pass = False
         self._shapes: ShapeIndex | None = None  # built on first use by a backfill pass (waiting_shapes)
         self._running: SortedList = SortedList()  # (expected end, jid, slot)
+        self.preemption_cost = PreemptionCost()
+        """What a preemption costs (the clock sets its own: the simulator's, the forecast's); the
+        preemptive pass gives each started job the lease it implies (`PreemptionCost.lease_s`)."""
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
         self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
         self.wait_rules: list[WaitRule] = []

@@ -46,7 +46,7 @@ class PreemptiveRun:
             )
         self.jobs = jobs
         self.sched = sched
-        self.cost = cost
+        self.cost = sched.preemption_cost = cost  # the pass leases each start by the same cost
         self.progress = progress
         self.t0 = min(j.submit_s for j in jobs)
         self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
