@@ -182,6 +182,7 @@ class PreemptiveQueue:
         self._wakes: list[float] = []  # ends of leases that held a preemption back
         self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
         self._lease_held = False  # a lease held a preemption back in this job's try (no shape memo)
+        self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
 
     def fork(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -195,6 +196,7 @@ class PreemptiveQueue:
         new._shape_of = dict(self._shape_of)
         new._wakes = list(self._wakes)
         new._start_level = dict(self._start_level)
+        new._by_shape = {shape: entries.copy() for shape, entries in self._by_shape.items()}
         return new
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -210,6 +212,10 @@ class PreemptiveQueue:
             if at is None:
                 at = self._shapes[slot.level] = {}
             at[shape] = at.get(shape, 0) + 1
+            same = self._by_shape.get(shape)
+            if same is None:
+                same = self._by_shape[shape] = SortedList()
+            same.add(entry)
         else:
             self.running.add(entry)
         stamp = self._stamp.get(slot.jid, 0) + 1
@@ -224,6 +230,10 @@ class PreemptiveQueue:
         if slot.start_s is None:
             self.waiting.remove(entry)
             shape = self._shape_of.pop(slot.jid)
+            same = self._by_shape[shape]
+            same.remove(entry)
+            if not same:
+                del self._by_shape[shape]
             at = self._shapes[entry[0]]
             left = at[shape] - 1
             if left:
@@ -311,7 +321,9 @@ class PreemptiveQueue:
         entries = iter(waiting)  # rebuilt from the cursor whenever the pass changes the queue
         worst, full = self._worst_full()
         n_preempted = 0
-        for _ in range(MAX_EXAMINED):
+        examined = 0
+        while examined < MAX_EXAMINED:
+            examined += 1
             entry = next(entries, None)
             if entry is None:
                 break
@@ -323,7 +335,15 @@ class PreemptiveQueue:
                 continue
             slot = sched.slot(jid)  # type: ignore[arg-type]
             shape = self._shape_of[jid]  # type: ignore[index]
-            if shape in failed:
+            if shape in failed:  # jump the run of failed shapes (each counts as examined)
+                nxt = self._next_open(cursor, failed)
+                at = waiting.bisect_right(cursor)
+                if full and at < len(waiting) and waiting[at][0] >= worst:
+                    break
+                if nxt is None:
+                    break
+                examined += waiting.bisect_left(nxt) - at
+                entries = waiting.irange(minimum=nxt)
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
@@ -350,6 +370,19 @@ class PreemptiveQueue:
                 if self._all_fail(failed, level, worst, full):
                     break  # every job it could still reach fails alike: none starts in this pass
         return out
+
+    def _next_open(
+        self, cursor: tuple[object, ...], failed: set[tuple[object, ...]]
+    ) -> tuple[object, ...] | None:
+        """The first waiting entry after `cursor` of a shape not in `failed`, or None."""
+        best = None
+        for shape, same in self._by_shape.items():
+            if shape in failed:
+                continue
+            k = same.bisect_right(cursor)
+            if k < len(same) and (best is None or same[k] < best):
+                best = same[k]
+        return best
 
     def _all_fail(self, failed: set[tuple[object, ...]], level: object, worst: object, full: bool) -> bool:
         """Whether every waiting job the pass may still reach is of a shape in `failed`: those ranked
