@@ -75,3 +75,13 @@ def test_a_forecast_of_a_long_queue_is_the_plain_scans_and_the_scan_narrowed(
     plain = forecast(_queue(seed, 600), 600.0)
     got = {j: (f.start_s, f.gpu_ids) for j, f in fast.jobs.items()}
     assert got == {j: (f.start_s, f.gpu_ids) for j, f in plain.jobs.items()}
+
+
+def test_a_fork_copies_the_index_so_a_forecast_leaves_the_live_one_as_it_was() -> None:
+    s = _queue(4, 300)
+    live = s.waiting_shapes()
+    assert live is not None and len(live) == 300
+    first = forecast(s, 300.0)
+    assert len(live) == 300 and s.waiting_shapes() is live  # the fork started its jobs, not these
+    again = forecast(s, 300.0)
+    assert {j: f.start_s for j, f in first.jobs.items()} == {j: f.start_s for j, f in again.jobs.items()}

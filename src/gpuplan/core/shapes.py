@@ -75,7 +75,12 @@ class ShapeIndex:
 
     def copy(self, slots: dict[int, JobSlot]) -> ShapeIndex:
         """The same index over the copied slots of a forked scheduler."""
-        return ShapeIndex(slots[jid] for jid in self._of)
+        new = ShapeIndex()
+        new._by_shape = {
+            shape: (keys.copy(), plans.copy()) for shape, (keys, plans) in self._by_shape.items()
+        }
+        new._of = {jid: (shape, plan_s, key, slots[jid]) for jid, (shape, plan_s, key, _) in self._of.items()}
+        return new
 
     def __len__(self) -> int:
         return len(self._of)
