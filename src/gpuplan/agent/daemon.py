@@ -25,6 +25,7 @@ from gpuplan.agent import launcher
 from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
 from gpuplan.agent.gpus import GpuBackend, ProcReading, Snapshot, open_backend
 from gpuplan.agent.history import append_history
+from gpuplan.agent.outcome import end_reason, final_state
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_profile
 from gpuplan.core.policies import Policy
@@ -645,9 +646,9 @@ class Agent:
         assert row is not None
         job_dir = self.paths.job_dir(run.jid)
         oom = run.exit_code not in (None, 0) and launcher.is_oom(job_dir) and run.stop_state != "preempt"
-        state = self._final_state(run, oom, job_dir)
+        state = final_state(run.stop_state, run.exit_code, job_dir)
         if not reason:
-            reason = self._reason(run, state, vanished, oom)
+            reason = end_reason(run.stop_state, run.exit_code, state, vanished, oom)
         run_s = row.run_s if run.stop_state == "preempt" else run.run_time_s(now)
         suspended_s = row.suspended_s + (now - (row.stopped_at_s or now) if run.suspended else 0.0)
         self.store.update_job(run.jid, state=state, end_s=now, exit_code=run.exit_code, oom=int(oom),
@@ -667,38 +668,6 @@ class Agent:
             self.requeue_job(row, row.mem_gb, f"preempted ({row.preempt}); requeued", now)
         else:
             self.store.forget_env(run.jid)  # the job ended for good: its environment goes
-
-    def _final_state(self, run: _Run, oom: bool, job_dir: Path) -> str:
-        if run.stop_state in ("cancelled", "timeout"):
-            return run.stop_state
-        if run.stop_state == "requeue":
-            return "requeued"
-        if run.stop_state == "preempt":
-            return "preempted"
-        if launcher.hit_time_limit(job_dir):  # its wrapper stopped it (the agent was down, or late)
-            return "timeout"
-        return "done" if run.exit_code == 0 else "failed"
-
-    @staticmethod
-    def _reason(run: _Run, state: str, vanished: bool, oom: bool) -> str:
-        if oom:
-            return "CUDA out of memory"
-        if state == "preempted":
-            return "preempted"
-        if state == "timeout" and not run.stop_state:
-            down = " while the agent was down" if vanished else ""
-            return f"time limit reached{down}: stopped by its launcher"
-        if state == "timeout":
-            return "time limit reached: stopped by the agent"
-        if state == "failed" and run.exit_code is None:
-            return "ended while the agent was down; exit status unknown (killed?)"
-        if state == "failed" and run.exit_code is not None and run.exit_code > 128:
-            return f"killed by {launcher.signal_name(run.exit_code - 128)}"
-        if state == "failed":
-            return f"exit status {run.exit_code}"
-        if vanished:
-            return "ended while the agent was down"
-        return ""
 
     def _maybe_requeue_oom(self, row: JobRow, run: _Run) -> None:
         if row.attempt > self.config.oom_retries:
