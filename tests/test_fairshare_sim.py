@@ -54,6 +54,12 @@ def test_fairshare_cuts_the_light_users_wait_at_least_five_fold(tmp_path: Path) 
     assert text.exit_code == 0, text.stderr
     lines = [ln for ln in text.stdout.splitlines() if "Jain's index" in ln]
     assert len(lines) == 2 and any(ln.startswith("fairshare+easy") for ln in lines)
+    many = runner.invoke(
+        app, ["simulate", str(trace), "--cluster", "8xA100-80GB", "-p", "fifo,fairshare,sjf", "-b", "all"]
+    )
+    assert many.exit_code == 0, many.stderr
+    lines = [ln for ln in many.stdout.splitlines() if "Jain's index" in ln]
+    assert len(lines) == 1 and "fairshare+easy 0." in lines[0], "more runs: one line of indexes"
     page = (tmp_path / "report.html").read_text()
     assert "Per user" in page and "Jain&#x27;s index" not in page and "Jain's index" in page
 

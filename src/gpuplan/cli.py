@@ -218,15 +218,25 @@ def _emit(
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for (see commands/plan.py)
 
 
-def _user_lines(results: Sequence[SimResult], most: int = 8) -> list[str]:
-    """Per run with users: Jain's index and the figures of the users with the most GPU-hours."""
+def _user_lines(results: Sequence[SimResult], most: int = 8, detailed_runs: int = 3) -> list[str]:
+    """Jain's index over users per run; with at most `detailed_runs` runs, also the figures of the
+    users with the most GPU-hours (with more runs one line of indexes: the rest is in --json and the
+    report, so that comparing every policy does not print a screen per run)."""
     from gpuplan.sim.fairness import jain_index
 
+    per_run = [(r, users) for r in results if (users := r.user_figures())]
+    if not per_run:
+        return []
+    if len(per_run) > detailed_runs:
+        n = max(len(users) for _, users in per_run)
+        cells = ", ".join(
+            f"{r.label} {jain_index([u['mean_bounded_slowdown'] for u in users]):.3f}" for r, users in per_run
+        )
+        return [
+            f"Jain's index over {n} users (mean bounded slowdowns; 1 = all alike): {cells}; per user: --json or the report"
+        ]
     lines = []
-    for r in results:
-        users = r.user_figures()
-        if not users:
-            continue
+    for r, users in per_run:
         jain = jain_index([u["mean_bounded_slowdown"] for u in users])
         top = sorted(users, key=lambda u: -u["gpu_hours"])[:most]
         cells = "; ".join(
