@@ -10,10 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuplan.agent.daemon import Agent, AgentConfig
 from gpuplan.agent.launcher import live_jobs
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.protocol import AgentNotRunningError, call
@@ -134,3 +135,27 @@ class Daemon:
         for pgid in pgids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def in_process_agents(home: Path, clock: Clock, **defaults: Any) -> Iterator[Callable[..., Agent]]:
+    """A maker of agents run in this process on `clock` (the test drives `step`), on fake 8xA100 by
+    default; `defaults` and each call's keywords are AgentConfig fields. On exit every job process
+    group they started is killed and each agent closed."""
+    agents: list[Agent] = []
+
+    def make(**kw: Any) -> Agent:
+        config = AgentConfig(home=home, **{"gpus": "fake:8xA100-80GB", "grace_s": 5.0, **defaults, **kw})
+        agent = Agent(config, clock=clock)
+        agents.append(agent)
+        return agent
+
+    try:
+        yield make
+    finally:
+        for agent in agents:
+            for run in list(agent.runs.values()):
+                if run.pgid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(run.pgid, signal.SIGKILL)
+            agent.close()

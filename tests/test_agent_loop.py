@@ -3,7 +3,6 @@ apply, expected starts, recovery. Jobs are real processes; time never passes by 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -12,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import Clock, wait_until
-from gpuplan.agent.daemon import Agent, AgentConfig
+from agent_helpers import Clock, in_process_agents, wait_until
+from gpuplan.agent.daemon import Agent
 from gpuplan.agent.launcher import live_jobs
 from gpuplan.agent.requests import handle
 
@@ -25,23 +24,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def make_agent(tmp_path: Path, clock: Clock) -> Iterator[object]:
-    agents: list[Agent] = []
-
-    def make(**kw: object) -> Agent:
-        config = AgentConfig(
-            home=tmp_path / "home", gpus=kw.pop("gpus", "fake:8xA100-80GB"), grace_s=5.0, **kw
-        )  # type: ignore[arg-type]
-        agent = Agent(config, clock=clock)
-        agents.append(agent)
-        return agent
-
-    yield make
-    for agent in agents:
-        for run in list(agent.runs.values()):
-            if run.pgid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.pgid, 9)
-        agent.close()
+    with in_process_agents(tmp_path / "home", clock) as make:
+        yield make
 
 
 def _submit(agent: Agent, command: str = "sleep 300", **kw: object) -> int:

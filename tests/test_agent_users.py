@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 from collections.abc import Iterator
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import Clock, wait_until
-from gpuplan.agent.daemon import Agent, AgentConfig
+from agent_helpers import Clock, in_process_agents, wait_until
+from gpuplan.agent.daemon import Agent
 from gpuplan.agent.requests import handle
 from gpuplan.errors import GpuplanError
 
@@ -25,22 +24,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def make_agent(tmp_path: Path, clock: Clock) -> Iterator[object]:
-    agents: list[Agent] = []
-
-    def make(**kw: object) -> Agent:
-        agent = Agent(
-            AgentConfig(home=tmp_path / "home", gpus="fake:8xA100-80GB", grace_s=1.0, **kw), clock=clock
-        )  # type: ignore[arg-type]
-        agents.append(agent)
-        return agent
-
-    yield make
-    for agent in agents:
-        for run in list(agent.runs.values()):
-            if run.pgid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.pgid, 9)
-        agent.close()
+    with in_process_agents(tmp_path / "home", clock, grace_s=1.0) as make:
+        yield make
 
 
 def _ask(agent: Agent, op: str, **kw: object) -> dict[str, object]:
