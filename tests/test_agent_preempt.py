@@ -292,6 +292,9 @@ def test_a_suspended_job_killed_while_the_agent_was_down_frees_its_gpu(
     os.killpg(first.runs[a].pgid, signal.SIGKILL)  # type: ignore[arg-type]
     wait_until(lambda: is_zombie(first.runs[a].pid), "A to die")  # type: ignore[arg-type]
     os.waitpid(first.runs[a].pid, 0)  # type: ignore[arg-type]
+    # the shell's `sleep` child dies with the group but is reaped by init, not by us: until it is a
+    # zombie its environment still names the job, and a new agent would rightly re-adopt it
+    wait_until(lambda: not _states(first, a), "every process of A to be gone")
     again = make_agent(gpus=1)
     row = _row(again, a)
     assert row.state == "failed" and "exit status unknown" in row.reason
