@@ -36,6 +36,7 @@ from gpuplan.model import Job
 
 if TYPE_CHECKING:
     from gpuplan.core.preemptive import PreemptivePolicy
+    from gpuplan.core.state import ClusterState
 
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
@@ -47,6 +48,7 @@ __all__ = [
     "PreemptingScheduler",
     "PreemptionCost",
     "PreemptiveQueue",
+    "VictimTally",
 ]
 
 _INF = math.inf
@@ -448,28 +450,47 @@ class PreemptiveQueue:
     ) -> list[int] | tuple[int, ...] | None:
         """GPUs for `slot` after preempting running jobs of a higher level, or None (nothing changed).
 
-        A victim of mode `suspend` keeps its memory: its GPUs serve only a newcomer whose memory fits
-        beside it. Jobs of mode `never`, and jobs whose lease has not ended, are passed by."""
+        Victims are tried from the highest level down until the job fits. A victim of mode `suspend`
+        keeps its memory: its GPUs serve only a newcomer whose memory fits beside it. Jobs of mode
+        `never`, and jobs whose lease has not ended, are passed by.
+
+        On an exclusive cluster without suspended jobs, victims are only counted (`VictimTally`) until
+        their GPUs could host the job (enough idle in all, and on one node unless it may span), and
+        only then released and the placer asked: the placer answers None while they could not."""
         sched, state = self.sched, self.sched.state
         released: list[JobSlot] = []
+        applied = 0  # released[:applied] are released in `state`; the rest only counted
+        tally = (
+            VictimTally(state, slot)
+            if not state.sharing and not state.suspended_n and slot.gpus > 0
+            else None
+        )
         gpus = None
-        for entry in reversed(list(self.running)):
+        for entry in reversed(self.running):
             if entry[0] <= slot.level:  # type: ignore[operator]
                 break
             victim = sched.slot(entry[-1])  # type: ignore[arg-type]
             mode = victim.job.preempt_mode
             if mode == "never" or self._leased(victim, slot, now):
                 continue
-            state.release(victim.alloc, victim.mem_gb, victim.need)
-            if mode == "suspend":
-                state.hold_suspended(victim.alloc, victim.mem_gb)
             released.append(victim)
+            if tally is not None and mode != "suspend":
+                if not tally.add(victim.alloc):
+                    continue  # the placer cannot place it yet
+                tally = VictimTally(state, slot)  # counts from the state once the counted ones are released
+            else:
+                tally = None  # a victim that keeps its memory: every later one is released and tried
+            for v in released[applied:]:
+                state.release(v.alloc, v.mem_gb, v.need)
+                if v.job.preempt_mode == "suspend":
+                    state.hold_suspended(v.alloc, v.mem_gb)
+            applied = len(released)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
                 gpus = self._find(slot)
                 if gpus is not None:
                     break
         taken = set(gpus or ())
-        for victim in released:  # undo: every victim when nothing fits, else those not in the way
+        for victim in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
             if victim.job.preempt_mode == "suspend":
                 state.drop_suspended(victim.alloc, victim.mem_gb)
             state.place(victim.alloc, victim.mem_gb, victim.need)
@@ -480,3 +501,35 @@ class PreemptiveQueue:
                 out.append(sched.preempt(victim.jid, now))
                 preempted.add(victim.jid)
         return gpus
+
+
+class VictimTally:
+    """GPUs that releasing counted victims would make idle on an exclusive cluster, without releasing
+    them: `add` says whether the job could then be placed (a placer finds GPUs for a job of n GPUs only
+    where n are idle: in all when it may span nodes, else on one node)."""
+
+    __slots__ = ("dec", "gain", "need", "njobs", "node_idle", "node_of", "spans", "total")
+
+    def __init__(self, state: ClusterState, slot: JobSlot) -> None:
+        self.njobs, self.node_of, self.node_idle = state.gpu_njobs, state.gpu_node, state.node_idle
+        self.need = slot.gpus
+        self.spans = slot.may_span
+        self.total = state.idle_total  # idle GPUs once every counted victim is released
+        self.dec: dict[int, int] = {}  # GPU -> counted victims on it
+        self.gain: dict[int, int] = {}  # node -> GPUs the counted victims free there
+
+    def add(self, alloc: tuple[int, ...]) -> bool:
+        """Count one more victim; whether the job may fit once every counted victim is released."""
+        njobs, dec, gain = self.njobs, self.dec, self.gain
+        fits = False
+        for g in alloc:
+            d = dec[g] = dec.get(g, 0) + 1
+            if njobs[g] == d:  # no other occupant: idle once released
+                n = self.node_of[g]
+                k = gain[n] = gain.get(n, 0) + 1
+                self.total += 1
+                if self.node_idle[n] + k >= self.need:
+                    fits = True
+        if self.total < self.need:
+            return False
+        return fits or self.spans
