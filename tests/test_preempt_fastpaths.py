@@ -1,8 +1,11 @@
 """The preemptive pass's shortcuts give the schedules of the plain rules they skip work in.
 
-`PreemptiveQueue._evict_for` counts victims (`VictimTally`) instead of releasing each one and asking the
-placer again: checked by hand, and against the plain rule (release every victim in turn, ask the placer
-after each) on random traces under every preemptive policy, preempt modes mixed.
+- `PreemptiveQueue._evict_for` counts victims (`VictimTally`) instead of releasing each one and asking
+  the placer again: checked by hand, and against the plain rule (release every victim in turn, ask the
+  placer after each).
+- `PreemptiveQueue.decide` does not walk a settled queue (the last pass decided nothing and only level
+  changes no pass acts on came since): against walking every pass.
+Both on random traces under every preemptive policy, preempt modes mixed.
 """
 
 from __future__ import annotations
@@ -111,14 +114,26 @@ def _schedule(jobs: list[Job], policy: str) -> tuple[object, ...]:
     return tuple(sorted((x.job_id, x.start_s, x.end_s, x.gpus) for x in r.records)), r.metrics.preemptions
 
 
+_REFRESH = PreemptiveQueue.refresh
+
+
+def _never_quiet(self, now):  # type: ignore[no-untyped-def]
+    _REFRESH(self, now)
+    return False  # every pass walks the queue
+
+
 @pytest.mark.parametrize("policy", ["las:quantum=100", "tiresias:threshold=200", "gittins:first=50"])
-def test_the_tally_gives_the_schedules_of_the_plain_rule(
-    policy: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("plain", ["evict", "settle"])
+def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
+    policy: str, plain: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(policy)
     traces = [_trace(rng, rng.randint(10, 40)) for _ in range(15)]
     fast = [_schedule(jobs, policy) for jobs in traces]
-    monkeypatch.setattr(PreemptiveQueue, "_evict_for", _plain_evict_for)
-    plain = [_schedule(jobs, policy) for jobs in traces]
-    assert fast == plain
-    assert sum(p for _, p in plain) > 50  # the traces do preempt
+    if plain == "evict":
+        monkeypatch.setattr(PreemptiveQueue, "_evict_for", _plain_evict_for)
+    else:
+        monkeypatch.setattr(PreemptiveQueue, "refresh", _never_quiet)
+    slow = [_schedule(jobs, policy) for jobs in traces]
+    assert fast == slow
+    assert sum(p for _, p in slow) > 50  # the traces do preempt

@@ -185,6 +185,7 @@ class PreemptiveQueue:
         self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
         self._lease_held = False  # a lease held a preemption back in this job's try (no shape memo)
         self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
+        self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
 
     def fork(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -260,18 +261,28 @@ class PreemptiveQueue:
         nxt = ch[0][0] if ch else _INF
         return min(nxt, self._wakes[0]) if self._wakes else nxt
 
-    def refresh(self, now: float) -> None:
-        """Rank again every job whose level may have changed by `now`."""
-        while self._wakes and self._wakes[0] <= now:
-            heapq.heappop(self._wakes)
+    def refresh(self, now: float) -> bool:
+        """Rank again every job whose level may have changed by `now`. Returns whether every change was
+        one no pass can act on: a running job whose level, before and after, is at most every waiting
+        job's (it can be nobody's victim, and the highest running level matters only above them)."""
+        quiet = True
+        wakes = self._wakes
+        while wakes and wakes[0] <= now:  # a lease that held a preemption back ended
+            heapq.heappop(wakes)
+            quiet = False
         ch = self._changes
         while ch and ch[0][0] <= now:
             _, jid, stamp = heapq.heappop(ch)
             if self._stamp.get(jid) == stamp:
                 slot = self.sched.slot(jid)
+                before = slot.level
                 self.leave(slot)
                 self.enter(slot, now)
                 self.sched.note_change()  # its rank moved: a view of the queue is stale
+                if quiet:
+                    lowest = self.waiting[0][0] if self.waiting else _INF
+                    quiet = slot.start_s is not None and before <= lowest and slot.level <= lowest  # type: ignore[operator]
+        return quiet
 
     def rerank_all(self, now: float) -> None:
         """Rank every job again (the policy learned something that moves every level)."""
@@ -309,7 +320,21 @@ class PreemptiveQueue:
 
     # -- the pass ----------------------------------------------------------------------------------
     def decide(self, now: float) -> Decisions:
-        self.refresh(now)
+        """One pass at `now` (after `refresh`): the jobs to preempt, then the jobs to start.
+
+        A pass that decided nothing is settled: while nothing but level changes no pass can act on
+        (`refresh`) happened since, the next pass would walk the same jobs through the same failures
+        and decide nothing again, so it is not walked."""
+        settled = self._settled == self.sched.version
+        quiet = self.refresh(now)
+        if settled and quiet:
+            self._settled = self.sched.version
+            return Decisions([], [])
+        out = self._pass(now)
+        self._settled = -1 if out.preempted or out.started else self.sched.version
+        return out
+
+    def _pass(self, now: float) -> Decisions:
         sched, state = self.sched, self.sched.state
         out = Decisions([], [])
         preempted: set[int] = set()
