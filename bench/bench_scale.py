@@ -8,6 +8,9 @@ load; ratios are measured in the same process, one run after the other.
   scale-ratios: las, tiresias, gittins (preemptive, + none) and fifo + conservative as ratios to
     fifo + EASY in the same process, on 10,000 Poisson jobs on 1,024 GPUs and on a heavy-tailed trace
     (Pareto 1.1 durations, multi-day jobs) with short quanta (las:quantum=300). Floors: 2x and 5x.
+  scale-conservative: fifo + conservative against fifo + EASY, CPU seconds of each `simulate` in the same
+    process and their ratio (floor 5x), on the 10,000 Poisson jobs on 1,024 GPUs and on the Alibaba pods
+    on their own cluster with GPU sharing (../shared/data; the row says why when it is absent).
   scale-readers: 1,000,000 rows of gpuplan's CSV, Parquet and JSONL: rows/s (floors 500k rows/s for CSV
     and Parquet, JSONL <= 4 s).
   scale-startup: `gpuplan --help` and `gpuplan policies`, the least wall and CPU of 5 (floor 0.3 s).
@@ -110,6 +113,53 @@ def ratios_case() -> list[dict[str, object]]:
     return out
 
 
+def _alibaba() -> tuple[list, object] | str:  # type: ignore[type-arg]
+    """The Alibaba pods that ran and their cluster (GPU sharing), or why they are not here."""
+    from gpuplan.traces import read_trace
+
+    path = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "traces" / "alibaba-gpu-v2023"
+    path = path / "openb_pod_list_default.csv"
+    if not path.is_file():
+        return f"{path.resolve()} absent (real traces live in ../shared/data)"
+    trace = read_trace(path)
+    return [j for j in trace.jobs if j.duration_s is not None], trace.cluster
+
+
+def conservative_case() -> list[dict[str, object]]:
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.synth import synth_poisson
+
+    gpu = GpuSpec("A100-80GB", 80.0)
+    cluster = ClusterSpec("128x8", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(128)))
+    workloads: dict[str, tuple[list, object] | str] = {  # type: ignore[type-arg]
+        "poisson-10k-1024-gpus": (synth_poisson(10_000, seed=1, load=0.9, total_gpus=1024), cluster),
+        "alibaba-sharing": _alibaba(),
+    }
+    out: list[dict[str, object]] = []
+    for name, got in workloads.items():
+        if isinstance(got, str):
+            out.append({"case": "scale-conservative", "workload": name, "skipped": got})
+            continue
+        jobs, spec = got
+        easy, easy_wall = _timed_wall(jobs, spec, "easy")
+        cons, cons_wall = _timed_wall(jobs, spec, "conservative")
+        out.append({"case": "scale-conservative", "workload": name, "jobs": len(jobs),
+                    "gpus": spec.total_gpus, "sharing": spec.sharing,  # type: ignore[attr-defined]
+                    "fifo_easy_cpu_s": round(easy, 3), "fifo_conservative_cpu_s": round(cons, 3),
+                    "fifo_easy_wall_s": round(easy_wall, 3), "fifo_conservative_wall_s": round(cons_wall, 3),
+                    "conservative_ratio": round(cons / easy, 2), "floor_ratio": 5.0,
+                    "within_floor": cons / easy <= 5.0,
+                    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})  # fmt: skip
+    return out
+
+
+def _timed_wall(jobs, cluster, backfill: str) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """CPU and wall seconds of one fifo `simulate` with this backfill mode."""
+    t0 = time.perf_counter()
+    cpu = _timed(jobs, cluster, "fifo", backfill)
+    return cpu, time.perf_counter() - t0
+
+
 def readers_case() -> list[dict[str, object]]:
     from gpuplan.traces import read_trace, write_trace
 
@@ -170,6 +220,7 @@ def sweep_case() -> dict[str, object]:
 CASES = {
     "scale-1m-pass": one_million_case,
     "scale-ratios": ratios_case,
+    "scale-conservative": conservative_case,
     "scale-readers": readers_case,
     "scale-startup": startup_case,
     "scale-sweep": sweep_case,

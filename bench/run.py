@@ -38,7 +38,7 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   conservative-exclusive-10k: the same comparison for 10,000 Poisson jobs on 128 x 8 exclusive A100s.
   slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
     by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
-  scale-1m-pass, scale-ratios, scale-readers, scale-startup, scale-sweep: issue #25's figures
+  scale-1m-pass, scale-ratios, scale-conservative, scale-readers, scale-startup, scale-sweep: issue #25's figures
     (bench/bench_scale.py: the 1M-job pass, preemptive and conservative ratios to fifo+EASY, readers'
     rows/s, start-up, the 4-worker sweep's speed-up; docs/benchmarks.md).
   slurm-article: the article's experiment on that real Slurm for seeds 0-4 (fixed in advance): per seed
@@ -447,7 +447,14 @@ def _scale_case(name: str) -> object:
     return SCALE_CASES[name]()
 
 
-for _name in ("scale-1m-pass", "scale-ratios", "scale-readers", "scale-startup", "scale-sweep"):
+for _name in (
+    "scale-1m-pass",
+    "scale-ratios",
+    "scale-conservative",
+    "scale-readers",
+    "scale-startup",
+    "scale-sweep",
+):
     _OTHER[_name] = lambda name=_name: _scale_case(name)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from gpuplan.core.count_plan import CountPlan
 from gpuplan.core.gpu_plan import GpuPlan
 from gpuplan.core.params import Configurable, Param, build
+from gpuplan.core.profile import CountProfile
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, SchedulerView, Started, WaitingShapes
 
@@ -371,6 +372,26 @@ class Conservative(Backfill):
         self._idle_until: tuple[weakref.ref[SchedulerView], int, int, float, float] | None = None
         """(view, its version, depth, now, horizon) of the last pass if it started nothing (a weak
         reference: a scheduler holds its backfill mode, and a run makes no reference cycles)."""
+        self._profile: tuple[weakref.ref[SchedulerView], CountProfile] | None = None
+        """The availability profile of an exclusive cluster and the view it follows (core/profile.py)."""
+
+    def _count_profile(self, s: SchedulerView) -> CountProfile:
+        """The profile of `s`, kept current by its notifications; built afresh for a new view (a
+        scheduler's fork gets its own), after its holds changed, or every pass for a view that does
+        not notify."""
+        kept = self._profile
+        if kept is not None and kept[0]() is s and not kept[1].stale:
+            return kept[1]
+        if kept is not None and kept[0]() is s:
+            s.unobserve(kept[1])
+        profile = CountProfile.build(s.state, ((r.jid, r.expected_end_s, r.alloc) for r in s.running()))
+        observe = getattr(s, "observe", None)
+        if observe is None:
+            profile.stale = True
+        else:
+            observe(profile)
+        self._profile = (weakref.ref(s), profile)
+        return profile
 
     def select(self, s: SchedulerView, now: float) -> list[Started]:
         version = s.version
@@ -388,7 +409,9 @@ class Conservative(Backfill):
         started: list[Started] = []
         reserved: dict[int, float] = {}
         self.reserved = reserved
-        plan: CountPlan | GpuPlan = GpuPlan(s, now) if s.state.sharing else CountPlan(s, now)
+        plan: CountPlan | GpuPlan = (
+            GpuPlan(s, now) if s.state.sharing else CountPlan(s, now, self._count_profile(s))
+        )
         for i, slot in enumerate(s.waiting()):
             if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
                 break

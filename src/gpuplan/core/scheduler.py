@@ -23,7 +23,7 @@ from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, Preemp
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
 from gpuplan.core.state import ClusterState, Need, need_of
-from gpuplan.core.view import JobSlot, SchedulerView, Started, WaitReason
+from gpuplan.core.view import JobSlot, RunningObserver, SchedulerView, Started, WaitReason
 from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
 
@@ -81,6 +81,7 @@ class Scheduler:
         self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
         self.wait_rules: list[WaitRule] = []
         """Eligibility rules that explain a wait (core/forecast.py asks them first, in order)."""
+        self._observers: list[RunningObserver] = []  # told of running-job and hold changes (observe)
         if quotas is not None:
             self.set_quotas(quotas)
 
@@ -197,10 +198,13 @@ class Scheduler:
         slot.run_since_promotion_s += run_s
         self._running.remove((slot.expected_end_s, jid, slot))
         self._state.release(slot.alloc, slot.mem_gb, slot.need)
+        for o in self._observers:
+            o.job_stopped(slot)
         done = Preempted(jid, slot.alloc, mode)
         if mode == "suspend":
             self._state.hold_suspended(slot.alloc, slot.mem_gb)
             slot.suspended_on = slot.alloc
+            self._holds_changed()
         slot.alloc, slot.start_s, slot.expected_end_s = (), None, _INF
         slot.waiting_since_s = now
         slot.preemptions += 1
@@ -222,6 +226,7 @@ class Scheduler:
         slot = self.submit(jid, job, book_mem_gb, now=now)  # bumps the version
         self._state.hold_suspended(gpu_ids, slot.mem_gb)
         slot.suspended_on = tuple(gpu_ids)
+        self._holds_changed()
         return slot
 
     def restore_progress(
@@ -274,6 +279,8 @@ class Scheduler:
         self._version += 1
         self._running.remove((slot.expected_end_s, jid, slot))
         self._state.release(slot.alloc, slot.mem_gb, slot.need)
+        for o in self._observers:
+            o.job_stopped(slot)
         self._unbook_user(slot, now)
         return slot
 
@@ -303,6 +310,7 @@ class Scheduler:
         if slot.suspended_on:
             self._state.drop_suspended(slot.suspended_on, slot.mem_gb)
             slot.suspended_on = ()
+            self._holds_changed()
         if self._pre is not None:
             self._pre.leave(slot)
             self._pre.forget(jid)
@@ -354,11 +362,14 @@ class Scheduler:
             self._running.remove((old, jid, slot))
             self._running.add((end_s, jid, slot))
             slot.expected_end_s = end_s
+            for o in self._observers:
+                o.end_moved(slot)
 
     def set_offline(self, gpu: int, offline: bool = True) -> None:
         """Take a GPU out of service (or bring it back): see `ClusterState.set_offline`."""
         self._state.set_offline(gpu, offline)
         self._version += 1
+        self._holds_changed()
 
     def set_quotas(self, quotas: Quotas | None) -> None:
         """Per-user limits from now on (None: none). Jobs already running keep running; a waiting job
@@ -413,11 +424,17 @@ class Scheduler:
         """Memory held on a GPU by processes the scheduler did not start: see `ClusterState.hold_external`."""
         self._state.hold_external(gpu, mem_gb)
         self._version += 1
+        self._holds_changed()
+
+    def _holds_changed(self) -> None:
+        for o in self._observers:
+            o.holds_changed()
 
     def note_change(self) -> None:
         """Bump `version`: the live state changed outside these methods (the preemptive pass re-ranked
         jobs, a suspended job's memory left its GPUs)."""
         self._version += 1
+        self._holds_changed()  # an observer cannot tell what moved: it starts afresh
 
     def wait_reason(self, slot: JobSlot, now: float) -> WaitReason | None:
         """Why `slot` may not start now by an eligibility rule: its user's quota (`quota_reason`), then
@@ -445,6 +462,7 @@ class Scheduler:
         new.backfill = copy.copy(self.backfill)  # its pass memo names this scheduler: never reused there
         new._state = self._state.copy()
         new.wait_rules = list(self.wait_rules)
+        new._observers = []  # the copy's backfill mode builds its own profile of the copy
         slots = {jid: slot.copy() for jid, slot in self._slots.items()}
         new._slots = slots
         if self._ledger is not None:
@@ -533,6 +551,17 @@ class Scheduler:
             proj.release(slot.alloc, slot.mem_gb, slot.need)
         return proj
 
+    def observe(self, observer: RunningObserver) -> None:
+        """Tell `observer` of every start, end, preemption and moved expected end of a running job, and
+        of every change to the cluster's holds, from now on (conservative's availability profile)."""
+        if observer not in self._observers:
+            self._observers.append(observer)
+
+    def unobserve(self, observer: RunningObserver) -> None:
+        """Stop telling `observer` (no error when it was not observing)."""
+        if observer in self._observers:
+            self._observers.remove(observer)
+
     def start(
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
@@ -548,6 +577,8 @@ class Scheduler:
         slot.start_s = start_s
         slot.expected_end_s = end_s
         self._running.add((end_s, slot.jid, slot))
+        for o in self._observers:
+            o.job_started(slot)
         self._use.add(slot.job.user, slot.gpus)
         if self._ledger is not None:
             self._ledger.start(slot.jid, slot.job.user, slot.gpus, start_s)

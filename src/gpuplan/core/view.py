@@ -16,7 +16,7 @@ from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
 
-__all__ = ["JobSlot", "SchedulerView", "Started", "WaitReason", "WaitingShapes"]
+__all__ = ["JobSlot", "RunningObserver", "SchedulerView", "Started", "WaitReason", "WaitingShapes"]
 
 
 class Started(NamedTuple):
@@ -122,6 +122,24 @@ class WaitingShapes(Protocol):
         and those of one in `short` that end by `shadow` if started at `now`."""
 
 
+class RunningObserver(Protocol):
+    """Told of every change to a scheduler's running jobs and to its cluster's holds, as it happens
+    (`SchedulerView.observe`): how conservative backfill keeps its availability profile (core/profile.py)
+    without rebuilding it per pass."""
+
+    def job_started(self, slot: JobSlot) -> None:
+        """`slot` now runs on `slot.alloc` (a start, a resume or an adopted job) until `expected_end_s`."""
+
+    def job_stopped(self, slot: JobSlot) -> None:
+        """`slot` ended or was preempted: its GPUs (`slot.alloc`, still set) are free again."""
+
+    def end_moved(self, slot: JobSlot) -> None:
+        """A running job's `expected_end_s` changed."""
+
+    def holds_changed(self) -> None:
+        """A GPU went offline or back, or memory held by other processes changed."""
+
+
 class SchedulerView(Protocol):
     """The read-only surface of a Scheduler (plus `start`, the one change a backfill mode makes).
 
@@ -162,3 +180,9 @@ class SchedulerView(Protocol):
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
         """Book a waiting job on `gpu_ids` at `now` and append the decision to `started`."""
+
+    def observe(self, observer: RunningObserver) -> None:
+        """Tell `observer` of every change to the running jobs and the cluster's holds from now on."""
+
+    def unobserve(self, observer: RunningObserver) -> None:
+        """Stop telling `observer` (no error when it was not observing)."""
