@@ -2,11 +2,12 @@
 new arrives, computed by the scheduler itself.
 
 `forecast(sched, now)` forks the live Scheduler (`Scheduler.fork`: queue, running jobs, cluster,
-reservation notes, preemptive ranks, a learning policy's state) and drives the copy with the calls every
-clock makes: at each instant the ends first, then the jobs that become eligible (a dependency ended, a
-begin time came), then one `decide` pass (its preemptions, then its starts); the clock then jumps to
-the next expected end, level change or begin time, until every waiting job has started (under a
-preemptive policy until every job has ended: a later preemption moves an end). No scheduling rule is
+reservation notes, preemptive ranks, a learning policy's state) and drives the copy on the loop every
+clock runs (core/clock.py's `EventClock`, the simulator's too): at each instant the ends first, then
+the jobs that become eligible (a dependency ended, a begin time came), then one pass (its preemptions,
+then its starts); the clock then jumps to the next expected end, level change or begin time, until
+every waiting job has started (under a preemptive policy until every job has ended: a later
+preemption moves an end). No scheduling rule is
 written here: every start, reservation, preemption and placement is the Scheduler's own, so on any
 clock that drives the same Scheduler the same way, the forecast is what happens (tests/test_forecast*.py).
 
@@ -18,8 +19,6 @@ core says: `Scheduler.wait_rules`); `Forecast.waiting_for` names the jobs whose 
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuplan.core import preemption
+from gpuplan.core.clock import EventClock
 from gpuplan.core.preemption import Preempted, PreemptionCost
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
@@ -253,8 +253,9 @@ def forecast(
     return fc
 
 
-class _Forecaster:
-    """One forecast's clock over a forked scheduler (kept apart so each step is a small method)."""
+class _Forecaster(EventClock):
+    """One forecast's clock over a forked scheduler: the hooks of `EventClock` (core/clock.py) that
+    record what the forecast returns."""
 
     def __init__(
         self,
@@ -264,15 +265,12 @@ class _Forecaster:
         cost: PreemptionCost,
         progress_s: Mapping[int, float],
     ) -> None:
+        sched = live.fork()
+        super().__init__(sched)
         self.now = now
-        self.sched = sched = live.fork()
-        self.version = live.version
+        self.live_version = live.version
         self.cost = sched.preemption_cost = cost  # the fork's pass leases each start by the same cost
-        self.preemptive = sched.policy.preemptive
         self.jobs: dict[int, JobForecast] = {}
-        self.heap: list[tuple[float, int, int, int]] = []  # (end, seq, jid, version)
-        self.seq = itertools.count()
-        self.ver: dict[int, int] = {}
         self.end_of: dict[int, float] = {}  # expected end of each job running in the fork
         self.history: dict[int, tuple[list[float], list[tuple[float, float, int]]]] = {}
         self.open: dict[int, list[tuple[int, int]]] = {}  # jid -> (gpu, index) of its open segments
@@ -284,9 +282,13 @@ class _Forecaster:
         self.deferred = {d.jid: d for d in deferred}
         self.blocking: dict[int, list[int]] = {}  # dependency -> deferred jobs waiting for it
         self.unmet: dict[int, int] = {}
-        self.begins: list[tuple[float, int]] = []
         self.todo = 0  # waiting or deferred jobs not started yet
         self.stopped = ""
+        self.first = True
+        self.idle = 0  # passes in a row that brought no job its first start and had no end or entry ahead
+        self.last_todo = 0
+        self.most_idle = 0
+        self.per_job = 0
         for k, jid in enumerate(sched.waiting_jids()):
             slot = sched.slot(jid)
             self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
@@ -301,52 +303,37 @@ class _Forecaster:
             self.ran.add(slot.jid)
             self.left[slot.jid] = end - now
             self._open(slot.jid, slot.alloc, slot.start_s if slot.start_s is not None else now, now, 0.0)
-            self._expect_end(slot.jid, end)
+            self._expect(slot.jid, end)
         for d in deferred:
             self._defer(d)
 
-    # -- the clock ---------------------------------------------------------------------------------
-    def loop(self) -> None:
-        sched, t, first = self.sched, self.now, True
-        idle, most_idle, todo = 0, 2 * len(self.jobs) + 64, self.todo
-        per_job = preemption.MAX_PASSES_PER_JOB  # read at run time: a test may lower it
-        most_passes = per_job * (len(self.jobs) + 1)
-        for passes in itertools.count():
-            if passes >= most_passes:
-                self._stop(t, most_passes, per_job)
-                return
-            self._ends_at(t)
-            self._begins_at(t)
-            decided = sched.decide(t)
-            for p in decided.preempted:
-                self._preempted(p, t)
-            for st in decided.started:
-                self._started(st, t)
-            if first:
-                self._reasons(t)
-                first = False
-            if self.todo == 0 and (not self.preemptive or not self.heap):
-                return
-            # Only level changes left (no running job ever ends): endless jobs take turns; once that
-            # many passes brought no job its first start, the rest never starts (starts unknown)
-            idle = 0 if self.todo < todo or self.heap or self.begins else idle + 1
-            todo = self.todo
-            if idle > most_idle:
-                return
-            t_next = min(
-                self.heap[0][0] if self.heap else _INF,
-                sched.next_event_s(),
-                self.begins[0][0] if self.begins else _INF,
-            )
-            if t_next == _INF:
-                return
-            t = t_next
+    def loop(self, start_s: float | None = None) -> None:
+        """The clock from `now` (`start_s` None): a first pass at now, whose reasons are the forecast's,
+        then event to event. Its safety net is read at run time (a test may lower it)."""
+        self.per_job = preemption.MAX_PASSES_PER_JOB  # read at run time: a test may lower it
+        self.max_passes = self.per_job * (len(self.jobs) + 1)
+        self.most_idle = 2 * len(self.jobs) + 64
+        self.last_todo = self.todo
+        super().loop(self.now if start_s is None else start_s)
 
-    def _stop(self, t: float, passes: int, per_job: int) -> None:
+    # -- the clock's hooks ---------------------------------------------------------------------------
+    def after_pass(self, t: float, t_next: float) -> bool:
+        if self.first:
+            self._reasons(t)
+            self.first = False
+        if self.todo == 0 and (not self.preemptive or not self.heap):
+            return True
+        # Only level changes left (no running job ever ends): endless jobs take turns; once that
+        # many passes brought no job its first start, the rest never starts (starts unknown)
+        self.idle = 0 if self.todo < self.last_todo or self.heap or self.begins else self.idle + 1
+        self.last_todo = self.todo
+        return self.idle > self.most_idle
+
+    def too_many_passes(self, t: float, passes: int) -> None:
         """The safety net: after `passes` passes, every job not started or not ended gets none."""
         self.stopped = (
             f"the forecast stopped at {t:.0f} s after {passes} scheduler passes "
-            f"({per_job} per job) without the queue draining: jobs preempt each other "
+            f"({self.per_job} per job) without the queue draining: jobs preempt each other "
             "without progress (a preemptive level at most half the restart overhead?)"
         )
         for jid, fc in self.jobs.items():
@@ -354,27 +341,20 @@ class _Forecaster:
                 self.end_of.pop(jid, None)
                 fc.detail = fc.detail or self.stopped
 
-    def _ends_at(self, t: float) -> None:
-        heap = self.heap
-        while heap and heap[0][0] <= t:
-            _, _, jid, ver = heapq.heappop(heap)
-            if self.ver.get(jid) != ver:
-                continue
-            self.sched.finish(jid, t)
-            self._close(jid, t)
-            del self.end_of[jid]
-            self.jobs[jid].end_s = t
-            for d in self.blocking.pop(jid, ()):
-                self.unmet[d] -= 1
-                if self.unmet[d] == 0:
-                    self._eligible(self.deferred[d], t)
+    def on_end(self, jid: int, t: float) -> None:
+        self.sched.finish(jid, t)
+        self._close(jid, t)
+        del self.end_of[jid]
+        self.jobs[jid].end_s = t
+        for d in self.blocking.pop(jid, ()):
+            self.unmet[d] -= 1
+            if self.unmet[d] == 0:
+                self._eligible(self.deferred[d], t)
 
-    def _begins_at(self, t: float) -> None:
-        while self.begins and self.begins[0][0] <= t:
-            _, jid = heapq.heappop(self.begins)
-            self._submit(self.deferred[jid], t)
+    def on_arrival(self, jid: int, t: float) -> None:
+        self._submit(self.deferred[jid], t)
 
-    def _started(self, st: Started, t: float) -> None:
+    def on_start(self, st: Started, t: float) -> None:
         jid = st.jid
         slot = self.sched.slot(jid)
         fc = self.jobs[jid]
@@ -390,24 +370,21 @@ class _Forecaster:
             self.ran.add(jid)
         self.basis[jid] = _basis(slot.job)
         self._open(jid, st.gpu_ids, t, t, overhead)
-        self._expect_end(jid, end)
+        self._expect(jid, end)
 
-    def _expect_end(self, jid: int, end: float) -> None:
-        v = self.ver.get(jid, 0) + 1
-        self.ver[jid] = v
-        self.end_of[jid] = end
-        if end < _INF:
-            heapq.heappush(self.heap, (end, next(self.seq), jid, v))
-
-    def _preempted(self, p: Preempted, t: float) -> None:
+    def on_preempt(self, p: Preempted, t: float) -> None:
         jid = p.jid
-        self.ver[jid] = self.ver.get(jid, 0) + 1  # its end event no longer holds
+        self.cancel_end(jid)  # its end event no longer holds
         self.end_of.pop(jid, None)
         slot = self.sched.slot(jid)
         seg_start, overhead = self.seg.pop(jid, (t, 0.0))
         kept = self.cost.kept_s(slot.job, max(t - seg_start - overhead, 0.0))
         self.left[jid] = self.left[jid] - kept if slot.job.checkpointable else slot.plan_s
         self._close(jid, t)
+
+    def _expect(self, jid: int, end: float) -> None:
+        self.end_of[jid] = end
+        self.expect_end(jid, end)
 
     def _reasons(self, t: float) -> None:
         """Why each job still waiting after the pass at now waits (Slurm's vocabulary)."""
@@ -446,7 +423,7 @@ class _Forecaster:
 
     def _eligible(self, d: Deferred, t: float) -> None:
         if d.begin_s > t:
-            heapq.heappush(self.begins, (d.begin_s, d.jid))
+            self.enter_at(d.begin_s, d.jid)
         else:
             self._submit(d, t)
 
@@ -479,7 +456,7 @@ class _Forecaster:
                 fc.end_s = end
             if fc.end_s is not None and fc.start_s is not None and fc.end_s < fc.start_s:
                 fc.end_s = fc.start_s
-        return Forecast(self.now, self.jobs, self.version, self.basis, self.stopped, self.history)
+        return Forecast(self.now, self.jobs, self.live_version, self.basis, self.stopped, self.history)
 
 
 def _basis(job: Job) -> str:

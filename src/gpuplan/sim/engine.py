@@ -1,8 +1,8 @@
 """The discrete-event simulator: the scheduling core driven by a virtual clock.
 
-No fixed time step: the clock jumps from event to event (arrivals and finishes). At every instant the
-finishes are handled first, then the arrivals, then one scheduling pass starts every job the policy
-allows. With GPU sharing, a job runs through three phases (start-up, init, GPU work: `Job.startup_s`,
+No fixed time step: the clock jumps from event to event (arrivals and finishes) on the loop every clock
+runs (core/clock.py's `EventClock`; `_Run` is its hooks). At every instant the finishes are handled
+first, then the arrivals, then one scheduling pass starts every job the policy allows. With GPU sharing, a job runs through three phases (start-up, init, GPU work: `Job.startup_s`,
 `Job.init_s`, the rest of its duration); its progress rate in each comes from the interference model, and
 its phase ends move whenever a neighbour starts, reaches its GPU phase or ends on one of its GPUs.
 """
@@ -10,7 +10,6 @@ its phase ends move whenever a neighbour starts, reaches its GPU phase or ends o
 from __future__ import annotations
 
 import gc
-import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from gpuplan.core.backfill import Backfill
 from gpuplan.core.booking import booked_mem_gb
+from gpuplan.core.clock import EventClock
 from gpuplan.core.placement import Placer
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.scheduler import Scheduler
@@ -102,7 +102,8 @@ def simulate(
         from gpuplan.core.interference import InterferenceModel
 
         interference = InterferenceModel.default()
-    run = _Run([*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s)
+    make = _SharedRun if sched.state.sharing else _Run
+    run = make([*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s)
     run.estimator = estimator
     run.adopt(running)
     with _no_cyclic_gc():
@@ -253,8 +254,9 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
     return out
 
 
-class _Run:
-    """State of one simulation run (kept out of `simulate` so each step is a small method)."""
+class _Run(EventClock):
+    """One simulation run: the hooks of `EventClock` (core/clock.py) that replay each job's true
+    duration (with GPU sharing, its phases at the interference model's rates) and record the run."""
 
     def __init__(
         self,
@@ -265,19 +267,21 @@ class _Run:
         waiting: int | None = None,
         t0: float | None = None,
     ) -> None:
+        super().__init__(sched)
         self.jobs = jobs
-        self.sched = sched
+        self.state = sched.state
+        self.oracle = sched.oracle
         self.model = model
         self.progress = progress
         n = len(jobs) if waiting is None else waiting  # jobs[n:] are running when the run starts
         self.t0 = min(j.submit_s for j in jobs[:n]) if t0 is None else t0
         self.order = sorted(range(n), key=lambda i: (jobs[i].submit_s, i))
+        self.set_arrivals([max(jobs[i].submit_s - self.t0, 0.0) for i in self.order], self.order)
         self.work = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of each job in all
-        self.heap: list[tuple[float, int, int, int]] = []  # (time, seq, jid, version)
-        self.seq = itertools.count()
         self.records: list[JobRecord] = []
         self.timeline: list[tuple[float, int]] = [(0.0, 0)]
         self.idle_wait_gpu_s = 0.0
+        self.gpu_count = len(sched.state.gpu_node)
         self.done = 0
         self.sharing = sched.state.sharing
         # MIG: each GPU's share of a whole GPU's compute (None when every GPU is whole)
@@ -290,7 +294,6 @@ class _Run:
         self.phase: dict[int, int] = {}  # index of the current phase in phases_left
         self.gpu_util: dict[int, float] = {}  # busy % during the GPU phase
         self.last_t: dict[int, float] = {}
-        self.version: dict[int, int] = {}
         self.start_t: dict[int, float] = {}
         self.estimator: OnlineEstimator | None = None
         self.by_level: dict[str, int] = {}  # with an estimator: jobs per level their estimate came from
@@ -308,10 +311,10 @@ class _Run:
             self.work[jid] = elapsed + left
             self.start_t[jid] = start
             if not self.sharing:
-                heapq.heappush(self.heap, (left, next(self.seq), jid, 0))
+                self.push_end(jid, left)
                 continue
             self._set_phases(jid, elapsed)
-            self.last_t[jid], self.rate[jid], self.version[jid] = 0.0, 1.0, 0
+            self.last_t[jid], self.rate[jid] = 0.0, 1.0
             for g in slot.alloc:
                 self.gpu_jobs[g].add(jid)
         if running and self.sharing:
@@ -334,46 +337,36 @@ class _Run:
         self.phase[jid] = self._next_phase(jid, 0)
         self.gpu_util[jid] = _gpu_phase_util(self._util(jid), dur, gpu_s)
 
-    def loop(self) -> None:
-        jobs, order, heap, sched, state = self.jobs, self.order, self.heap, self.sched, self.sched.state
-        n, ai, now = len(order), 0, 0.0
-        arrivals = [max(jobs[i].submit_s - self.t0, 0.0) for i in order] + [_INF]
-        version, heappop, timeline = self.version, heapq.heappop, self.timeline
-        while ai < n or heap:
-            t_next = min(arrivals[ai], heap[0][0] if heap else _INF)
-            if sched.waiting_count:
-                self.idle_wait_gpu_s += state.idle_total * (t_next - now)
-            now = t_next
-            while heap and heap[0][0] <= now:
-                _, _, jid, ver = heappop(heap)
-                if not self.sharing:
-                    self._finish(jid, now)
-                elif version.get(jid, -1) == ver:
-                    self._phase_end(jid, now)
-            while arrivals[ai] <= now:
-                job = jobs[order[ai]]
-                if self.estimator is not None:
-                    job = self._estimated(job)
-                sched.submit(order[ai], job, book_mem_gb=booked_mem_gb(job, sched.oracle))
-                ai += 1
-            for st in sched.schedule(now):
-                self._start(st, now)
-            busy = len(state.gpu_node) - state.idle_total
-            if busy != timeline[-1][1]:
-                timeline.append((now, busy))
-            if not heap and ai >= n and sched.waiting_count:
-                raise ScheduleError(self._stuck_message())
+    # -- the clock's hooks ---------------------------------------------------------------------------
+    def on_arrival(self, jid: int, t: float) -> None:
+        job = self.jobs[jid]
+        if self.estimator is not None:
+            job = self._estimated(job)
+        self.sched.submit(jid, job, book_mem_gb=booked_mem_gb(job, self.oracle))
 
-    def _start(self, st: Started, now: float) -> None:
+    def after_pass(self, t: float, t_next: float) -> bool:
+        state, timeline = self.state, self.timeline
+        busy = self.gpu_count - state.idle_total
+        if busy != timeline[-1][1]:
+            timeline.append((t, busy))
+        if t_next < _INF and self.sched.waiting_count:
+            self.idle_wait_gpu_s += state.idle_total * (t_next - t)
+        return False
+
+    def drained(self, t: float) -> None:
+        if self.sched.waiting_count:
+            raise ScheduleError(self._stuck_message())
+
+    def on_start(self, st: Started, now: float) -> None:
         jid = st.jid
         self.start_t[jid] = now
         extra = self._slice_extra_s(jid, st.gpu_ids)
         if not self.sharing:
-            heapq.heappush(self.heap, (now + self.work[jid] + extra, next(self.seq), jid, 0))
+            self.push_end(jid, now + self.work[jid] + extra)
             return
         self._set_phases(jid, 0.0)
         self.phases_left[jid][_GPU_PHASE] += extra
-        self.last_t[jid], self.rate[jid], self.version[jid] = now, 1.0, 0
+        self.last_t[jid], self.rate[jid] = now, 1.0
         for g in st.gpu_ids:
             self.gpu_jobs[g].add(jid)
         self._rerate(self._neighbours(st.gpu_ids), now, force=jid)
@@ -396,17 +389,6 @@ class _Run:
         left = self.phases_left[jid]
         return next((k for k in range(first, _GPU_PHASE) if left[k] > 0.0), _GPU_PHASE)
 
-    def _phase_end(self, jid: int, now: float) -> None:
-        """A sharing job's current phase is done: finish it, or move it on and rerate its GPUs' jobs."""
-        phase = self.phase[jid]
-        if phase == _GPU_PHASE:
-            self._finish(jid, now)
-            return
-        self.phases_left[jid][phase] = 0.0
-        self.last_t[jid] = now
-        self.phase[jid] = self._next_phase(jid, phase + 1)
-        self._rerate(self._neighbours(self.sched.slot(jid).alloc), now, force=jid)
-
     def _estimated(self, job: Job) -> Job:
         """The job with the estimate learned from the jobs finished so far (none: its limit, if any)."""
         assert self.estimator is not None
@@ -415,7 +397,9 @@ class _Run:
         self.by_level[level] = self.by_level.get(level, 0) + 1
         return replace(job, est_duration_s=None if est is None else est.duration_s)
 
-    def _finish(self, jid: int, now: float) -> None:
+    def on_end(self, jid: int, now: float) -> None:
+        """A job's work is done: free its GPUs, record it (on a sharing cluster `_SharedRun.on_end`
+        calls this at the end of its last phase)."""
         if self.estimator is not None:
             self.estimator.observe(self.jobs[jid], now - self.start_t[jid])
         job = self.jobs[jid]
@@ -439,7 +423,8 @@ class _Run:
             for g in gpus:
                 self.gpu_jobs[g].discard(jid)
             del self.rate[jid], self.phases_left[jid], self.phase[jid], self.gpu_util[jid]
-            del self.last_t[jid], self.version[jid]
+            del self.last_t[jid]
+            self.forget(jid)
             self._rerate(self._neighbours(gpus), now)
 
     def _neighbours(self, gpus: tuple[int, ...]) -> set[int]:
@@ -459,8 +444,7 @@ class _Run:
             if new == self.rate[a] and a != force and not force_all:
                 continue
             self.rate[a] = new
-            self.version[a] += 1
-            heapq.heappush(self.heap, (now + left[phase] / new, next(self.seq), a, self.version[a]))
+            self.expect_end(a, now + left[phase] / new)
             plan = self.sched.slot(a).plan_s
             if plan < _INF:
                 done = self.work[a] - sum(left)
@@ -492,6 +476,22 @@ class _Run:
     def _stuck_message(self) -> str:
         ids = [self.jobs[j].id for j in itertools.islice(self.sched.waiting_jids(), 5)]
         return f"{self.sched.waiting_count} job(s) can never start (first: {ids}); nothing runs and nothing arrives"
+
+
+class _SharedRun(_Run):
+    """A run on a sharing cluster: each event is the end of a job's phase (start-up, init, GPU work),
+    and the end of its GPU phase is the job's end."""
+
+    def on_end(self, jid: int, now: float) -> None:
+        """A sharing job's current phase is done: finish it, or move it on and rerate its GPUs' jobs."""
+        phase = self.phase[jid]
+        if phase == _GPU_PHASE:
+            super().on_end(jid, now)
+            return
+        self.phases_left[jid][phase] = 0.0
+        self.last_t[jid] = now
+        self.phase[jid] = self._next_phase(jid, phase + 1)
+        self._rerate(self._neighbours(self.sched.slot(jid).alloc), now, force=jid)
 
 
 def _gpu_phase_util(util_pct: float, duration_s: float, gpu_s: float) -> float:

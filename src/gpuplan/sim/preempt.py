@@ -1,16 +1,16 @@
 """The simulator's loop for preemptive policies (las, tiresias, gittins) on exclusive clusters.
 
-The same Scheduler as every run, driven through `Scheduler.decide(now)`: at each instant finishes are
-handled first, then arrivals, then one pass whose preemptions are carried out before its starts. The
-clock also stops where a job's level changes (`Scheduler.next_event_s`). A preempted job keeps the work
+The same Scheduler and the same loop as every clock (core/clock.py's `EventClock`), driven through
+`Scheduler.decide(now)`: at each instant finishes are handled first, then arrivals, then one pass whose
+preemptions are carried out before its starts. The clock also stops where a job's level changes
+(`Scheduler.next_event_s`). A preempted job keeps the work
 its checkpoint saved (`PreemptionCost.kept_s`) and pays a restart overhead when it resumes; a job that
-cannot checkpoint starts again from scratch. Kept apart from `engine._Run` so runs that never preempt
-pay nothing for it.
+cannot checkpoint starts again from scratch. A driver of its own beside `engine._Run` so runs that never
+preempt pay nothing for it.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Sequence
@@ -18,6 +18,7 @@ from typing import cast
 
 from gpuplan.core import preemption
 from gpuplan.core.booking import booked_mem_gb
+from gpuplan.core.clock import EventClock
 from gpuplan.core.preemption import Preempted, PreemptionCost
 from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.scheduler import Scheduler
@@ -33,8 +34,9 @@ __all__ = ["PreemptiveRun", "simulate_preemptive"]
 _INF = math.inf
 
 
-class PreemptiveRun:
-    """State of one preemptive simulation run (times in seconds from the first submit)."""
+class PreemptiveRun(EventClock):
+    """One preemptive simulation run (times in seconds from the first submit): the hooks of
+    `EventClock` (core/clock.py) that carry out preemptions and record the run."""
 
     def __init__(
         self, jobs: Sequence[Job], sched: Scheduler, cost: PreemptionCost, progress: object = None
@@ -44,22 +46,22 @@ class PreemptiveRun:
                 f"policy {sched.policy.name!r} preempts jobs: the simulator runs preemptive policies on "
                 "exclusive clusters only; pass --exclusive (or a cluster without sharing)"
             )
+        super().__init__(sched)
         self.jobs = jobs
-        self.sched = sched
+        self.state = sched.state
         self.cost = sched.preemption_cost = cost  # the pass leases each start by the same cost
         self.progress = progress
         self.t0 = min(j.submit_s for j in jobs)
         self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
+        self.set_arrivals([jobs[i].submit_s - self.t0 for i in self.order], self.order)
         self.left = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of work still to do
-        self.heap: list[tuple[float, int, int, int]] = []  # (time, seq, jid, version)
-        self.seq = itertools.count()
-        self.version = [0] * len(jobs)
         self.seg_start: dict[int, float] = {}
         self.seg_overhead: dict[int, float] = {}
         self.first_start: dict[int, float] = {}
         self.records: list[JobRecord] = []
         self.timeline: list[tuple[float, int]] = [(0.0, 0)]
         self.idle_wait_gpu_s = 0.0
+        self.last_pass_s = 0.0
         self.preemptions = 0
         self.wasted_gpu_s = 0.0
         self.in_place: set[int] = set()  # suspended in place (SIGSTOP): it resumes, it does not restart
@@ -67,38 +69,33 @@ class PreemptiveRun:
         """(time, action, job id) of every start, resume, preemption (`preempt:ACTION`) and finish, in
         the order carried out: what the local agent's store logs as events, for comparison."""
 
-    def loop(self) -> None:
-        jobs, order, heap, sched, state = self.jobs, self.order, self.heap, self.sched, self.sched.state
-        n, ai, now = len(order), 0, 0.0
-        arrivals = [jobs[i].submit_s - self.t0 for i in order] + [_INF]
-        most_passes = preemption.MAX_PASSES_PER_JOB * (n + 1)  # read at run time: a test may lower it
-        for passes in itertools.count():
-            if not (ai < n or heap or sched.waiting_count):
-                break
-            if passes >= most_passes:
-                raise ScheduleError(self._endless(now, passes))
-            t_next = min(arrivals[ai], heap[0][0] if heap else _INF, sched.next_event_s())
-            if sched.waiting_count:
-                self.idle_wait_gpu_s += state.idle_total * (t_next - now)
-            now = t_next
-            while heap and heap[0][0] <= now:
-                _, _, jid, ver = heapq.heappop(heap)
-                if self.version[jid] == ver:
-                    self._finish(jid, now)
-            while arrivals[ai] <= now:
-                job = jobs[order[ai]]
-                sched.submit(order[ai], job, booked_mem_gb(job, sched.oracle), now=now)
-                ai += 1
-            decided = sched.decide(now)
-            for p in decided.preempted:
-                self._suspend(p, now)
-            for st in decided.started:
-                self._start(st, now)
-            if state.busy_gpus != self.timeline[-1][1]:
-                self.timeline.append((now, state.busy_gpus))
-            if not heap and ai >= n and sched.waiting_count and sched.next_event_s() == _INF:
-                ids = [jobs[j].id for j in itertools.islice(sched.waiting_jids(), 5)]
-                raise ScheduleError(f"{sched.waiting_count} job(s) can never start (first: {ids})")
+    def loop(self, start_s: float | None = None) -> None:
+        """The clock from the first submit; its safety net is read at run time (a test may lower it)."""
+        self.max_passes = preemption.MAX_PASSES_PER_JOB * (len(self.order) + 1)
+        super().loop(start_s)
+
+    # -- the clock's hooks ---------------------------------------------------------------------------
+    def on_arrival(self, jid: int, t: float) -> None:
+        job = self.jobs[jid]
+        self.sched.submit(jid, job, booked_mem_gb(job, self.sched.oracle), now=t)
+
+    def after_pass(self, t: float, t_next: float) -> bool:
+        state = self.state
+        if state.busy_gpus != self.timeline[-1][1]:
+            self.timeline.append((t, state.busy_gpus))
+        if t_next < _INF and self.sched.waiting_count:
+            self.idle_wait_gpu_s += state.idle_total * (t_next - t)
+        self.last_pass_s = t
+        return False
+
+    def drained(self, t: float) -> None:
+        sched = self.sched
+        if sched.waiting_count:
+            ids = [self.jobs[j].id for j in itertools.islice(sched.waiting_jids(), 5)]
+            raise ScheduleError(f"{sched.waiting_count} job(s) can never start (first: {ids})")
+
+    def too_many_passes(self, t: float, passes: int) -> None:
+        raise ScheduleError(self._endless(self.last_pass_s, passes))
 
     def _endless(self, now: float, passes: int) -> str:
         """The safety net's one-line error: jobs preempt each other without progress."""
@@ -110,7 +107,7 @@ class PreemptiveRun:
             "half the restart overhead (quantum / GPUs > overhead / 2, docs/preemption.md)"
         )
 
-    def _start(self, st: Started, now: float) -> None:
+    def on_start(self, st: Started, now: float) -> None:
         jid, job = st.jid, self.jobs[st.jid]
         resumed = jid in self.first_start
         overhead = self.cost.overhead_s(job) if resumed else 0.0
@@ -118,11 +115,11 @@ class PreemptiveRun:
         self.in_place.discard(jid)
         self.first_start.setdefault(jid, now)
         self.seg_start[jid], self.seg_overhead[jid] = now, overhead
-        heapq.heappush(self.heap, (now + overhead + self.left[jid], next(self.seq), jid, self.version[jid]))
+        self.expect_end(jid, now + overhead + self.left[jid])
 
-    def _suspend(self, p: Preempted, now: float) -> None:
+    def on_preempt(self, p: Preempted, now: float) -> None:
         jid, job = p.jid, self.jobs[p.jid]
-        self.version[jid] += 1  # its finish event no longer holds
+        self.cancel_end(jid)  # its finish event no longer holds
         seg = now - self.seg_start.pop(jid)
         progress = max(seg - self.seg_overhead.pop(jid), 0.0)
         kept = self.cost.kept_s(job, progress)
@@ -133,9 +130,10 @@ class PreemptiveRun:
         self.wasted_gpu_s += len(p.gpu_ids) * (seg - kept)
         self.preemptions += 1
 
-    def _finish(self, jid: int, now: float) -> None:
+    def on_end(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
         slot = self.sched.finish(jid, now)
+        self.forget(jid)
         self.events.append((now, "finish", job.id))
         self.seg_start.pop(jid)
         self.wasted_gpu_s += len(slot.alloc) * self.seg_overhead.pop(jid)

@@ -1,0 +1,188 @@
+"""The event loop every virtual clock runs: the simulator's (sim/engine.py, sim/preempt.py) and the
+forecast's (core/forecast.py); the plan search scores its orders through the simulator, so it runs it too.
+
+`EventClock.loop` advances time from event to event (no fixed step). An instant is handled in one
+order on every clock: first the events due (the ends in a versioned heap: a job's end moves when it is
+preempted or its progress rate changes, and an entry whose version is stale is skipped), then the jobs
+that enter the queue (a trace's submits, known in advance and sorted; or jobs found as the run goes, a
+deferred job whose dependency ended and whose begin time comes later), then one scheduling pass
+(`Scheduler.decide` under a preemptive policy: its preemptions, then its starts; `Scheduler.schedule`
+otherwise). The clock then jumps to the next end, entry or level change (`Scheduler.next_event_s`:
+a preemptive policy's quantum promotions and lease ends), until nothing is left, a driver says it has
+learned enough, or the safety net (a bound on passes) trips.
+
+What differs between clocks is a hook of its driver: what an end means (a job's finish, or a sharing
+job's phase end that moves its neighbours' rates), what an entry submits, what a start and a
+preemption record (records, GPU history, the work a checkpoint kept), what each pass leaves behind
+(a utilisation timeline, reasons, the stop test) and what an exhausted clock means (an error in the
+simulator, "no expected start" in the forecast). No scheduling rule is written here or in the hooks:
+every decision is the Scheduler's.
+
+Plain typed classes, no dynamic tricks: the loop is the hot path of every clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import sys
+from collections.abc import Iterator
+
+from gpuplan.core.preemption import Preempted
+from gpuplan.core.scheduler import Scheduler
+from gpuplan.core.view import Started
+
+__all__ = ["EventClock"]
+
+_INF = math.inf
+
+
+class EventClock:
+    """The loop skeleton of a virtual clock over one Scheduler; a driver subclasses it and fills the hooks.
+
+    Attributes:
+        sched: the scheduler the clock drives.
+        preemptive: whether its policy preempts (a pass is `decide`, and level changes are events).
+        heap: the expected ends, `(time, seq, jid, version)`; `expect_end` and `cancel_end` keep it.
+        version: each job's current end version; a popped entry of another version is skipped.
+        arrival_s, arrival_jid: the entries known in advance, sorted by time (`arrival_s` ends with inf);
+            `next_arrival` indexes the first not yet entered.
+        begins: entries found as the run goes, a heap of `(time, jid)` (`enter_at` pushes one).
+        max_passes: the safety net; before a pass beyond it the loop calls `too_many_passes` and stops.
+        passes, next_arrival: written back when the loop returns (the loop keeps them in locals; a
+            hook that needs a count keeps its own), so a second `loop()` resumes where it stopped.
+    """
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.preemptive: bool = sched.policy.preemptive
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq: Iterator[int] = itertools.count()
+        self.version: dict[int, int] = {}
+        self.arrival_s: list[float] = [_INF]
+        self.arrival_jid: list[int] = []
+        self.next_arrival = 0
+        self.begins: list[tuple[float, int]] = []
+        self.max_passes: int = sys.maxsize
+        self.passes = 0
+
+    # -- what drivers call ---------------------------------------------------------------------------
+    def set_arrivals(self, times_s: list[float], jids: list[int]) -> None:
+        """The entries known in advance: `jids[k]` enters at `times_s[k]` (sorted by time)."""
+        self.arrival_s = [*times_s, _INF]
+        self.arrival_jid = jids
+        self.next_arrival = 0
+
+    def enter_at(self, at_s: float, jid: int) -> None:
+        """`jid` enters at `at_s` (after the instant's ends; ties by jid)."""
+        heapq.heappush(self.begins, (at_s, jid))
+
+    def push_end(self, jid: int, at_s: float) -> None:
+        """`jid` ends at `at_s`, an end that never moves (version 0, never stale: no bookkeeping)."""
+        heapq.heappush(self.heap, (at_s, next(self.seq), jid, 0))
+
+    def expect_end(self, jid: int, at_s: float) -> None:
+        """`jid`'s next event (its end, or a phase end) is at `at_s` (inf: none); any earlier one no
+        longer holds (its versions start at 1)."""
+        v = self.version.get(jid, 0) + 1
+        self.version[jid] = v
+        if at_s < _INF:
+            heapq.heappush(self.heap, (at_s, next(self.seq), jid, v))
+
+    def cancel_end(self, jid: int) -> None:
+        """`jid`'s pending event no longer holds (it was preempted)."""
+        self.version[jid] = self.version.get(jid, 0) + 1
+
+    def forget(self, jid: int) -> None:
+        """`jid` ended for good: drop its version (its stale entries are skipped)."""
+        self.version.pop(jid, None)
+
+    def next_time_s(self) -> float:
+        """The next instant with something to do (inf: none)."""
+        t = min(
+            self.heap[0][0] if self.heap else _INF,
+            self.arrival_s[self.next_arrival],
+            self.begins[0][0] if self.begins else _INF,
+        )
+        return min(t, self.sched.next_event_s()) if self.preemptive else t
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def loop(self, start_s: float | None = None) -> None:
+        """Run the clock from `start_s` (None: its first event) until it stops."""
+        sched, heap, version, begins = self.sched, self.heap, self.version, self.begins
+        arrival_s, arrival_jid = self.arrival_s, self.arrival_jid
+        preemptive, heappop = self.preemptive, heapq.heappop
+        ai, passes, max_passes = self.next_arrival, self.passes, self.max_passes
+        t = self.next_time_s() if start_s is None else start_s
+        if t == _INF:
+            self.drained(t)
+            return
+        while True:
+            if passes >= max_passes:
+                self.passes, self.next_arrival = passes, ai
+                self.too_many_passes(t, passes)
+                return
+            passes += 1
+            while heap and heap[0][0] <= t:
+                _, _, jid, ver = heappop(heap)
+                if ver == 0 or version.get(jid) == ver:
+                    self.on_end(jid, t)
+            while arrival_s[ai] <= t:
+                self.on_arrival(arrival_jid[ai], t)
+                ai += 1
+            while begins and begins[0][0] <= t:
+                self.on_arrival(heappop(begins)[1], t)
+            if preemptive:
+                decided = sched.decide(t)
+                for p in decided.preempted:
+                    self.on_preempt(p, t)
+                started = decided.started
+            else:
+                started = sched.schedule(t)
+            for st in started:
+                self.on_start(st, t)
+            t_next = heap[0][0] if heap else _INF  # comparisons, not min(): this is the hot path
+            if arrival_s[ai] < t_next:
+                t_next = arrival_s[ai]
+            if begins and begins[0][0] < t_next:
+                t_next = begins[0][0]
+            if preemptive:
+                level_s = sched.next_event_s()
+                if level_s < t_next:
+                    t_next = level_s
+            if self.after_pass(t, t_next):
+                break
+            if t_next == _INF:
+                self.passes, self.next_arrival = passes, ai
+                self.drained(t)
+                return
+            t = t_next
+        self.passes, self.next_arrival = passes, ai
+
+    # -- the hooks -----------------------------------------------------------------------------------
+    def on_end(self, jid: int, t: float) -> None:
+        """`jid`'s event at `t` is due (its version holds)."""
+        raise NotImplementedError
+
+    def on_arrival(self, jid: int, t: float) -> None:
+        """`jid` enters the queue at `t` (the driver submits it)."""
+        raise NotImplementedError
+
+    def on_start(self, st: Started, t: float) -> None:
+        """The pass at `t` started (or resumed) `st.jid` on `st.gpu_ids`."""
+        raise NotImplementedError
+
+    def on_preempt(self, p: Preempted, t: float) -> None:
+        """The pass at `t` preempted `p.jid` (carried out before the pass's starts)."""
+        raise NotImplementedError
+
+    def after_pass(self, t: float, t_next: float) -> bool:
+        """The pass at `t` is done and the next instant is `t_next` (inf: none): True stops the clock."""
+        return False
+
+    def drained(self, t: float) -> None:
+        """Nothing is left to happen after `t` (no end, entry or level change)."""
+
+    def too_many_passes(self, t: float, passes: int) -> None:
+        """The safety net tripped at `t` after `passes` passes."""
