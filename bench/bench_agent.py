@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -164,3 +165,88 @@ def _submit(agent: Any, env: dict[str, str], gpus: int, limit_s: float, command:
                           "cwd": "/", "env": env}, 0)  # fmt: skip
     assert reply["ok"], reply
     return int(reply["id"])
+
+
+def _client_run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """One `gpuplan ARGS` process (the console script's entry, `python -m gpuplan`): (wall s, its CPU s)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "gpuplan", *args], env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def bench_queue(waiting: int = 2000, runs: int = 5) -> dict[str, object]:
+    """`gpuplan queue`, `queue --json`, `show ID` and `show ID --json` with `waiting` jobs waiting on a
+    real agent (fake 8xA100, every GPU busy), process start included (issue #21 floor: <= 0.5 s).
+
+    Per command: the median wall time of `runs` processes and the client process's CPU time (user +
+    sys). The agent keeps its forecast while nothing changes (agent/outlook.py), so `queue_cold_*` is
+    `queue` right after a submit (the agent forecasts again); `queue_request_s` is the socket round
+    trip alone. Measured on a shared, loaded machine: the CPU figures are the steadier ones."""
+    from gpuplan.agent.protocol import AgentNotRunningError, call
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        config = {"home": str(home), "gpus": "fake:8xA100-80GB", "sample_interval_s": 1.0}
+        proc = subprocess.Popen([sys.executable, "-m", "gpuplan.agent.server", json.dumps(config)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        sock = home / "agent.sock"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+        def submit(**fields: Any) -> int:
+            return int(
+                call(sock, {"op": "submit", "command": "true", "cwd": tmp, "env": env, **fields})["id"]
+            )
+
+        def ready() -> bool:
+            try:
+                call(sock, {"op": "status"})
+            except AgentNotRunningError:
+                return False
+            return True
+
+        try:
+            _wait(ready)
+            for _ in range(8):  # every GPU busy for 10 minutes
+                submit(command="sleep 600", time_limit_s=600)
+            rng = random.Random(2)
+            ids = [
+                submit(gpus=rng.choice([1, 1, 2, 4, 8]), time_limit_s=rng.randint(10, 3600))
+                for _ in range(waiting)
+            ]
+            cli_env = {**os.environ, "GPUPLAN_HOME": str(home)}
+            show_id = str(ids[len(ids) // 2])
+            out: dict[str, object] = {"case": "agent-queue-2000", "waiting": waiting, "floor_s": 0.5}
+            for label, args in (("queue", ["queue"]), ("queue_json", ["queue", "--json"]),
+                                ("show", ["show", show_id]), ("show_json", ["show", show_id, "--json"])):  # fmt: skip
+                _client_run(args, cli_env)  # the agent's forecast is made here, and the page cache warm
+                walls, cpus = zip(*(_client_run(args, cli_env) for _ in range(runs)), strict=True)
+                out[f"{label}_wall_s_median"] = round(statistics.median(walls), 3)
+                out[f"{label}_client_cpu_s_median"] = round(statistics.median(cpus), 3)
+            cold_walls, cold_cpus = [], []
+            for _ in range(runs):  # a submit changes the queue: the next `queue` forecasts again
+                submit(gpus=8, time_limit_s=60, hold=True)
+                wall, cpu = _client_run(["queue"], cli_env)
+                cold_walls.append(wall)
+                cold_cpus.append(cpu)
+            out["queue_cold_wall_s_median"] = round(statistics.median(cold_walls), 3)
+            out["queue_cold_client_cpu_s_median"] = round(statistics.median(cold_cpus), 3)
+            reply = call(sock, {"op": "queue"})
+            out["waiting_with_expected_start"] = sum(
+                1 for j in reply["jobs"] if j["state"] == "queued" and j["expected_start_s"] is not None
+            )
+            t0 = time.perf_counter()
+            call(sock, {"op": "queue"})
+            out["queue_request_s"] = round(time.perf_counter() - t0, 3)
+            out["within_floor"] = max(out["queue_wall_s_median"], out["queue_cold_wall_s_median"]) <= 0.5  # type: ignore[call-overload]
+            call(sock, {"op": "stop", "kill_jobs": True})
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return out

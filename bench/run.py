@@ -19,8 +19,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   agent-submit-latency, agent-pass-10k: the local agent's submit -> start latency on a free GPU and one
     scheduling pass with 10,000 queued jobs (issue #10: p95 <= 200 ms, pass <= 100 ms; aim p95 <= 50 ms).
   forecast-10k: the core's forecast of 10,000 waiting jobs on 64 GPUs, fifo+easy and las (issue #21:
-    <= 200 ms each); agent-queue-2000: `gpuplan queue` with 2,000 waiting jobs on a real agent,
-    process start included (issue #21: <= 0.5 s).
+    <= 200 ms each); agent-queue-2000: `gpuplan queue` (and --json, `show ID`) with 2,000 waiting jobs
+    on a real agent, process start included: wall and the client's CPU (issue #21: <= 0.5 s).
   web-queue-10k, web-whatif-10k: the dashboard's queue API with 10,000 queued jobs, and a what-if on a
     10,000-job trace (issue #12; the browser's first render is printed by tests/web).
   web-slurm-queue-10k: `gpuplan serve --slurm`'s queue API with 10,000 pending jobs (stand-in squeue
@@ -272,7 +272,7 @@ def _forecast_case() -> list[dict[str, object]]:
 
 
 def _agent_queue_case() -> dict[str, object]:
-    from bench_forecast import bench_queue
+    from bench_agent import bench_queue
 
     return bench_queue()
 

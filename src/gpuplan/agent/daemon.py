@@ -26,6 +26,7 @@ from gpuplan.agent.engine import AgentPolicy, Engine, node_spec
 from gpuplan.agent.gpus import GpuBackend, ProcReading, Snapshot, open_backend
 from gpuplan.agent.history import append_history
 from gpuplan.agent.outcome import end_reason, final_state
+from gpuplan.agent.outlook import ForecastCache
 from gpuplan.agent.paths import AgentPaths
 from gpuplan.agent.store import FINAL_STATES, JobRow, Store, job_profile
 from gpuplan.core.policies import Policy
@@ -155,6 +156,7 @@ class Agent:
         self._foreign_peak: dict[int, float] = {}
         self.external: list[ProcReading] = []  # GPU processes the agent did not start, as last sampled
         self.predictors = list(config.predict)
+        self.forecasts = ForecastCache()  # `queue` and `show` after no change reuse the last forecast
         self._restore_usage()
         self.recover()
 

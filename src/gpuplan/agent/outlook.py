@@ -5,26 +5,74 @@ Every waiting job gets an expected start, end and GPUs, and a reason in Slurm's 
 is `JobHeldUser`; a job whose dependency runs or waits enters the forecast's queue when that job ends
 (as `Agent._release_dependents` queues it), and one whose dependency failed never starts
 (`DependencyNeverSatisfied`).
+
+The agent keeps its last forecast (`ForecastCache`): a `queue` or `show` after no change costs no
+forecast. It is reused while the Scheduler's version and the store's held, deferred and suspended jobs
+are the same and the clock has not reached the forecast's first event (an expected end, start or level
+change): until then a pass starts nothing and the copy's run forward is the same. A policy whose order
+moves with time alone (preemptive, fair-share) reuses it only at the same instant.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuplan.agent.store import JobRow
 from gpuplan.core.forecast import Deferred, Forecast
+from gpuplan.model import Job
 
 if TYPE_CHECKING:
-    from gpuplan.agent.daemon import Agent
+    from gpuplan.agent.engine import Engine
 
-__all__ = ["agent_forecast", "clock_text", "forecast_detail", "forecast_fields"]
+__all__ = [
+    "ForecastCache",
+    "ForecastSource",
+    "agent_forecast",
+    "clock_text",
+    "forecast_detail",
+    "forecast_fields",
+]
 
 _WAITING = ("queued", "suspended", "held")
 
 
-def agent_forecast(agent: Agent, rows: list[JobRow], now: float) -> Forecast:
-    """The forecast of every active job in `rows` (running, suspended, queued, held) from `now`."""
+class ForecastCache:
+    """The agent's last forecast, with what it was made from and until when it stands."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.forecast: Forecast | None = None
+        self.from_s = math.inf
+        self.until_s = -math.inf
+        self.made = 0  # forecasts computed (the rest were reused)
+
+    def get(self, key: tuple[Any, ...], now: float) -> Forecast | None:
+        """The kept forecast when it was made from `key` and stands at `now`, else None."""
+        if self.forecast is None or key != self.key or not self.from_s <= now:
+            return None
+        return self.forecast if now == self.from_s or now < self.until_s else None
+
+    def put(self, key: tuple[Any, ...], fc: Forecast, now: float, until_s: float) -> None:
+        self.key, self.forecast, self.from_s, self.until_s = key, fc, now, until_s
+        self.made += 1
+
+
+class ForecastSource(Protocol):
+    """What the forecast reads of the agent (agent/daemon.py's Agent)."""
+
+    engine: Engine
+    forecasts: ForecastCache
+
+    def deps_ok(self, row: JobRow) -> bool | str: ...
+
+    def core_job(self, row: JobRow) -> Job: ...
+
+
+def agent_forecast(agent: ForecastSource, rows: list[JobRow], now: float) -> Forecast:
+    """The forecast of every active job in `rows` (running, suspended, queued, held) from `now`
+    (the kept one while it stands: `ForecastCache`)."""
     deferred: list[Deferred] = []
     held: dict[int, str] = {}
     kept: dict[int, float] = {}
@@ -44,7 +92,30 @@ def agent_forecast(agent: Agent, rows: list[JobRow], now: float) -> Forecast:
                 deferred.append(
                     Deferred(r.id, agent.core_job(r), after=after, submit_now_s=since, progress=progress)
                 )
-    return agent.engine.forecast(now, deferred, held, kept)
+    engine = agent.engine
+    key = (engine.sched.version, tuple(deferred), tuple(held.items()), tuple(kept.items()))
+    fc = agent.forecasts.get(key, now)
+    if fc is None:
+        fc = engine.forecast(now, deferred, held, kept)
+        agent.forecasts.put(key, fc, now, _stands_until(engine, fc, deferred, now))
+    return fc
+
+
+def _stands_until(engine: Engine, fc: Forecast, deferred: list[Deferred], now: float) -> float:
+    """The first instant after `now` at which the forecast from a later clock may differ: the first
+    expected start or end, begin time or level change (now itself for a policy that moves with time)."""
+    policy = engine.policy
+    if policy.preemptive or policy.usage_ranked:
+        return now
+    until = engine.next_event_s()
+    for f in fc:
+        for t in (f.end_s,) if f.state == "running" else (f.start_s, f.end_s):
+            if t is not None and t < until:
+                until = max(t, now)
+    for d in deferred:
+        if now < d.begin_s < until:
+            until = d.begin_s
+    return until
 
 
 def forecast_fields(fc: Forecast, row: JobRow) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuplan.commands.jobview import agent_call, agent_paths, ask_or_store, queue, show
+
 __all__ = [
     "agent_app",
     "apply_cmd",
@@ -91,20 +93,8 @@ def parse_duration_s(text: str, option: str = "--time") -> float:
 # -- client plumbing -------------------------------------------------------------------------------
 
 
-def _paths():  # type: ignore[no-untyped-def]
-    """The agent this client talks to: GPUPLAN_HOME's, the user's own, else the system agent's."""
-    from gpuplan.agent.paths import client_paths
-
-    return client_paths()
-
-
-def _call(op: str, **fields: Any) -> dict[str, Any]:
-    """One request, checked here first (agent/schema.py: a bad id is refused even with no agent)."""
-    from gpuplan.agent.protocol import call
-    from gpuplan.agent.schema import validate
-
-    validate({"op": op, **fields})
-    return call(_paths().socket, {"op": op, **fields})
+_paths = agent_paths
+_call = agent_call
 
 
 def _submit(fields: dict[str, Any]) -> tuple[int, str]:
@@ -161,48 +151,7 @@ def _submitted_per_store(request_id: str, lost: Exception | None) -> tuple[int, 
     return row.id, f"the agent did not answer ({lost}); its store holds job {row.id} from this submit"
 
 
-def _ask_or_store(op: str, **fields: Any) -> dict[str, Any]:
-    """`queue` or `show` from the agent, else read-only from its store while it is down (said on
-    stderr; the reply's `agent_running` is false)."""
-    from gpuplan.agent.protocol import AgentNotRunningError
-
-    try:
-        return {**_call(op, **fields), "agent_running": True}
-    except AgentNotRunningError as e:
-        reply = _from_store(op, fields, e)
-    typer.echo(
-        f"gpuplan: the agent is not running: read-only view of its store {_paths().db} "
-        "(no expected start times; start it with `gpuplan agent start`)",
-        err=True,
-    )
-    return {**reply, "agent_running": False}
-
-
-def _from_store(op: str, fields: dict[str, Any], down: Exception) -> dict[str, Any]:
-    from gpuplan.agent.protocol import AgentError
-    from gpuplan.agent.requests import job_json, show_reply
-    from gpuplan.agent.store import ACTIVE_STATES, connect, get_job, jobs_by_state
-
-    paths = _paths()
-    if not paths.db.exists():
-        raise down
-    now = time.time()
-    try:
-        conn = connect(paths.db, readonly=True)
-    except sqlite3.Error as e:
-        raise AgentError(f"{down}; and its store {paths.db} is unreadable: {e}") from None
-    try:
-        if op == "queue":
-            rows = sorted(jobs_by_state(conn, ACTIVE_STATES), key=lambda r: (r.state != "running", r.id))
-            return {"now_s": now, "jobs": [{**job_json(r, now), "expected_start_s": None} for r in rows]}
-        row = get_job(conn, fields["id"])
-        if row is None:
-            raise AgentError(f"no job {fields['id']} (see `gpuplan queue`)")
-        return show_reply(conn, paths, row, now)
-    except sqlite3.Error as e:
-        raise AgentError(f"reading the store {paths.db} failed: {e}") from None
-    finally:
-        conn.close()
+_ask_or_store = ask_or_store
 
 
 def _emit(as_json: bool, data: dict[str, Any], text: str) -> None:
@@ -431,52 +380,13 @@ def submit_cmd(
 def queue_cmd(as_json: JsonOpt = False) -> None:
     """Running and waiting jobs, waiting ones in the order they will start, with expected start times."""
     with _errors():
-        reply = _ask_or_store("queue")
-        if as_json:
-            _emit(True, reply, "")
-            return
-        _print_queue(reply["jobs"], reply["now_s"])
-
-
-def _print_queue(jobs: list[dict[str, Any]], now: float) -> None:
-    """The queue as aligned columns (plain text: a 2,000-row Rich table took seconds to lay out)."""
-    head = ("ID", "STATE", "NAME", "GPUS", "MEM/GPU", "ON", "START", "END", "REASON", "COMMAND")
-    rows = [head]
-    for j in jobs:
-        start = j["start_s"] if j["state"] in ("running", "suspended") else j.get("expected_start_s")
-        end = j.get("expected_end_s")
-        mem = "whole" if j["mem_gb"] is None else f"{j['mem_gb']:g}G"
-        on = ",".join(map(str, j["gpu_ids"])) or "-"
-        rows.append((str(j["id"]), j["state"], j["name"] or "-", str(j["gpus"]), mem, on,
-                     "-" if start is None else _ago(start - now), "-" if end is None else _ago(end - now),
-                     j["reason"] or "", j["command"][:60]))  # fmt: skip
-    widths = [max(len(r[k]) for r in rows) for k in range(len(head) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
-    sys.stdout.write("\n".join(line.rstrip() for line in lines) + "\n")
-
-
-def _ago(delta_s: float) -> str:
-    sign = "in " if delta_s > 0 else ""
-    d = abs(delta_s)
-    text = f"{d:.0f}s" if d < 90 else (f"{d / 60:.0f}m" if d < 5400 else f"{d / 3600:.1f}h")
-    return sign + text + ("" if delta_s > 0 else " ago")
+        queue(as_json)
 
 
 def show_cmd(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JsonOpt = False) -> None:
     """One job: its fields, where its logs are, and the profile measured so far."""
     with _errors():
-        reply = _ask_or_store("show", id=job_id)
-        if as_json:
-            _emit(True, reply, "")
-            return
-        for k, v in reply["job"].items():
-            typer.echo(f"{k:16} {v}")
-        for k, v in reply["profile"].items():
-            typer.echo(f"{k:16} {v}")
-        why = (reply.get("forecast") or {}).get("explanation")
-        if why:
-            typer.echo(f"{'forecast':16} {why}")
-        typer.echo(f"{'stdout':16} {reply['stdout']}\n{'stderr':16} {reply['stderr']}")
+        show(job_id, as_json)
 
 
 def _ids_command(op: str, verb: str):  # type: ignore[no-untyped-def]

@@ -1,0 +1,24 @@
+"""The `gpuplan` command's entry point: `queue` and `show ID` (with or without --json) run at once
+(commands/jobview.py: no typer, Rich or core import); everything else goes to the full CLI (cli.py)."""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main"]
+
+
+def main() -> int:
+    """Console entry point: the exit status (0 ok, 2 bad input)."""
+    from gpuplan.commands.jobview import fast_main
+
+    status = fast_main(sys.argv[1:])
+    if status is not None:
+        return status
+    from gpuplan.cli import main as cli_main
+
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
