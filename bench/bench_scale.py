@@ -6,8 +6,10 @@ load; ratios are measured in the same process, one run after the other.
     Poisson jobs at load 0.9 on 128 x 8 A100 (1,024 GPUs), fifo + EASY: wall, CPU, peak MB; and the same
     with `--schedule-out` (the streamed per-job rows) as a share of the pass. Floor: <= 10 s, <= 1 GB.
   scale-ratios: las, tiresias, gittins (preemptive, + none) and fifo + conservative as ratios to
-    fifo + EASY in the same process, on 10,000 Poisson jobs on 1,024 GPUs and on a heavy-tailed trace
-    (Pareto 1.1 durations, multi-day jobs) with short quanta (las:quantum=300). Floors: 2x and 5x.
+    fifo + EASY in the same process (CPU seconds), on 10,000 Poisson jobs on 1,024 GPUs, on a
+    heavy-tailed synth trace (Pareto 1.1 durations) on 1,024 GPUs, and on long jobs with short quanta:
+    20,000 jobs on 64 GPUs, log-normal durations with a Pareto tail of multi-day jobs (up to 14 days),
+    where a job lives through thousands of quanta (las:quantum=300 too). Floors: 2x and 5x.
   scale-conservative: fifo + conservative against fifo + EASY, CPU seconds of each `simulate` in the same
     process and their ratio (floor 5x), on the 10,000 Poisson jobs on 1,024 GPUs and on the Alibaba pods
     on their own cluster with GPU sharing (../shared/data; the row says why when it is absent).
@@ -89,25 +91,55 @@ def _timed(jobs, cluster, policy: str, backfill: str) -> float:  # type: ignore[
     return time.process_time() - t0
 
 
-def ratios_case() -> list[dict[str, object]]:
+def _cluster(nodes: int):  # type: ignore[no-untyped-def]
     from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
-    from gpuplan.synth import synth_poisson
 
     gpu = GpuSpec("A100-80GB", 80.0)
-    cluster = ClusterSpec("128x8", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(128)))
+    return ClusterSpec(f"{nodes}x8", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(nodes)))
+
+
+def long_jobs_trace(n_jobs: int, total_gpus: int, seed: int = 4, load: float = 0.95) -> list:  # type: ignore[type-arg]
+    """Long jobs for short quanta: log-normal durations (median 15 min, sigma 1.5, 30 s to 1 day) and 5 %
+    Pareto(1.3) jobs from 6 h up to 14 days; 1, 2, 4 or 8 GPUs; Poisson arrivals at `load` of the
+    cluster's GPU-time, so the multi-day jobs run inside the trace's span and a queue forms."""
+    import numpy as np
+
+    from gpuplan.model import Job
+
+    rng = np.random.default_rng(seed)
+    tail = rng.uniform(size=n_jobs) < 0.05
+    body = np.exp(rng.normal(np.log(900.0), 1.5, n_jobs)).clip(30.0, 86_400.0)
+    pareto = (6 * 3600.0 * (1.0 - rng.uniform(size=n_jobs)) ** (-1 / 1.3)).clip(None, 14 * 86_400.0)
+    dur = np.round(np.where(tail, pareto, body))
+    gpus = rng.choice([1, 2, 4, 8], size=n_jobs, p=[0.5, 0.2, 0.15, 0.15])
+    rate = load * total_gpus / float(np.mean(dur * gpus))
+    submit = np.round(np.cumsum(rng.exponential(1.0 / rate, n_jobs)), 3)
+    submit -= submit[0]
+    mem = rng.uniform(5.0, 79.0, n_jobs).round(1)
+    return [Job(f"l{i}", float(submit[i]), int(gpus[i]), mem_gb=float(mem[i]), duration_s=float(dur[i]),
+                requested_s=float(np.ceil(dur[i] * 2 / 1800) * 1800)) for i in range(n_jobs)]  # fmt: skip
+
+
+def ratios_case() -> list[dict[str, object]]:
+    from gpuplan.synth import synth_poisson
+
+    big, small = _cluster(128), _cluster(8)
     traces = {
-        "poisson-10k": synth_poisson(10_000, seed=1, load=0.9, total_gpus=1024),
-        "heavy-tail-10k": synth_poisson(10_000, seed=2, load=0.9, total_gpus=1024, tail_alpha=1.1),
+        "poisson-10k": (synth_poisson(10_000, seed=1, load=0.9, total_gpus=1024), big),
+        "heavy-tail-10k": (synth_poisson(10_000, seed=2, load=0.9, total_gpus=1024, tail_alpha=1.1), big),
+        "long-jobs-20k": (long_jobs_trace(20_000, small.total_gpus), small),
     }
     out: list[dict[str, object]] = []
-    for name, jobs in traces.items():
+    for name, (jobs, cluster) in traces.items():
         easy = _timed(jobs, cluster, "fifo", "easy")
         row: dict[str, object] = {"case": "scale-ratios", "trace": name, "jobs": len(jobs),
+                                  "gpus": cluster.total_gpus,
                                   "longest_job_h": round(max(j.duration_s or 0 for j in jobs) / 3600, 1),
                                   "fifo_easy_cpu_s": round(easy, 3)}  # fmt: skip
         for policy in ("las", "las:quantum=300", "tiresias", "gittins"):
             row[f"{policy}_ratio"] = round(_timed(jobs, cluster, policy, "none") / easy, 2)
-        row["conservative_ratio"] = round(_timed(jobs, cluster, "fifo", "conservative") / easy, 2)
+        if cluster is big:
+            row["conservative_ratio"] = round(_timed(jobs, cluster, "fifo", "conservative") / easy, 2)
         row["floor_preemptive"], row["floor_conservative"] = 2.0, 5.0
         out.append(row)
     return out
