@@ -11,6 +11,7 @@ run's Gantt.
 
 from __future__ import annotations
 
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -119,11 +120,18 @@ def _squeue_text(n: int, now_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cpu_s() -> float:
+    """CPU time of this process (user + sys, every thread: the app runs in TestClient's thread)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def bench_slurm_queue(n: int = 10_000) -> dict[str, object]:
     """`gpuplan serve --slurm`'s queue API with `n` pending jobs on 8 nodes x 8 GPUs (4 busy): the first
-    page (squeue/sinfo text parsed, the first PLAN_MAX_PENDING planned as `gpuplan slurm plan` does),
-    a page read from the cache, and a forced re-read of the unchanged queue (parsed, not replanned).
-    Slurm's commands are stand-ins printing generated text, so only gpuplan's side is timed."""
+    page (squeue/sinfo text parsed; "best" chosen on the first PLAN_MAX_PENDING in Slurm's order, then
+    every pending job planned with the chosen policy), a page read from the cache, and a forced re-read
+    of the unchanged queue (parsed, not replanned). Slurm's commands are stand-ins printing generated
+    text, so only gpuplan's side is timed: wall and CPU time of the first page, peak RSS."""
     from fastapi.testclient import TestClient
 
     from gpuplan.slurm.client import SlurmClient
@@ -149,18 +157,23 @@ def bench_slurm_queue(n: int = 10_000) -> dict[str, object]:
     clock = [now]
     source = SlurmSource(SlurmClient(Printed(), clock=lambda: clock[0]), clock=lambda: clock[0])
     with TestClient(create_app(ServeConfig(source)), base_url="http://127.0.0.1") as client:
+        cpu0 = _cpu_s()
         first, first_s = _timed(lambda: client.get("/api/slurm/queue?offset=0&limit=100"))
+        first_cpu_s = round(_cpu_s() - cpu0, 3)
         _, cached_s = _timed(lambda: client.get("/api/slurm/queue?offset=100&limit=100"))
         clock[0] += source.cache_s
         _, reread_s = _timed(lambda: client.get("/api/slurm/queue?offset=0&limit=100"))
     page = first.json()
     return {
-        "case": "web-slurm-queue-10k",
+        "case": f"web-slurm-queue-{n // 1000}k",
         "pending_jobs": n,
         "planned_jobs": page["planned"],
-        "plan_cap": PLAN_MAX_PENDING,
+        "policy_chosen_on": PLAN_MAX_PENDING,
+        "policy": page["summary"]["policy"],
         "backfill": page["summary"]["backfill"],
         "first_page_s": first_s,
+        "first_page_cpu_s": first_cpu_s,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "cached_page_s": cached_s,
         "reread_unchanged_s": reread_s,
     }

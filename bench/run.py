@@ -23,8 +23,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
     on a real agent, process start included: wall and the client's CPU (issue #21: <= 0.5 s).
   web-queue-10k, web-whatif-10k: the dashboard's queue API with 10,000 queued jobs, and a what-if on a
     10,000-job trace (issue #12; the browser's first render is printed by tests/web).
-  web-slurm-queue-10k: `gpuplan serve --slurm`'s queue API with 10,000 pending jobs (stand-in squeue
-    output; planning capped at the first 1,000 in Slurm's order).
+  web-slurm-queue-5k, web-slurm-queue-10k: `gpuplan serve --slurm`'s queue API with 5,000 and 10,000
+    pending jobs (stand-in squeue output; every pending job planned, "best" chosen on the first 1,000).
   replay-alibaba, replay-nasa: the default replay (fifo+easy on the trace's own cluster) against the
     trace's own span (issue #15: within 5 % when no job waits).
   report-nasa-all: `gpuplan simulate NASA -p all -b all --out DIR`: report.html size and the command's
@@ -289,10 +289,10 @@ def _web_whatif_case() -> dict[str, object]:
     return bench_whatif()
 
 
-def _web_slurm_queue_case() -> dict[str, object]:
+def _web_slurm_queue_case(n: int) -> dict[str, object]:
     from bench_web import bench_slurm_queue
 
-    return bench_slurm_queue()
+    return bench_slurm_queue(n)
 
 
 def _plan_case() -> list[dict[str, object]]:
@@ -331,7 +331,8 @@ _OTHER = {
     "agent-queue-2000": _agent_queue_case,
     "web-queue-10k": _web_queue_case,
     "web-whatif-10k": _web_whatif_case,
-    "web-slurm-queue-10k": _web_slurm_queue_case,
+    "web-slurm-queue-5k": lambda: _web_slurm_queue_case(5_000),
+    "web-slurm-queue-10k": lambda: _web_slurm_queue_case(10_000),
     "replay-alibaba": lambda: _replay_case(
         "replay-alibaba", _SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
     ),

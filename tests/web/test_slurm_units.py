@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 from gpuplan.cli import app as cli_app
 from gpuplan.slurm.client import SlurmClient, live_state
 from gpuplan.slurm.parse import parse_local_time
-from gpuplan.slurm.planner import plan_queue
+from gpuplan.slurm.planner import SLURM_ORDER, plan_queue, slurm_order
 from gpuplan.slurm.runner import SlurmRunner
 from gpuplan.web.app import ServeConfig, create_app
 from gpuplan.web.slurmview import NO_GPU_READINGS, SlurmSource, node_rows, slurm_rows
@@ -222,16 +223,39 @@ def test_slurm_commands_missing(
     assert err.startswith("`sinfo` is not on PATH: install Slurm's client tools"), err
 
 
-def test_planning_is_capped_and_says_so(fake_slurm: FakeSlurm, clock: Clock) -> None:
+def test_every_pending_job_is_planned_and_the_choice_basis_is_shown(
+    fake_slurm: FakeSlurm, clock: Clock
+) -> None:
     source = SlurmSource(_client(clock), clock=clock, plan_max_pending=2)
+    client = TestClient(create_app(ServeConfig(source)), base_url="http://127.0.0.1")
     view = source.view()
-    assert view.summary is not None and "first 2 of 7 pending jobs" in view.summary["note"]
+    assert view.plan is not None and view.summary is not None
+    state = view.state
+    assert state is not None
     pending = [r for r in view.rows if r.state == "pending"]
-    # Slurm's order: priority, then job id (10, 11, 13 ...; 12 is held at priority 0): 10 and 11 kept
-    assert [r.job_id for r in pending if r.planned_rank is not None] == ["11"]
-    beyond = [r for r in pending if r.unplanned]
-    assert {r.job_id for r in beyond} == {"13", "14"} and all(r.expected_start_s is None for r in beyond)
-    assert "beyond the first 2 pending jobs" in beyond[0].unplanned  # type: ignore[operator]
+    managed = [r for r in pending if r.unmanaged is None]
+    assert len(managed) > 2, "more manageable pending jobs than the policy is chosen on"
+    # every manageable pending job gets a planned rank and the forecast's expected start and end
+    assert all(r.planned_rank is not None and r.unplanned is None for r in managed), managed
+    assert all(r.expected_start_s is not None for r in managed), managed
+    assert all((r.expected_end_s is None) == (r.estimate == "none") for r in managed), managed
+    assert sorted(r.planned_rank for r in managed) == list(range(1, len(managed) + 1))  # type: ignore[type-var]
+    # the choice: "best" on the first 2 pending jobs in Slurm's order, then that policy on them all
+    first = set(slurm_order([q for q in state.jobs if q.is_pending])[:2])
+    sample = replace(state, jobs=[q for q in state.jobs if not q.is_pending or q.job_id in first])
+    chosen = plan_queue(sample, policy="best").policy
+    choice = view.summary["choice"]
+    assert choice["policy"] == chosen == view.plan.policy
+    assert (choice["chosen_on_pending"], choice["pending"]) == (2, 7)
+    assert view.plan.order == plan_queue(state, policy=chosen).order, "all jobs, planned with the choice"
+    page = client.get("/api/slurm/queue").json()
+    assert page["planned"] == len(managed)
+    note = page["summary"]["note"]
+    assert "chosen on the first 2 of 7 pending jobs in Slurm's order" in note, note
+    assert "every pending job is planned with it" in note
+    # within the limit there is no choice to explain: "best" runs on every job
+    whole = SlurmSource(_client(clock), clock=clock).view()
+    assert whole.summary is not None and whole.summary["choice"] is None and whole.summary["note"] is None
 
 
 def test_slurm_pages_metrics_and_read_only(served: tuple[TestClient, SlurmSource]) -> None:
@@ -320,3 +344,11 @@ def test_a_partition_without_gpu_nodes_is_a_plan_error(fake_slurm: FakeSlurm, cl
         "cannot plan the queue: no usable Slurm node with GPUs in the chosen partitions"
     )
     assert view.rows == []  # every captured job is in partition gpu
+
+
+def test_slurm_order_as_a_plan_keeps_slurms_order(fake_slurm: FakeSlurm, clock: Clock) -> None:
+    """What "best" may choose on the first jobs, Slurm's own order, planned on every pending job."""
+    state = live_state(_client(clock))
+    plan = plan_queue(state, policy=SLURM_ORDER)
+    assert plan.policy == SLURM_ORDER and plan.order == plan.slurm_order
+    assert plan.planned.starts == plan.slurm.starts and len(plan.order) > 2

@@ -30,6 +30,7 @@ from gpuplan.slurm.parse import NodeInfo, QueueJob, parse_hostlist
 
 __all__ = [
     "CONSERVATIVE_MAX_JOBS",
+    "SLURM_ORDER",
     "LiveState",
     "Outcome",
     "PlanInputs",
@@ -50,6 +51,9 @@ __all__ = [
 
 CONSERVATIVE_MAX_JOBS = 300
 """Above this many pending jobs a sched/backfill cluster is simulated with EASY backfill (speed)."""
+SLURM_ORDER = "slurm-order"
+"""The plan's name for Slurm's own order (priority, then job id); `plan_queue(policy=SLURM_ORDER)`
+keeps it (one forecast)."""
 _PLACEHOLDER_GPU = GpuSpec("gpu", 80.0)  # memory is not known from Slurm; exclusive GPUs never consult it
 _INF = math.inf
 
@@ -388,7 +392,8 @@ def plan_queue(
 ) -> QueuePlan:
     """The plan for the pending jobs of `state` and the outcome of Slurm's own order.
 
-    `policy` is a registered policy or "best" (every policy, the best makespan then mean wait);
+    `policy` is a registered policy, "best" (every policy, the best makespan then mean wait) or
+    SLURM_ORDER (Slurm's own order, as "best" may choose it);
     `search_s` > 0 then improves that order by local search (swaps and moves) for that many seconds.
 
     Raises:
@@ -403,15 +408,15 @@ def plan_queue(
     def run(order_or_policy: Policy | str) -> Outcome:
         return simulate_queue(inp.cluster, inp.seeds, pending, order_or_policy, inp.backfill)
 
-    slurm = run(FixedOrder(base_order, "slurm-order"))
-    candidates = policy_names() if policy == "best" else [static_policy(policy)]
-    best_name, best_order, best = "slurm-order", base_order, slurm
+    slurm = run(FixedOrder(base_order, SLURM_ORDER))
+    candidates = _candidates(policy)
+    best_name, best_order, best = SLURM_ORDER, base_order, slurm
     for name in candidates:
         pol = get_policy(name)
         out = run(pol)
         order = _start_order(out, _policy_order(pol, pending))
         fixed = run(FixedOrder(order))
-        if _rank(fixed) < _rank(best) or (best_name == "slurm-order" and policy != "best"):
+        if _rank(fixed) < _rank(best) or (best_name == SLURM_ORDER and policy != "best"):
             best_name, best_order, best = name, order, fixed
     if search_s > 0 and len(best_order) > 1:
         best_order, best = _local_search(run, best_order, best, search_s, seed)
@@ -420,6 +425,12 @@ def plan_queue(
     durations = {j.id: j.planning_duration_s() for j in pending}
     return QueuePlan(best_order, best_name, inp.backfill, best, slurm, base_order, inp.unmanaged, warnings,
                      inp.cluster, len(inp.seeds), state.now_s, durations)  # fmt: skip
+
+
+def _candidates(policy: str) -> list[str]:
+    if policy == "best":
+        return policy_names()
+    return [] if policy == SLURM_ORDER else [static_policy(policy)]
 
 
 def predicted_durations(state: LiveState, model: Path | None) -> dict[str, float] | None:

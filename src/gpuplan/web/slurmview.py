@@ -2,7 +2,9 @@
 
 `SlurmSource` reads the cluster with `gpuplan.slurm.client.live_state` (sinfo, squeue and
 `scontrol show config`, all through `SlurmRunner`) and plans it with
-`gpuplan.slurm.planner.plan_queue`: the very plan `gpuplan slurm plan` prints. One read of Slurm
+`gpuplan.slurm.planner.plan_queue`: the very plan `gpuplan slurm plan` prints (with `--policy best`
+on more than PLAN_MAX_PENDING pending jobs, the policy is chosen on the first of them in Slurm's order,
+then every pending job is planned with it: `plan_every_pending`). One read of Slurm
 serves every viewer for `cache_s` seconds; the plan is recomputed only when the queue or the nodes
 changed (and once a minute, as remaining times shift). A failed read is one line on the pages and
 in /healthz, never a 500; the next read after `cache_s` tries again.
@@ -27,6 +29,7 @@ from gpuplan.model import ClusterSpec
 from gpuplan.slurm.client import SlurmClient, live_state
 from gpuplan.slurm.parse import NodeInfo, QueueJob, parse_hostlist
 from gpuplan.slurm.planner import (
+    SLURM_ORDER,
     LiveState,
     QueuePlan,
     plan_queue,
@@ -45,6 +48,7 @@ __all__ = [
     "SlurmSource",
     "SlurmView",
     "node_rows",
+    "plan_every_pending",
     "plan_summary",
     "slurm_rows",
 ]
@@ -54,8 +58,8 @@ DEFAULT_CACHE_S = 5.0
 REPLAN_S = 60.0
 """An unchanged queue is planned again after this long (remaining times shift as jobs run)."""
 PLAN_MAX_PENDING = 1000
-"""Pending jobs planned at most, the first in Slurm's order; the rest keep Slurm's order, unplanned
-(planning grows faster than the queue; `gpuplan slurm plan` plans them all)."""
+"""With `--policy best`, the policy is chosen on at most this many pending jobs (the first in Slurm's
+order: "best" runs 17 forecasts); every pending job is then planned with the chosen one."""
 NO_GPU_READINGS = (
     "No per-GPU readings: Slurm reports GPU allocation (sinfo Gres/GresUsed), not use. Utilization, "
     "memory, power and processes need NVML on each node: run `gpuplan serve --gpus nvml` there, or "
@@ -285,19 +289,37 @@ def _signature(state: LiveState) -> tuple[Any, ...]:
     return (tuple(jobs), tuple(nodes), tuple(sorted(state.config.items())))
 
 
-def _capped(state: LiveState, cap: int) -> tuple[LiveState, dict[str, str], str | None]:
-    """`state` with at most `cap` pending jobs (the first in Slurm's order) and why the rest are out."""
+def plan_every_pending(
+    state: LiveState, policy: str, predictions: dict[str, float] | None, choose_on: int = PLAN_MAX_PENDING
+) -> tuple[QueuePlan, dict[str, Any] | None]:
+    """The plan of every pending job of `state`, and on what its policy was chosen (None: on them all).
+
+    With `policy` "best" and more than `choose_on` pending jobs, "best" (every policy and Slurm's
+    order: 17 forecasts) runs on the first `choose_on` in Slurm's order only; the policy it picks then
+    plans every pending job (Slurm's order and that policy: 3 forecasts).
+
+    Raises:
+        GpuplanError: no usable node (as `plan_queue`).
+    """
     pending = [q for q in state.jobs if q.is_pending and state.in_partitions(q)]
-    if len(pending) <= cap:
-        return state, {}, None
-    out = set(slurm_order(pending)[cap:])
-    why = f"beyond the first {cap:,} pending jobs in Slurm's order: not planned here"
-    note = (
-        f"expected times for the first {cap:,} of {len(pending):,} pending jobs in Slurm's order; "
-        "the rest keep Slurm's order (`gpuplan slurm plan` plans them all)"
-    )
-    kept = [q for q in state.jobs if q.job_id not in out]
-    return replace(state, jobs=kept), dict.fromkeys(out, why), note
+    if policy != "best" or len(pending) <= choose_on:
+        return plan_queue(state, policy=policy, predictions=predictions), None
+    later = set(slurm_order(pending)[choose_on:])
+    sample = replace(state, jobs=[q for q in state.jobs if q.job_id not in later])
+    chosen = plan_queue(sample, policy="best", predictions=predictions).policy
+    plan = plan_queue(state, policy=chosen, predictions=predictions)
+    what = "Slurm's own order" if chosen == SLURM_ORDER else f"policy {chosen}"
+    choice = {
+        "policy": chosen,
+        "chosen_on_pending": choose_on,
+        "pending": len(pending),
+        "text": (
+            f"{what} chosen on the first {choose_on:,} of {len(pending):,} pending jobs in Slurm's order "
+            "(the best makespan, then mean wait, of every policy and Slurm's order there); every pending "
+            "job is planned with it"
+        ),
+    }
+    return plan, choice
 
 
 class SlurmSource(LiveSource):
@@ -310,6 +332,7 @@ class SlurmSource(LiveSource):
         predict: a duration model from `gpuplan predict fit` (`--predict`); None plans on time limits.
         cache_s: seconds one read serves every request.
         clock: epoch seconds (tests inject one).
+        plan_max_pending: with policy "best", the pending jobs (first in Slurm's order) it is chosen on.
     """
 
     is_fake = False
@@ -410,15 +433,16 @@ class SlurmSource(LiveSource):
         view.setup = setup_warnings(state.config, "priority")
         try:
             preds = predicted_durations(state, self.predict)
-            planned_state, unplanned, note = _capped(state, self.plan_max_pending)
-            view.plan = plan_queue(planned_state, policy=self.policy, predictions=preds)
+            view.plan, choice = plan_every_pending(state, self.policy, preds, self.plan_max_pending)
         except GpuplanError as e:
             view.plan_error = f"cannot plan the queue: {_one_line(e)}"
             view.rows = slurm_rows(state, None)
             return view
-        view.rows = slurm_rows(state, view.plan, preds, unplanned)
+        view.rows = slurm_rows(state, view.plan, preds)
         basis = f"predictions of {self.predict}" if self.predict else "time limits"
+        note = None if choice is None else choice["text"]
         view.summary = plan_summary(state, view.plan, view.rows, view.setup, basis, note)
+        view.summary["choice"] = choice
         return view
 
     def extra_metrics(self) -> Iterator[Metric]:
