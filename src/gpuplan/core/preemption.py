@@ -137,6 +137,13 @@ _MAX_LEVELS = 64
 """More distinct waiting levels than this: a pass does not look for the point where all fail."""
 
 
+def _fit_key(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
+    """What decides whether a job that does not wait suspended finds GPUs on an exclusive cluster where
+    no GPU holds a suspended job's memory: memory that every GPU has does not matter there."""
+    mem = slot.mem_gb
+    return (slot.gpus, None if mem is None or mem <= min_cap_gb else mem, slot.may_span, slot.need)
+
+
 def _shape(slot: JobSlot) -> tuple[object, ...]:
     """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended)."""
     return (slot.gpus, slot.mem_gb, slot.may_span, slot.need, bool(slot.suspended_on))
@@ -184,6 +191,7 @@ class PreemptiveQueue:
         self._wakes: list[float] = []  # ends of leases that held a preemption back
         self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
         self._lease_held = False  # a lease held a preemption back in this job's try (no shape memo)
+        self._suspend_running = 0  # running jobs of preempt mode `suspend` (they keep their memory)
         self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
         self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
 
@@ -200,6 +208,7 @@ class PreemptiveQueue:
         new._wakes = list(self._wakes)
         new._start_level = dict(self._start_level)
         new._by_shape = {shape: entries.copy() for shape, entries in self._by_shape.items()}
+        new._suspend_running = self._suspend_running
         return new
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -221,6 +230,8 @@ class PreemptiveQueue:
             same.add(entry)
         else:
             self.running.add(entry)
+            if slot.job.preempt_mode == "suspend":
+                self._suspend_running += 1
         stamp = self._stamp.get(slot.jid, 0) + 1
         self._stamp[slot.jid] = stamp
         t = self.policy.next_change_s(slot, now)
@@ -247,6 +258,8 @@ class PreemptiveQueue:
                 del self._shapes[entry[0]]
         else:
             self.running.remove(entry)
+            if slot.job.preempt_mode == "suspend":
+                self._suspend_running -= 1
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
@@ -300,6 +313,14 @@ class PreemptiveQueue:
         start = slot.start_s if slot.start_s is not None else -_INF
         return start + self.sched.preemption_cost.lease_s(slot.job, resumed=slot.preemptions > 0)
 
+    def _lease_free(self, by: JobSlot) -> bool:
+        """Whether no lease can keep `by` from a victim (`_leased` is then False for every one)."""
+        return (
+            not self.policy.endless_levels
+            or not by.preemptions
+            or self.sched.preemption_cost.overhead_s(by.job) <= 0.0
+        )
+
     def _leased(self, victim: JobSlot, by: JobSlot, now: float) -> bool:
         """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
         restart to run, and only the victim's own service since its (re)start put it above `by` (its
@@ -343,6 +364,11 @@ class PreemptiveQueue:
         # jobs started since on GPUs that were idle), and on an exclusive cluster a placement that
         # fails with more free fails with less: it fails alike. Suspended jobs resume by their own rule.
         failed: set[tuple[object, ...]] = set()
+        # the same for jobs that differ only in memory the placer does not look at (`_fit_key`): while
+        # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
+        # key that no lease can bind fails alike (its victims are among those of the job that failed)
+        fits_failed: set[tuple[object, ...]] = set()
+        min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = self.waiting
         entries = iter(waiting)  # rebuilt from the cursor whenever the pass changes the queue
@@ -374,6 +400,16 @@ class PreemptiveQueue:
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
+            if (
+                fits_failed
+                and not resumed
+                and _fit_key(slot, min_cap) in fits_failed
+                and self._lease_free(slot)
+            ):
+                failed.add(shape)  # as its own try would
+                if self._all_fail(failed, level, worst, full):
+                    break
+                continue
             self._lease_held = False
             if resumed:
                 gpus = self._resume_on(slot, now, out.preempted, preempted)
@@ -389,11 +425,14 @@ class PreemptiveQueue:
                 self._start_level[slot.jid] = slot.level
                 if freed:
                     failed.clear()
+                    fits_failed.clear()
                     n_preempted = len(out.preempted)
                 entries = waiting.irange(minimum=cursor, inclusive=(False, True))
                 worst, full = self._worst_full()
             elif memo and not resumed and not self._lease_held:  # a lease binds this job only
                 failed.add(shape)
+                if not state.suspended_n and not self._suspend_running:
+                    fits_failed.add(_fit_key(slot, min_cap))
                 if self._all_fail(failed, level, worst, full):
                     break  # every job it could still reach fails alike: none starts in this pass
         return out
@@ -490,13 +529,14 @@ class PreemptiveQueue:
             if not state.sharing and not state.suspended_n and slot.gpus > 0
             else None
         )
+        lease_free = self._lease_free(slot)
         gpus = None
         for entry in reversed(self.running):
             if entry[0] <= slot.level:  # type: ignore[operator]
                 break
             victim = sched.slot(entry[-1])  # type: ignore[arg-type]
             mode = victim.job.preempt_mode
-            if mode == "never" or self._leased(victim, slot, now):
+            if mode == "never" or (not lease_free and self._leased(victim, slot, now)):
                 continue
             released.append(victim)
             if tally is not None and mode != "suspend":
