@@ -83,7 +83,7 @@ def _run(eng: Engine, later: dict[int, Job], deps: dict[int, int]) -> dict[int, 
             done.add(jid)
             if jid in out:
                 out[jid][1] = t
-        for jid in [j for j in later if deps[j] in done]:  # Agent._release_dependents
+        for jid in [j for j in later if deps[j] in done]:  # JobQueue.release_dependents
             eng.submit(jid, later.pop(jid))
             left[jid] = s.slot(jid).plan_s
         decided = eng.decide(t)

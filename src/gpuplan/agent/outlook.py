@@ -3,7 +3,7 @@ agent's live Scheduler, with the jobs the store keeps out of it (held, waiting o
 
 Every waiting job gets an expected start, end and GPUs, and a reason in Slurm's vocabulary; a held job
 is `JobHeldUser`; a job whose dependency runs or waits enters the forecast's queue when that job ends
-(as `Agent._release_dependents` queues it), and one whose dependency failed never starts
+(as `JobQueue.release_dependents` queues it), and one whose dependency failed never starts
 (`DependencyNeverSatisfied`).
 
 The agent keeps its last forecast (`ForecastCache`): a `queue` or `show` after no change costs no
