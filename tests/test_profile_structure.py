@@ -1,11 +1,16 @@
-"""The availability profile of exclusive clusters (core/profile.py), on its own.
+"""The availability profiles conservative backfill keeps across passes, on their own: free GPUs per
+node on exclusive clusters (core/profile.py) and booked intervals per GPU with memory on sharing
+clusters (core/gpu_profile.py).
 
 Hand-computed cases on two nodes: the step function of each node, a reservation inserted and removed,
 earliest fits with and without reservations, a job that ends early, a job past its estimate, a moved
 end, a held GPU. Then a random walk of operations (starts, ends early and late, moved ends,
 reservations made and dropped, time moving on) after each of which the incremental profile must equal
 a profile rebuilt from scratch and a brute-force reading of the definition (free GPUs at every
-breakpoint of the whole cluster, every earliest fit by trying every breakpoint).
+breakpoint of the whole cluster, every earliest fit by trying every breakpoint). The sharing profile:
+bookings per GPU in planned-end order with their memory, the cluster with every booking placed (its
+free memory to the last bit), candidate times, a job past its end, a moved end, a job started during a
+pass, and the same random walk against a rebuild.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuplan.core.gpu_profile import GpuProfile
 from gpuplan.core.profile import CountProfile
 from gpuplan.core.state import ClusterState
-from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+from gpuplan.core.view import JobSlot
+from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 
 _INF = math.inf
 _A100 = GpuSpec("A100-80GB", 80.0)
@@ -226,3 +233,141 @@ def test_the_incremental_profile_equals_a_rebuild_after_every_operation(gpus: li
             best = min((t for t, _ in clean), default=_INF)
             want = (best, [n for t, n in clean if t == best] if best < _INF else [])
             assert p.first_fit_later(g, now, skip, None) == want, g
+
+
+# -- the sharing profile (core/gpu_profile.py): bookings per GPU with memory ----------------------
+def _shared(*gpus: int) -> ClusterState:
+    nodes = tuple(NodeSpec(f"n{i}", g, _A100) for i, g in enumerate(gpus))
+    return ClusterState(ClusterSpec("s", nodes, sharing=True, max_jobs_per_gpu=4))
+
+
+def _gpu_view(p: GpuProfile) -> tuple[object, ...]:
+    """Everything a pass reads of the profile, for comparisons."""
+    full = p.full
+    books = {g: p.bookings(g) for g in sorted(p.booked_gpus())}
+    ends = {t: sorted(p.ends_at(t)) for t in p.candidates()[1:]}
+    return (books, list(full.gpu_njobs), list(full.gpu_free_gb), list(full.node_idle), full.idle_total,
+            p.candidates(), ends, p.booked_count(), list(p.starts))  # fmt: skip
+
+
+def _sharing_case() -> GpuProfile:
+    """One node of two 80 GB GPUs shared by up to 4 jobs: A (30 GB) on GPU 0 until 100, B (20 GB) on
+    GPU 0 until 50, C (whole GPU: memory unknown) on GPU 1 until 200."""
+    p = GpuProfile.build(_shared(2), [(1, 100.0, (0,), 30.0), (2, 50.0, (0,), 20.0), (3, 200.0, (1,), None)])
+    p.begin_pass(0.0)
+    return p
+
+
+def test_sharing_bookings_per_gpu_in_planned_end_order() -> None:
+    p = _sharing_case()
+    assert p.bookings(0) == [(0.0, 50.0, 20.0), (0.0, 100.0, 30.0)]  # B before A: it ends first
+    assert p.bookings(1) == [(0.0, 200.0, None)]
+    assert p.full.gpu_njobs == [2, 1] and p.full.gpu_free_gb == [30.0, 0.0]
+    assert p.full.node_idle == [0] and p.full.idle_total == 0
+    assert p.candidates() == [0.0, 50.0, 100.0, 200.0]
+    assert list(p.ends_at(50.0)) == [0] and list(p.ends_at(200.0)) == [1]
+
+
+def test_sharing_a_reservation_inserted_then_dropped_and_a_job_removed() -> None:
+    p = _sharing_case()
+    assert p.book(50.0, 120.0, [0], 40.0)  # 120 is a new candidate time
+    assert p.bookings(0)[-1] == (50.0, 120.0, 40.0) and p.starts == [(50.0, 0)]
+    assert p.full.gpu_njobs[0] == 3 and p.full.gpu_free_gb[0] == 80.0 - 20.0 - 30.0 - 40.0
+    assert not p.book(60.0, 100.0, [1], 10.0)  # 100 is A's end already
+    assert sorted(p.ends_at(100.0)) == [0, 1]
+    p.stop(2)  # B ended early
+    assert p.bookings(0) == [(0.0, 100.0, 30.0), (50.0, 120.0, 40.0)]
+    assert p.full.gpu_free_gb[0] == 80.0 - 30.0 - 40.0
+    p.begin_pass(10.0)  # the next pass: its own bookings only
+    assert p.bookings(0) == [(10.0, 100.0, 30.0)] and p.starts == []
+    assert p.full.gpu_njobs == [1, 1] and p.full.gpu_free_gb == [50.0, 0.0]
+    assert p.candidates() == [10.0, 100.0, 200.0]
+
+
+def test_sharing_a_job_past_its_end_a_moved_end_and_a_job_started_in_a_pass() -> None:
+    p = _sharing_case()
+    p.begin_pass(60.0)  # B, planned to end at 50, still runs: it ends at the next instant
+    soon = math.nextafter(60.0, _INF)
+    assert p.candidates() == [60.0, soon, 100.0, 200.0]
+    assert p.bookings(0) == [(60.0, soon, 20.0), (60.0, 100.0, 30.0)]
+    assert list(p.ends_at(soon)) == [0]
+    p.move(1, 40.0)  # A's expected end moved before B's: A is booked first now
+    p.begin_pass(60.0)
+    assert p.bookings(0) == [(60.0, soon, 30.0), (60.0, soon, 20.0)]
+    # a job started during a pass is booked after the pass's earlier bookings, and joins the running
+    # layer (in planned-end order) when the next pass begins
+    p.book(100.0, 150.0, [1], 5.0)
+    slot = JobSlot(9, Job("D", 60.0, 1), 1, 10.0, 30.0, False, alloc=(1,), start_s=60.0, expected_end_s=90.0)
+    p.job_started(slot)
+    p.book(60.0, 90.0, [1], 10.0)  # what the pass books for its start
+    assert p.bookings(1) == [(60.0, 200.0, None), (100.0, 150.0, 5.0), (60.0, 90.0, 10.0)]
+    p.begin_pass(61.0)
+    assert p.bookings(1) == [(61.0, 90.0, 10.0), (61.0, 200.0, None)]
+
+
+_GPU_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["start", "start", "stop", "move", "book", "book", "pass", "started"]),
+        st.integers(0, 50),
+        st.sampled_from([0.0, 5.0, 10.0, 30.0, 100.0, _INF, -5.0]),
+        st.sampled_from([None, 10.0, 25.0, 40.0]),
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(gpus=st.lists(st.integers(1, 3), min_size=1, max_size=3), ops=_GPU_OPS)
+def test_the_incremental_sharing_profile_equals_a_rebuild_after_every_operation(
+    gpus: list[int],
+    ops: list,  # type: ignore[type-arg]
+) -> None:
+    state = _shared(*gpus)
+    p = GpuProfile(state)
+    p.begin_pass(0.0)
+    now, next_jid = 0.0, 0
+    running: dict[int, tuple[float, tuple[int, ...], float | None]] = {}  # in the running layer
+    started: dict[int, JobSlot] = {}  # started during the current pass
+    extra: list[tuple[float, float, tuple[int, ...], float | None]] = []
+    total = state.total_gpus
+    for kind, pick, dt, mem in ops:
+        g = (pick % total,)
+        if kind == "start":
+            running[next_jid] = (now + dt, g, mem)
+            p.start(next_jid, now + dt, g, mem)
+            next_jid += 1
+        elif kind == "started" and dt > 0:  # a start during the pass, as the scheduler reports it
+            slot = JobSlot(
+                next_jid, Job("x", now, 1), 1, mem, dt, False, alloc=g, start_s=now, expected_end_s=now + dt
+            )
+            started[next_jid] = slot
+            p.job_started(slot)
+            p.book(now, now + dt, g, mem)
+            extra.append((now, now + dt, g, mem))
+            next_jid += 1
+        elif kind == "stop" and running:
+            jid = sorted(running)[pick % len(running)]
+            del running[jid]
+            p.stop(jid)
+        elif kind == "move" and running:
+            jid = sorted(running)[pick % len(running)]
+            running[jid] = (now + dt, *running[jid][1:])
+            p.move(jid, now + dt)
+        elif kind == "book" and dt > 0:
+            t0 = now + dt
+            t1 = t0 + [1.0, 20.0, _INF][pick % 3]
+            p.book(t0, t1, g, mem)
+            extra.append((t0, t1, g, mem))
+        elif kind == "pass" and dt < _INF:
+            now += abs(dt) / 2
+            for jid, slot in started.items():
+                running[jid] = (slot.expected_end_s, slot.alloc, slot.mem_gb)
+            started.clear()
+            extra.clear()
+            p.begin_pass(now)
+        rebuilt = GpuProfile.build(state, [(j, e, a, m) for j, (e, a, m) in running.items()])
+        rebuilt.begin_pass(now)
+        for t0, t1, gs, m in extra:
+            rebuilt.book(t0, t1, gs, m)
+        assert _gpu_view(p) == _gpu_view(rebuilt)

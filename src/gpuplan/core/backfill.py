@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 
 from gpuplan.core.count_plan import CountPlan
 from gpuplan.core.gpu_plan import GpuPlan
+from gpuplan.core.gpu_profile import GpuProfile
 from gpuplan.core.params import Configurable, Param, build
 from gpuplan.core.profile import CountProfile
 from gpuplan.core.state import ClusterState
@@ -342,7 +343,9 @@ class Conservative(Backfill):
 
     Exclusive clusters plan with a free-GPU count per node over time (core/count_plan.py: GPUs of a
     node are interchangeable until a job starts); sharing clusters plan per GPU with its memory
-    (core/gpu_plan.py).
+    (core/gpu_plan.py). Both plan on an availability profile kept across passes (core/profile.py,
+    core/gpu_profile.py): the scheduler reports every start, end and moved end to it (`observe`), and
+    a pass only drops the last pass's reservations and books its own.
 
     A pass is skipped, its decisions and reservations standing, when the scheduler has not changed
     since the last pass (`SchedulerView.version`), that pass started nothing, and now is still before
@@ -372,10 +375,10 @@ class Conservative(Backfill):
         self._idle_until: tuple[weakref.ref[SchedulerView], int, int, float, float] | None = None
         """(view, its version, depth, now, horizon) of the last pass if it started nothing (a weak
         reference: a scheduler holds its backfill mode, and a run makes no reference cycles)."""
-        self._profile: tuple[weakref.ref[SchedulerView], CountProfile] | None = None
-        """The availability profile of an exclusive cluster and the view it follows (core/profile.py)."""
+        self._profile: tuple[weakref.ref[SchedulerView], CountProfile | GpuProfile] | None = None
+        """The availability profile and the view it follows (core/profile.py, core/gpu_profile.py)."""
 
-    def _count_profile(self, s: SchedulerView) -> CountProfile:
+    def _profile_of(self, s: SchedulerView) -> CountProfile | GpuProfile:
         """The profile of `s`, kept current by its notifications; built afresh for a new view (a
         scheduler's fork gets its own), after its holds changed, or every pass for a view that does
         not notify."""
@@ -384,7 +387,12 @@ class Conservative(Backfill):
             return kept[1]
         if kept is not None and kept[0]() is s:
             s.unobserve(kept[1])
-        profile = CountProfile.build(s.state, ((r.jid, r.expected_end_s, r.alloc) for r in s.running()))
+        profile: CountProfile | GpuProfile
+        if s.state.sharing:
+            running = ((r.jid, r.expected_end_s, r.alloc, r.mem_gb) for r in s.running())
+            profile = GpuProfile.build(s.state, running)
+        else:
+            profile = CountProfile.build(s.state, ((r.jid, r.expected_end_s, r.alloc) for r in s.running()))
         observe = getattr(s, "observe", None)
         if observe is None:
             profile.stale = True
@@ -409,9 +417,8 @@ class Conservative(Backfill):
         started: list[Started] = []
         reserved: dict[int, float] = {}
         self.reserved = reserved
-        plan: CountPlan | GpuPlan = (
-            GpuPlan(s, now) if s.state.sharing else CountPlan(s, now, self._count_profile(s))
-        )
+        profile = self._profile_of(s)
+        plan = GpuPlan(s, now, profile) if isinstance(profile, GpuProfile) else CountPlan(s, now, profile)
         for i, slot in enumerate(s.waiting()):
             if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
                 break

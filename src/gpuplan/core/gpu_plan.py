@@ -1,4 +1,6 @@
-"""Conservative backfill's reservation plan on sharing clusters: booked intervals per GPU with memory.
+"""Conservative backfill's pass on sharing clusters: booked intervals per GPU with memory, kept across
+passes (core/gpu_profile.py: the running jobs' layer is updated as jobs start, end and move; a pass
+drops the last pass's bookings and makes its own).
 
 A job's earliest start is the first candidate time (now, or the end of a booking) at which the placer
 finds GPUs for it in the window [t, t + its duration): the cluster with every booking that overlaps
@@ -16,31 +18,25 @@ import bisect
 import math
 from collections.abc import Iterable
 
-from gpuplan.core.count_plan import booked_end
+from gpuplan.core.gpu_profile import GpuProfile
+from gpuplan.core.profile import booked_end
 from gpuplan.core.view import JobSlot, SchedulerView
 
 __all__ = ["GpuPlan"]
 
 _INF = math.inf
-_Booking = tuple[float, float, float | None]  # (start, end, memory per GPU; None: whole GPU)
 
 
 class GpuPlan:
     """Sharing clusters: booked intervals per GPU (running jobs and reservations) with their memory."""
 
-    def __init__(self, s: SchedulerView, now: float) -> None:
+    def __init__(self, s: SchedulerView, now: float, profile: GpuProfile) -> None:
         self.s = s
         self.now = now
-        self.base = s.state.without_jobs()  # offline GPUs and memory held by others stay
-        self.full = self.base.copy()  # every booking placed, in booking order: the window [now, inf)
-        self.booked: dict[int, list[_Booking]] = {}
-        self.times: list[float] = [now]  # sorted: now and every finite booking end (the candidates)
-        self._ends: dict[float, list[int]] = {}  # booking end -> GPUs of the bookings ending then
-        self._starts: list[tuple[float, int]] = []  # (start, GPU) of bookings that start after now
+        self.p = profile
+        profile.begin_pass(now)
+        self.times: list[float] = profile.candidates()  # sorted: now and every finite booking end
         self._found: list[tuple[int, float | None, bool, float, float]] = []  # see _no_placement_before
-        soon = math.nextafter(now, _INF)
-        for r in s.running():
-            self._book(now, max(r.expected_end_s, soon), r.alloc, r.mem_gb)
 
     @property
     def horizon_s(self) -> float:
@@ -48,23 +44,8 @@ class GpuPlan:
         return self.times[1] if len(self.times) > 1 else _INF
 
     def _book(self, t0: float, t1: float, gpus: tuple[int, ...] | list[int], mem: float | None) -> None:
-        booked = self.booked
-        self.full.place(gpus, mem)  # appended last on each GPU: the float operations of a replay
-        for g in gpus:
-            got = booked.get(g)
-            if got is None:
-                booked[g] = [(t0, t1, mem)]
-            else:
-                got.append((t0, t1, mem))
-            if t0 > self.now:
-                bisect.insort(self._starts, (t0, g))
-        if t1 < _INF:
-            ending = self._ends.get(t1)
-            if ending is None:
-                self._ends[t1] = list(gpus)
-                bisect.insort(self.times, t1)
-            else:
-                ending.extend(gpus)
+        if self.p.book(t0, t1, gpus, mem):
+            bisect.insort(self.times, t1)
 
     def earliest(self, slot: JobSlot, only_now: bool) -> tuple[float, list[int] | None]:
         """(earliest start, GPUs); (inf, None) when it never fits. `only_now`: only the first candidate
@@ -143,29 +124,33 @@ class _Window:
     forward candidate by candidate; per node, how many GPUs one job of a given memory fits on."""
 
     def __init__(self, plan: GpuPlan, t0: float, t1: float) -> None:
-        self.plan = plan
+        self.p = p = plan.p
+        self._flat = p.flat
         self._fits: list[int] | None = None  # per node: GPUs the job fits on (built by may_fit)
         self._mem: float | None = None
         # from the window [now, inf) (every booking counts) only GPUs with a booking that ends by t0 or
         # starts at t1 or later differ; from the empty cluster, every GPU with a booking
-        apart = {g for t in plan.times[1 : bisect.bisect_right(plan.times, t0)] for g in plan._ends[t]}
-        starts = plan._starts
+        apart = {g for t in plan.times[1 : bisect.bisect_right(plan.times, t0)] for g in p.ends_at(t)}
+        starts = p.starts
         apart.update(g for _, g in starts[bisect.bisect_left(starts, (t1, -1)) :])
-        if len(apart) < len(plan.booked):
-            self.state = plan.full.copy()
+        if len(apart) < p.booked_count():
+            self.state = p.full.copy()
             todo: Iterable[int] = apart
         else:
-            self.state = plan.base.copy()
-            todo = plan.booked
+            self.state = p.base.copy()
+            todo = p.booked_gpus()
         for g in todo:
             self._replay(g, t0, t1)
 
     def _replay(self, g: int, t0: float, t1: float) -> None:
         """GPU g from the empty cluster by its bookings overlapping [t0, t1), in booking order."""
-        base, st = self.plan.base, self.state
+        st, base = self.state, self.p.base
         nj, free = base.gpu_njobs[g], base.gpu_free_gb[g]
-        cap = st.gpu_cap_gb[g]
-        for a, b, mem in self.plan.booked.get(g, ()):
+        cap = base.gpu_cap_gb[g]
+        books = self._flat.get(g)
+        if books is None:
+            books = self.p.bookings(g)
+        for a, b, mem in books:
             if a < t1 and b > t0:
                 nj += 1
                 free -= cap if mem is None else mem
@@ -183,9 +168,9 @@ class _Window:
     def shift(self, t0: float, t1: float, u0: float, u1: float) -> None:
         """From the window [t0, t1) to [u0, u1), u0 the next candidate after t0 (so t1 <= u1): bookings
         ending at u0 leave, bookings starting in [t1, u1) enter; no other GPU changes."""
-        plan = self.plan
-        changed = set(plan._ends.get(u0, ()))
-        starts = plan._starts
+        p = self.p
+        changed = set(p.ends_at(u0))
+        starts = p.starts
         lo = bisect.bisect_left(starts, (t1, -1))
         hi = bisect.bisect_left(starts, (u1, -1), lo)
         changed.update(g for _, g in starts[lo:hi])
