@@ -192,6 +192,9 @@ class PreemptiveQueue:
         self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
         self._lease_held = False  # a lease held a preemption back in this job's try (no shape memo)
         self._suspend_running = 0  # running jobs of preempt mode `suspend` (they keep their memory)
+        self._modes: dict[int, str] = {}  # jid -> its job's preempt mode (read once)
+        self._restarts: dict[int, bool] = {}  # jid -> whether a restart costs it time, under `_cost`
+        self._cost: PreemptionCost | None = None
         self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
         self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
 
@@ -209,6 +212,7 @@ class PreemptiveQueue:
         new._start_level = dict(self._start_level)
         new._by_shape = {shape: entries.copy() for shape, entries in self._by_shape.items()}
         new._suspend_running = self._suspend_running
+        new._modes = dict(self._modes)
         return new
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -230,7 +234,7 @@ class PreemptiveQueue:
             same.add(entry)
         else:
             self.running.add(entry)
-            if slot.job.preempt_mode == "suspend":
+            if self.mode(slot) == "suspend":
                 self._suspend_running += 1
         stamp = self._stamp.get(slot.jid, 0) + 1
         self._stamp[slot.jid] = stamp
@@ -258,13 +262,33 @@ class PreemptiveQueue:
                 del self._shapes[entry[0]]
         else:
             self.running.remove(entry)
-            if slot.job.preempt_mode == "suspend":
+            if self.mode(slot) == "suspend":
                 self._suspend_running -= 1
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
         self._stamp.pop(jid, None)
         self._start_level.pop(jid, None)
+        self._modes.pop(jid, None)
+        self._restarts.pop(jid, None)
+
+    def mode(self, slot: JobSlot) -> str:
+        """The job's `Job.preempt_mode`, read once per job."""
+        mode = self._modes.get(slot.jid)
+        if mode is None:
+            mode = self._modes[slot.jid] = slot.job.preempt_mode
+        return mode
+
+    def _restart_costs(self, slot: JobSlot) -> bool:
+        """Whether resuming the job costs a restart overhead (`PreemptionCost.overhead_s` > 0), read
+        once per job and cost model."""
+        cost = self.sched.preemption_cost
+        if cost is not self._cost:
+            self._cost, self._restarts = cost, {}
+        pays = self._restarts.get(slot.jid)
+        if pays is None:
+            pays = self._restarts[slot.jid] = cost.overhead_s(slot.job) > 0.0
+        return pays
 
     def next_change_s(self) -> float:
         """The next instant a level may change (the clock calls `decide` again then)."""
@@ -315,11 +339,7 @@ class PreemptiveQueue:
 
     def _lease_free(self, by: JobSlot) -> bool:
         """Whether no lease can keep `by` from a victim (`_leased` is then False for every one)."""
-        return (
-            not self.policy.endless_levels
-            or not by.preemptions
-            or self.sched.preemption_cost.overhead_s(by.job) <= 0.0
-        )
+        return not self.policy.endless_levels or not by.preemptions or not self._restart_costs(by)
 
     def _leased(self, victim: JobSlot, by: JobSlot, now: float) -> bool:
         """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
@@ -327,7 +347,7 @@ class PreemptiveQueue:
         level then was not higher). The pass asks again when the lease ends."""
         if not self.policy.endless_levels:
             return False  # its levels run out: a trade of places ends at the last one
-        if not by.preemptions or self.sched.preemption_cost.overhead_s(by.job) <= 0.0:
+        if not by.preemptions or not self._restart_costs(by):
             return False  # its first start (or one that costs no restart): nothing to trade back
         if self._start_level.get(victim.jid, _INF) > by.level:
             return False  # it outranked `by` when it started: its lease is not what makes it a victim
@@ -497,7 +517,7 @@ class PreemptiveQueue:
         for g in gpus:  # every occupant must be a suspended job or a blocker (not offline, not foreign)
             if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.alloc for b in blockers):
                 return None
-        if any(b.level <= slot.level or b.job.preempt_mode == "never" for b in blockers):
+        if any(b.level <= slot.level or self.mode(b) == "never" for b in blockers):
             return None
         if [b for b in blockers if self._leased(b, slot, now)]:  # every lease noted, so the pass asks again
             return None
@@ -535,7 +555,7 @@ class PreemptiveQueue:
             if entry[0] <= slot.level:  # type: ignore[operator]
                 break
             victim = sched.slot(entry[-1])  # type: ignore[arg-type]
-            mode = victim.job.preempt_mode
+            mode = self.mode(victim)
             if mode == "never" or (not lease_free and self._leased(victim, slot, now)):
                 continue
             released.append(victim)
@@ -547,7 +567,7 @@ class PreemptiveQueue:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
             for v in released[applied:]:
                 state.release(v.alloc, v.mem_gb, v.need)
-                if v.job.preempt_mode == "suspend":
+                if self.mode(v) == "suspend":
                     state.hold_suspended(v.alloc, v.mem_gb)
             applied = len(released)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
@@ -556,7 +576,7 @@ class PreemptiveQueue:
                     break
         taken = set(gpus or ())
         for victim in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
-            if victim.job.preempt_mode == "suspend":
+            if self.mode(victim) == "suspend":
                 state.drop_suspended(victim.alloc, victim.mem_gb)
             state.place(victim.alloc, victim.mem_gb, victim.need)
         if gpus is None:
