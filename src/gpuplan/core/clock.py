@@ -23,11 +23,11 @@ Plain typed classes, no dynamic tricks: the loop is the hot path of every clock.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import sys
 from collections.abc import Iterator
+from heapq import heappop, heappush
 
 from gpuplan.core.preemption import Preempted
 from gpuplan.core.scheduler import Scheduler
@@ -76,11 +76,11 @@ class EventClock:
 
     def enter_at(self, at_s: float, jid: int) -> None:
         """`jid` enters at `at_s` (after the instant's ends; ties by jid)."""
-        heapq.heappush(self.begins, (at_s, jid))
+        heappush(self.begins, (at_s, jid))
 
     def push_end(self, jid: int, at_s: float) -> None:
         """`jid` ends at `at_s`, an end that never moves (version 0, never stale: no bookkeeping)."""
-        heapq.heappush(self.heap, (at_s, next(self.seq), jid, 0))
+        heappush(self.heap, (at_s, next(self.seq), jid, 0))
 
     def expect_end(self, jid: int, at_s: float) -> None:
         """`jid`'s next event (its end, or a phase end) is at `at_s` (inf: none); any earlier one no
@@ -88,7 +88,7 @@ class EventClock:
         v = self.version.get(jid, 0) + 1
         self.version[jid] = v
         if at_s < _INF:
-            heapq.heappush(self.heap, (at_s, next(self.seq), jid, v))
+            heappush(self.heap, (at_s, next(self.seq), jid, v))
 
     def cancel_end(self, jid: int) -> None:
         """`jid`'s pending event no longer holds (it was preempted)."""
@@ -112,7 +112,7 @@ class EventClock:
         """Run the clock from `start_s` (None: its first event) until it stops."""
         sched, heap, version, begins = self.sched, self.heap, self.version, self.begins
         arrival_s, arrival_jid = self.arrival_s, self.arrival_jid
-        preemptive, heappop = self.preemptive, heapq.heappop
+        preemptive = self.preemptive
         ai, passes, max_passes = self.next_arrival, self.passes, self.max_passes
         t = self.next_time_s() if start_s is None else start_s
         if t == _INF:

@@ -247,7 +247,7 @@ def forecast(
     """
     run = _Forecaster(sched, now, list(deferred), cost or sched.preemption_cost, progress_s or {})
     run.loop()
-    fc = run.result()
+    fc = run.result(sched.version)
     for jid, why in (held or {}).items():
         fc.jobs[jid] = JobForecast(jid, "held", reason=why)
     return fc
@@ -268,7 +268,6 @@ class _Forecaster(EventClock):
         sched = live.fork()
         super().__init__(sched)
         self.now = now
-        self.live_version = live.version
         self.cost = sched.preemption_cost = cost  # the fork's pass leases each start by the same cost
         self.jobs: dict[int, JobForecast] = {}
         self.end_of: dict[int, float] = {}  # expected end of each job running in the fork
@@ -287,8 +286,6 @@ class _Forecaster(EventClock):
         self.first = True
         self.idle = 0  # passes in a row that brought no job its first start and had no end or entry ahead
         self.last_todo = 0
-        self.most_idle = 0
-        self.per_job = 0
         for k, jid in enumerate(sched.waiting_jids()):
             slot = sched.slot(jid)
             self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
@@ -310,9 +307,7 @@ class _Forecaster(EventClock):
     def loop(self, start_s: float | None = None) -> None:
         """The clock from `now` (`start_s` None): a first pass at now, whose reasons are the forecast's,
         then event to event. Its safety net is read at run time (a test may lower it)."""
-        self.per_job = preemption.MAX_PASSES_PER_JOB  # read at run time: a test may lower it
-        self.max_passes = self.per_job * (len(self.jobs) + 1)
-        self.most_idle = 2 * len(self.jobs) + 64
+        self.max_passes = preemption.MAX_PASSES_PER_JOB * (len(self.jobs) + 1)  # a test may lower it
         self.last_todo = self.todo
         super().loop(self.now if start_s is None else start_s)
 
@@ -327,13 +322,13 @@ class _Forecaster(EventClock):
         # many passes brought no job its first start, the rest never starts (starts unknown)
         self.idle = 0 if self.todo < self.last_todo or self.heap or self.begins else self.idle + 1
         self.last_todo = self.todo
-        return self.idle > self.most_idle
+        return self.idle > 2 * len(self.jobs) + 64
 
     def too_many_passes(self, t: float, passes: int) -> None:
         """The safety net: after `passes` passes, every job not started or not ended gets none."""
         self.stopped = (
             f"the forecast stopped at {t:.0f} s after {passes} scheduler passes "
-            f"({self.per_job} per job) without the queue draining: jobs preempt each other "
+            f"({passes // (len(self.jobs) + 1)} per job) without the queue draining: jobs preempt each other "
             "without progress (a preemptive level at most half the restart overhead?)"
         )
         for jid, fc in self.jobs.items():
@@ -449,14 +444,14 @@ class _Forecaster(EventClock):
             s, _, j = self.history[g][1][k]
             self.history[g][1][k] = (s, t, j)
 
-    def result(self) -> Forecast:
+    def result(self, version: int) -> Forecast:
         for jid, end in self.end_of.items():  # still running when every job had started
             fc = self.jobs[jid]
             if fc.end_s is None and end < _INF:
                 fc.end_s = end
             if fc.end_s is not None and fc.start_s is not None and fc.end_s < fc.start_s:
                 fc.end_s = fc.start_s
-        return Forecast(self.now, self.jobs, self.live_version, self.basis, self.stopped, self.history)
+        return Forecast(self.now, self.jobs, version, self.basis, self.stopped, self.history)
 
 
 def _basis(job: Job) -> str:

@@ -1,10 +1,12 @@
 """The discrete-event simulator: the scheduling core driven by a virtual clock.
 
 No fixed time step: the clock jumps from event to event (arrivals and finishes) on the loop every clock
-runs (core/clock.py's `EventClock`; `_Run` is its hooks). At every instant the finishes are handled
-first, then the arrivals, then one scheduling pass starts every job the policy allows. With GPU sharing, a job runs through three phases (start-up, init, GPU work: `Job.startup_s`,
-`Job.init_s`, the rest of its duration); its progress rate in each comes from the interference model, and
-its phase ends move whenever a neighbour starts, reaches its GPU phase or ends on one of its GPUs.
+runs (core/clock.py's `EventClock`; `_Run` and `_SharedRun` are its hooks). At every instant the
+finishes are handled first, then the arrivals, then one scheduling pass starts every job the policy
+allows. With GPU sharing (`_SharedRun`), a job runs through three phases (start-up, init, GPU work:
+`Job.startup_s`, `Job.init_s`, the rest of its duration); its progress rate in each comes from the
+interference model, and its phase ends move whenever a neighbour starts, reaches its GPU phase or ends
+on one of its GPUs.
 """
 
 from __future__ import annotations
@@ -255,8 +257,11 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
 
 
 class _Run(EventClock):
-    """One simulation run: the hooks of `EventClock` (core/clock.py) that replay each job's true
-    duration (with GPU sharing, its phases at the interference model's rates) and record the run."""
+    """One simulation run on whole GPUs: the hooks of `EventClock` (core/clock.py) that replay each
+    job's true duration and record the run (`_SharedRun` adds GPU sharing).
+
+    Under 30 attributes: beyond that CPython's instances lose their shared keys and every attribute
+    read in the hooks gets slower."""
 
     def __init__(
         self,
@@ -283,17 +288,9 @@ class _Run(EventClock):
         self.idle_wait_gpu_s = 0.0
         self.gpu_count = len(sched.state.gpu_node)
         self.done = 0
-        self.sharing = sched.state.sharing
         # MIG: each GPU's share of a whole GPU's compute (None when every GPU is whole)
         fractions = [node.gpu.compute_fraction for node in sched.state.spec.nodes for _ in range(node.gpus)]
         self.fraction: list[float] | None = fractions if min(fractions) < 1.0 else None
-        # sharing only: progress bookkeeping per running job
-        self.gpu_jobs: list[set[int]] = [set() for _ in sched.state.gpu_node]
-        self.rate: dict[int, float] = {}
-        self.phases_left: dict[int, list[float]] = {}  # solo seconds left of [start-up, init, GPU work]
-        self.phase: dict[int, int] = {}  # index of the current phase in phases_left
-        self.gpu_util: dict[int, float] = {}  # busy % during the GPU phase
-        self.last_t: dict[int, float] = {}
         self.start_t: dict[int, float] = {}
         self.estimator: OnlineEstimator | None = None
         self.by_level: dict[str, int] = {}  # with an estimator: jobs per level their estimate came from
@@ -310,32 +307,12 @@ class _Run(EventClock):
             left, elapsed = max(r.remaining_s, 0.0), max(-start, 0.0)
             self.work[jid] = elapsed + left
             self.start_t[jid] = start
-            if not self.sharing:
-                self.push_end(jid, left)
-                continue
-            self._set_phases(jid, elapsed)
-            self.last_t[jid], self.rate[jid] = 0.0, 1.0
-            for g in slot.alloc:
-                self.gpu_jobs[g].add(jid)
-        if running and self.sharing:
-            self._rerate(set(range(base, base + len(running))), 0.0, force_all=True)
+            self._seed(jid, slot.alloc, elapsed, left)
         self.timeline[0] = (0.0, self.sched.state.busy_gpus)
 
-    def _set_phases(self, jid: int, elapsed: float) -> None:
-        """Solo seconds left of each phase after `elapsed` seconds of the job's work (sharing runs)."""
-        job, dur = self.jobs[jid], self.work[jid]
-        # the phases split the job's solo duration: start-up first, then init, the rest on the GPU
-        startup = min(job.startup_s or 0.0, dur)
-        init = min(job.init_s or 0.0, dur - startup)
-        gpu_s = max(0.0, dur - startup - init)
-        left = [startup, init, gpu_s]
-        for k in range(3):
-            took = min(left[k], elapsed)
-            left[k] -= took
-            elapsed -= took
-        self.phases_left[jid] = left
-        self.phase[jid] = self._next_phase(jid, 0)
-        self.gpu_util[jid] = _gpu_phase_util(self._util(jid), dur, gpu_s)
+    def _seed(self, jid: int, gpus: tuple[int, ...], elapsed: float, left: float) -> None:
+        """A job running when the run starts, `elapsed` seconds into its work, with `left` to go."""
+        self.push_end(jid, left)
 
     # -- the clock's hooks ---------------------------------------------------------------------------
     def on_arrival(self, jid: int, t: float) -> None:
@@ -345,12 +322,12 @@ class _Run(EventClock):
         self.sched.submit(jid, job, book_mem_gb=booked_mem_gb(job, self.oracle))
 
     def after_pass(self, t: float, t_next: float) -> bool:
-        state, timeline = self.state, self.timeline
-        busy = self.gpu_count - state.idle_total
-        if busy != timeline[-1][1]:
-            timeline.append((t, busy))
-        if t_next < _INF and self.sched.waiting_count:
-            self.idle_wait_gpu_s += state.idle_total * (t_next - t)
+        idle = self.state.idle_total
+        busy = self.gpu_count - idle
+        if busy != self.timeline[-1][1]:
+            self.timeline.append((t, busy))
+        if self.sched.waiting_count and t_next < _INF:
+            self.idle_wait_gpu_s += idle * (t_next - t)
         return False
 
     def drained(self, t: float) -> None:
@@ -360,16 +337,7 @@ class _Run(EventClock):
     def on_start(self, st: Started, now: float) -> None:
         jid = st.jid
         self.start_t[jid] = now
-        extra = self._slice_extra_s(jid, st.gpu_ids)
-        if not self.sharing:
-            self.push_end(jid, now + self.work[jid] + extra)
-            return
-        self._set_phases(jid, 0.0)
-        self.phases_left[jid][_GPU_PHASE] += extra
-        self.last_t[jid], self.rate[jid] = now, 1.0
-        for g in st.gpu_ids:
-            self.gpu_jobs[g].add(jid)
-        self._rerate(self._neighbours(st.gpu_ids), now, force=jid)
+        self.push_end(jid, now + self.work[jid] + self._slice_extra_s(jid, st.gpu_ids))
 
     def _slice_extra_s(self, jid: int, gpus: tuple[int, ...]) -> float:
         """Extra seconds the job's GPU phase takes on these GPUs: 0 on whole GPUs; on MIG slices its GPU
@@ -383,11 +351,6 @@ class _Run(EventClock):
         gpu_s = max(0.0, dur - (job.startup_s or 0.0) - (job.init_s or 0.0))
         util = _gpu_phase_util(self._util(jid), dur, gpu_s)
         return gpu_s * (max(slice_slowdown(util, self.fraction[g]) for g in gpus) - 1.0)
-
-    def _next_phase(self, jid: int, first: int) -> int:
-        """The first phase from `first` on with work left (the GPU phase when none has)."""
-        left = self.phases_left[jid]
-        return next((k for k in range(first, _GPU_PHASE) if left[k] > 0.0), _GPU_PHASE)
 
     def _estimated(self, job: Job) -> Job:
         """The job with the estimate learned from the jobs finished so far (none: its limit, if any)."""
@@ -419,13 +382,103 @@ class _Run(EventClock):
         self.done += 1
         if self.progress is not None and self.done % 2000 == 0:
             self.progress(self.done, len(self.jobs))
-        if self.sharing:
+
+    def _util(self, jid: int) -> float:
+        u = self.jobs[jid].gpu_util_pct
+        if u is not None:
+            return u
+        return self.model.DEFAULT_UTIL_PCT if self.model is not None else 100.0
+
+    def _stuck_message(self) -> str:
+        ids = [self.jobs[j].id for j in itertools.islice(self.sched.waiting_jids(), 5)]
+        return f"{self.sched.waiting_count} job(s) can never start (first: {ids}); nothing runs and nothing arrives"
+
+
+class _SharedRun(_Run):
+    """A run on a sharing cluster: a job runs through three phases (start-up, init, GPU work) at the
+    rates the interference model gives it beside its GPUs' other jobs; each event is a phase end, and
+    its GPU phase's end is the job's end. A start, a phase change or an end moves the neighbours' rates
+    and so their events (`expect_end`)."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        sched: Scheduler,
+        model: InterferenceModel | None,
+        progress: ProgressFn | None,
+        waiting: int | None = None,
+        t0: float | None = None,
+    ) -> None:
+        super().__init__(jobs, sched, model, progress, waiting, t0)
+        # progress bookkeeping per running job
+        self.gpu_jobs: list[set[int]] = [set() for _ in sched.state.gpu_node]
+        self.rate: dict[int, float] = {}
+        self.phases_left: dict[int, list[float]] = {}  # solo seconds left of [start-up, init, GPU work]
+        self.phase: dict[int, int] = {}  # index of the current phase in phases_left
+        self.gpu_util: dict[int, float] = {}  # busy % during the GPU phase
+        self.last_t: dict[int, float] = {}
+
+    def adopt(self, running: Sequence[RunningJob]) -> None:
+        super().adopt(running)
+        if running:
+            base = len(self.order)
+            self._rerate(set(range(base, base + len(running))), 0.0, force_all=True)
+
+    def _seed(self, jid: int, gpus: tuple[int, ...], elapsed: float, left: float) -> None:
+        self._set_phases(jid, elapsed)
+        self.last_t[jid], self.rate[jid] = 0.0, 1.0
+        for g in gpus:
+            self.gpu_jobs[g].add(jid)
+
+    def on_start(self, st: Started, now: float) -> None:
+        jid = st.jid
+        self.start_t[jid] = now
+        extra = self._slice_extra_s(jid, st.gpu_ids)
+        self._set_phases(jid, 0.0)
+        self.phases_left[jid][_GPU_PHASE] += extra
+        self.last_t[jid], self.rate[jid] = now, 1.0
+        for g in st.gpu_ids:
+            self.gpu_jobs[g].add(jid)
+        self._rerate(self._neighbours(st.gpu_ids), now, force=jid)
+
+    def on_end(self, jid: int, now: float) -> None:
+        """A sharing job's current phase is done: finish it, or move it on and rerate its GPUs' jobs."""
+        phase = self.phase[jid]
+        if phase == _GPU_PHASE:
+            gpus = self.sched.slot(jid).alloc
+            super().on_end(jid, now)
             for g in gpus:
                 self.gpu_jobs[g].discard(jid)
             del self.rate[jid], self.phases_left[jid], self.phase[jid], self.gpu_util[jid]
             del self.last_t[jid]
             self.forget(jid)
             self._rerate(self._neighbours(gpus), now)
+            return
+        self.phases_left[jid][phase] = 0.0
+        self.last_t[jid] = now
+        self.phase[jid] = self._next_phase(jid, phase + 1)
+        self._rerate(self._neighbours(self.sched.slot(jid).alloc), now, force=jid)
+
+    def _set_phases(self, jid: int, elapsed: float) -> None:
+        """Solo seconds left of each phase after `elapsed` seconds of the job's work (sharing runs)."""
+        job, dur = self.jobs[jid], self.work[jid]
+        # the phases split the job's solo duration: start-up first, then init, the rest on the GPU
+        startup = min(job.startup_s or 0.0, dur)
+        init = min(job.init_s or 0.0, dur - startup)
+        gpu_s = max(0.0, dur - startup - init)
+        left = [startup, init, gpu_s]
+        for k in range(3):
+            took = min(left[k], elapsed)
+            left[k] -= took
+            elapsed -= took
+        self.phases_left[jid] = left
+        self.phase[jid] = self._next_phase(jid, 0)
+        self.gpu_util[jid] = _gpu_phase_util(self._util(jid), dur, gpu_s)
+
+    def _next_phase(self, jid: int, first: int) -> int:
+        """The first phase from `first` on with work left (the GPU phase when none has)."""
+        left = self.phases_left[jid]
+        return next((k for k in range(first, _GPU_PHASE) if left[k] > 0.0), _GPU_PHASE)
 
     def _neighbours(self, gpus: tuple[int, ...]) -> set[int]:
         out: set[int] = set()
@@ -466,32 +519,6 @@ class _Run(EventClock):
             if others:
                 rate = min(rate, model.rate(util, others))
         return rate
-
-    def _util(self, jid: int) -> float:
-        u = self.jobs[jid].gpu_util_pct
-        if u is not None:
-            return u
-        return self.model.DEFAULT_UTIL_PCT if self.model is not None else 100.0
-
-    def _stuck_message(self) -> str:
-        ids = [self.jobs[j].id for j in itertools.islice(self.sched.waiting_jids(), 5)]
-        return f"{self.sched.waiting_count} job(s) can never start (first: {ids}); nothing runs and nothing arrives"
-
-
-class _SharedRun(_Run):
-    """A run on a sharing cluster: each event is the end of a job's phase (start-up, init, GPU work),
-    and the end of its GPU phase is the job's end."""
-
-    def on_end(self, jid: int, now: float) -> None:
-        """A sharing job's current phase is done: finish it, or move it on and rerate its GPUs' jobs."""
-        phase = self.phase[jid]
-        if phase == _GPU_PHASE:
-            super().on_end(jid, now)
-            return
-        self.phases_left[jid][phase] = 0.0
-        self.last_t[jid] = now
-        self.phase[jid] = self._next_phase(jid, phase + 1)
-        self._rerate(self._neighbours(self.sched.slot(jid).alloc), now, force=jid)
 
 
 def _gpu_phase_util(util_pct: float, duration_s: float, gpu_s: float) -> float:
