@@ -4,6 +4,7 @@ goes to the full CLI."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -123,3 +124,34 @@ def test_queue_and_show_on_a_real_agent_load_nothing_heavy(agent: Daemon) -> Non
     assert shown["job"]["id"] == waiting[1] and shown["forecast"]["expected_start_s"] is not None
     missing = gp("show", "999")
     assert missing.returncode == 2 and missing.stderr == "gpuplan: error: no job 999 (see `gpuplan queue`)\n"
+
+
+class _LeftReader(io.TextIOBase):
+    """A stdout whose reader has gone (`gpuplan queue | head -1` once head exited)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(
+    fake_agent: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status 1 and nothing on stderr, as the full CLI (click) does; stdout then points at /dev/null so
+    the interpreter's last flush cannot fail either."""
+    r, w = os.pipe()
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", _LeftReader(w))
+    monkeypatch.setattr(sys, "stderr", err)
+    try:
+        assert jobview.fast_main(["queue"]) == 1
+        assert err.getvalue() == ""
+        assert os.write(w, b"x") == 1 and os.fstat(w).st_ino == os.stat(os.devnull).st_ino
+    finally:
+        os.close(r)
+        os.close(w)

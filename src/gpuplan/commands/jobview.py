@@ -9,6 +9,7 @@ commands call the same functions, so both paths print the same bytes.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -174,7 +175,11 @@ def fast_main(argv: Sequence[str]) -> int | None:
         return None
     try:
         run()
+        sys.stdout.flush()
     except GpuplanError as e:
         sys.stderr.write(f"gpuplan: error: {e}\n")
         return 2
+    except BrokenPipeError:  # `gpuplan queue | head`: the reader left; status 1 and no traceback (as click)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
