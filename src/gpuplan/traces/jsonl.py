@@ -10,6 +10,7 @@ from pathlib import Path
 from gpuplan.errors import InputError
 from gpuplan.model import Job
 from gpuplan.traces.base import ReadOptions, TraceReader, TraceResult, TruncatedTraceError, register_reader
+from gpuplan.traces.fastjsonl import fast_jsonl_jobs
 from gpuplan.traces.fields import job_from_json, loads_object
 from gpuplan.traces.rows import (
     RowSink,
@@ -66,6 +67,10 @@ class JsonlReader(TraceReader):
 
     def read(self, path: Path, options: ReadOptions) -> TraceResult:
         sink = RowSink(path, options.skip_bad)
+        fast = fast_jsonl_jobs(path)
+        if fast is not None:  # a clean file, read by columns; else line by line, naming any bad line
+            sink.jobs = fast
+            return sink.result(self.name, ignored_option_warnings(options, self.name))
         for line, text in read_lines(path):
             if text.strip():
                 sink.add(line, partial(_job_from_line, path, line, text))

