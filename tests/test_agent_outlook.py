@@ -51,11 +51,18 @@ def _busy_node(agent: Agent, clock: Clock, rng: random.Random, waiting: int) -> 
     return ids
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_a_kept_forecast_is_what_a_fresh_one_says(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "policy", "backfill", "sharing"),
+    [(0, "fifo", "easy", False), (1, "fifo", "easy", False), (2, "sjf", "easy", False),
+     (3, "fifo", "conservative", False), (4, "fifo", "none", False), (5, "fifo", "easy", True)],
+)  # fmt: skip
+def test_a_kept_forecast_is_what_a_fresh_one_says(
+    tmp_path: Path, seed: int, policy: str, backfill: str, sharing: bool
+) -> None:
     clock = Clock(1_000_000.0)
     rng = random.Random(seed)
-    with in_process_agents(tmp_path / "home", clock, policy="fifo", backfill="easy") as make:
+    config = {"policy": policy, "backfill": backfill, "sharing": sharing}
+    with in_process_agents(tmp_path / "home", clock, **config) as make:
         agent = make()
         _busy_node(agent, clock, rng, 30)
         t0 = clock.now
@@ -78,9 +85,10 @@ def test_a_kept_forecast_is_what_a_fresh_one_says(tmp_path: Path, seed: int) -> 
         assert agent.forecasts.made == made + 3, "a held job released"
 
 
-def test_a_policy_that_moves_with_time_forecasts_each_instant(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy", ["las", "fairshare"])
+def test_a_policy_that_moves_with_time_forecasts_each_instant(tmp_path: Path, policy: str) -> None:
     clock = Clock(1_000_000.0)
-    with in_process_agents(tmp_path / "home", clock, policy="las", backfill="easy") as make:
+    with in_process_agents(tmp_path / "home", clock, policy=policy, backfill="easy") as make:
         agent = make()
         _busy_node(agent, clock, random.Random(7), 10)
         _answered(agent)
@@ -89,7 +97,7 @@ def test_a_policy_that_moves_with_time_forecasts_each_instant(tmp_path: Path) ->
         assert made == 1, "the same instant: kept"
         clock.now += 0.5
         assert _answered(agent) == _fresh(agent, clock.now)
-        assert agent.forecasts.made == made + 1, "under las the levels move with time"
+        assert agent.forecasts.made == made + 1, "las levels and fair-share usage move with time"
 
 
 def test_queue_after_no_change_makes_no_forecast(tmp_path: Path) -> None:
