@@ -7,6 +7,8 @@
   changes no pass acts on came since): against walking every pass.
 - A pass passes by a job whose fit key (memory every GPU has left out) failed earlier in the pass:
   against trying every job of a new shape.
+- Shapes leave out memory every GPU has until a job that keeps its memory (mode `suspend`) is known:
+  against shapes that keep it.
 Both on random traces under every preemptive policy, preempt modes mixed.
 """
 
@@ -96,12 +98,13 @@ def _plain_evict_for(self, slot, now, out, preempted):  # type: ignore[no-untype
     return gpus
 
 
-def _trace(rng: random.Random, n: int) -> list[Job]:
+def _trace(rng: random.Random, n: int, suspend: bool) -> list[Job]:
     jobs, t = [], 0.0
+    modes = ["checkpoint", "checkpoint", "requeue", "never", *(["suspend"] if suspend else [])]
     for i in range(n):
         t += rng.expovariate(1 / 40.0)
         duration_s = float(rng.choice([20, 60, 200, 900, 3000]))
-        mode = rng.choice(["checkpoint", "checkpoint", "requeue", "never", "suspend"])
+        mode = rng.choice(modes)
         if mode == "requeue" and duration_s > 60:  # a long requeued job may never finish under las
             mode = "checkpoint"
         gpus = rng.choice([1, 1, 1, 2, 2, 3, 4, 4, 6, 8])
@@ -125,20 +128,26 @@ def _never_quiet(self, now):  # type: ignore[no-untyped-def]
     return False  # every pass walks the queue
 
 
+def _exact_shape(self, slot):  # type: ignore[no-untyped-def]
+    return (slot.gpus, slot.mem_gb, slot.may_span, slot.need, bool(slot.suspended_on))
+
+
 @pytest.mark.parametrize("policy", ["las:quantum=100", "tiresias:threshold=200", "gittins:first=50"])
-@pytest.mark.parametrize("plain", ["evict", "settle", "fits"])
+@pytest.mark.parametrize("plain", ["evict", "settle", "fits", "shapes"])
 def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     policy: str, plain: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(policy)
-    traces = [_trace(rng, rng.randint(10, 40)) for _ in range(10)]
+    traces = [_trace(rng, rng.randint(10, 40), suspend=k % 2 == 0) for k in range(12)]
     fast = [_schedule(jobs, policy) for jobs in traces]
     if plain == "evict":
         monkeypatch.setattr(PreemptiveQueue, "_evict_for", _plain_evict_for)
     elif plain == "settle":
         monkeypatch.setattr(PreemptiveQueue, "refresh", _never_quiet)
-    else:  # no two jobs share a fit key: each new shape is tried
+    elif plain == "fits":  # no two jobs share a fit key: each new shape is tried
         monkeypatch.setattr(preemption, "_fit_key", lambda slot, cap: object())
+    else:
+        monkeypatch.setattr(PreemptiveQueue, "_shape", _exact_shape)
     slow = [_schedule(jobs, policy) for jobs in traces]
     assert fast == slow
     assert sum(p for _, p in slow) > 30  # the traces do preempt

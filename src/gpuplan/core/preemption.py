@@ -144,11 +144,6 @@ def _fit_key(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
     return (slot.gpus, None if mem is None or mem <= min_cap_gb else mem, slot.may_span, slot.need)
 
 
-def _shape(slot: JobSlot) -> tuple[object, ...]:
-    """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended)."""
-    return (slot.gpus, slot.mem_gb, slot.may_span, slot.need, bool(slot.suspended_on))
-
-
 class Decisions(NamedTuple):
     """One pass's decisions, in the order a clock carries them out: preemptions, then starts."""
 
@@ -195,6 +190,9 @@ class PreemptiveQueue:
         self._modes: dict[int, str] = {}  # jid -> its job's preempt mode (read once)
         self._restarts: dict[int, bool] = {}  # jid -> whether a restart costs it time, under `_cost`
         self._cost: PreemptionCost | None = None
+        # shapes keep memory that every GPU has once a job that keeps its memory when preempted (mode
+        # `suspend`) or waits suspended is known, and on sharing clusters; until then it is left out
+        self._exact_shapes = sched.state.sharing
         self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
         self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
 
@@ -213,6 +211,7 @@ class PreemptiveQueue:
         new._by_shape = {shape: entries.copy() for shape, entries in self._by_shape.items()}
         new._suspend_running = self._suspend_running
         new._modes = dict(self._modes)
+        new._exact_shapes = self._exact_shapes
         return new
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -221,9 +220,11 @@ class PreemptiveQueue:
         slot.level = self.policy.level(slot, now)
         entry = (slot.level, *slot.key)
         self._entry[slot.jid] = entry
+        if not self._exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
+            self._keep_memory_in_shapes()
         if slot.start_s is None:
             self.waiting.add(entry)
-            shape = self._shape_of[slot.jid] = _shape(slot)
+            shape = self._shape_of[slot.jid] = self._shape(slot)
             at = self._shapes.get(slot.level)
             if at is None:
                 at = self._shapes[slot.level] = {}
@@ -264,6 +265,28 @@ class PreemptiveQueue:
             self.running.remove(entry)
             if self.mode(slot) == "suspend":
                 self._suspend_running -= 1
+
+    def _shape(self, slot: JobSlot) -> tuple[object, ...]:
+        """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
+        on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
+        mem = slot.mem_gb
+        if not self._exact_shapes and mem is not None and mem <= self.sched.state.min_cap_gb:
+            mem = None
+        return (slot.gpus, mem, slot.may_span, slot.need, bool(slot.suspended_on))
+
+    def _keep_memory_in_shapes(self) -> None:
+        """A job that keeps its memory is known: from now on shapes keep every job's memory (a job
+        may fit beside a suspended one where a larger one does not); the waiting jobs' are redone."""
+        self._exact_shapes = True
+        self._shapes.clear()
+        self._by_shape.clear()
+        for entry in self.waiting:
+            jid = entry[-1]
+            slot = self.sched.slot(jid)  # type: ignore[arg-type]
+            shape = self._shape_of[jid] = self._shape(slot)  # type: ignore[index]
+            at = self._shapes.setdefault(entry[0], {})
+            at[shape] = at.get(shape, 0) + 1
+            self._by_shape.setdefault(shape, SortedList()).add(entry)
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
@@ -307,6 +330,8 @@ class PreemptiveQueue:
         while wakes and wakes[0] <= now:  # a lease that held a preemption back ended
             heapq.heappop(wakes)
             quiet = False
+        if wakes and wakes[0] <= now + 1e-9:
+            quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
         ch = self._changes
         while ch and ch[0][0] <= now:
             _, jid, stamp = heapq.heappop(ch)
