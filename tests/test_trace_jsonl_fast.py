@@ -131,3 +131,21 @@ def test_a_lone_surrogate_the_exact_reader_accepts_is_not_lost(tmp_path: Path) -
     path.write_text('{"id": "a\\ud800", "submit_s": 0, "gpus": 1}\n', encoding="utf-8")
     assert fast_jsonl_jobs(path) is None
     assert read_trace(path).jobs[0].id == "a\ud800"
+
+
+def test_repeated_numbers_are_shared_and_equal_to_the_row_readers(tmp_path: Path) -> None:
+    from gpuplan.traces.fastcsv import fast_own_csv_jobs
+    from gpuplan.traces.fields import job_from_texts
+
+    header = ["id", "submit_s", "gpus", "requested_s", "mem_gb"]
+    rows = [
+        [f"j{i}", str(i * 0.5), "1", "3600.0" if i % 3 else "-0.0", str(float(i % 4))] for i in range(300)
+    ]
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(",".join(r) for r in [header, *rows]) + "\n", encoding="utf-8")
+    fast = fast_own_csv_jobs(path, header)
+    assert fast is not None
+    assert fast == [job_from_texts(dict(zip(header, r, strict=True))) for r in rows]
+    assert [str(j.requested_s) for j in fast[:3]] == ["-0.0", "3600.0", "3600.0"]  # the sign of zero kept
+    assert fast[0].mem_gb is fast[4].mem_gb  # one object per distinct value (0.0, 1.0, 2.0, 3.0)
+    assert len({id(j.mem_gb) for j in fast}) == 4

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.model import Job
-from gpuplan.traces.fastcsv import jobs_from_arrow
+from gpuplan.traces.fastcsv import jobs_from_arrow, release_arrow_memory
 from gpuplan.traces.fields import BOOL_FIELDS, FLOAT_FIELDS, JOB_FIELDS, REQUIRED_FIELDS
 
 __all__ = ["fast_jsonl_jobs"]
@@ -50,7 +50,10 @@ def fast_jsonl_jobs(path: Path) -> list[Job] | None:
     del data
     if table is None or table.num_rows != lines or not _valid_utf8(table, pa):
         return None
-    return jobs_from_arrow(_given_columns(table))
+    jobs = jobs_from_arrow(_given_columns(table))
+    del table
+    release_arrow_memory()
+    return jobs
 
 
 def _object_lines(data: bytes) -> int | None:

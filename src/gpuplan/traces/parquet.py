@@ -16,7 +16,7 @@ from typing import Any
 from gpuplan.cluster import cluster_from_toml, cluster_to_toml
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.traces.base import ReadOptions, TraceError, TraceReader, TraceResult, register_reader
-from gpuplan.traces.fastcsv import jobs_from_arrow
+from gpuplan.traces.fastcsv import jobs_from_arrow, release_arrow_memory
 from gpuplan.traces.fields import JOB_FIELDS, REQUIRED_FIELDS, FieldError, job_from_json, loads_object
 from gpuplan.traces.rows import RowSink, checked_records, clip, ignored_option_warnings
 
@@ -150,6 +150,8 @@ class ParquetReader(TraceReader):
         fast = jobs_from_arrow(table)  # clean columns at C speed; else row by row, naming the bad row
         if fast is not None:
             sink.jobs = fast
+            del table
+            release_arrow_memory()
         else:
             for number, row in enumerate(table.to_pylist(), start=1):
                 sink.add(number, partial(_row_job, row))
