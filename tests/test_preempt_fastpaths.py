@@ -7,8 +7,8 @@
   changes no pass acts on came since): against walking every pass.
 - A pass passes by a job whose fit key (memory every GPU has left out) failed earlier in the pass:
   against trying every job of a new shape.
-- Shapes leave out memory every GPU has until a job that keeps its memory (mode `suspend`) is known:
-  against shapes that keep it.
+- Shapes leave out memory every GPU has (tiresias, gittins) until a job that keeps its memory (mode
+  `suspend`) is known: against shapes that keep it.
 Both on random traces under every preemptive policy, preempt modes mixed.
 """
 

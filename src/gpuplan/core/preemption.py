@@ -191,8 +191,9 @@ class PreemptiveQueue:
         self._restarts: dict[int, bool] = {}  # jid -> whether a restart costs it time, under `_cost`
         self._cost: PreemptionCost | None = None
         # shapes keep memory that every GPU has once a job that keeps its memory when preempted (mode
-        # `suspend`) or waits suspended is known, and on sharing clusters; until then it is left out
-        self._exact_shapes = sched.state.sharing
+        # `suspend`) or waits suspended is known, on sharing clusters, and under leases (las: a job a
+        # lease may bind is tried for itself, as its exact shape says); until then it is left out
+        self._exact_shapes = sched.state.sharing or policy.endless_levels
         self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
         self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
 
