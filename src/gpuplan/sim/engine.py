@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gpuplan.core.backfill import Backfill
@@ -31,7 +30,7 @@ from gpuplan.errors import ScheduleError
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.metrics import compute_metrics
-from gpuplan.sim.result import EstimateUse, JobRecord, SimResult
+from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline, start_order
 
 if TYPE_CHECKING:
     from gpuplan.core.estimates import OnlineEstimator
@@ -50,7 +49,6 @@ __all__ = [
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF = math.inf
-_START_THEN_ID = attrgetter("start_s", "job_id")  # the order of a result's records
 _GPU_PHASE = 2  # phases of a sharing job: 0 start-up, 1 init, 2 GPU work
 
 
@@ -110,7 +108,7 @@ def simulate(
     run.adopt(running)
     with _no_cyclic_gc():
         run.loop()
-    records = sorted(run.records, key=_START_THEN_ID)
+    records = start_order(run.records)
     if now_s is None:
         bound_s = lower_bound(jobs, cluster).value_s if lower_bound_s is None else lower_bound_s
     else:
@@ -284,7 +282,7 @@ class _Run(EventClock):
         self.set_arrivals([max(jobs[i].submit_s - self.t0, 0.0) for i in self.order], self.order)
         self.work = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of each job in all
         self.records: list[JobRecord] = []
-        self.timeline: list[tuple[float, int]] = [(0.0, 0)]
+        self.timeline = Timeline([(0.0, 0)])
         self.idle_wait_gpu_s = 0.0
         self.gpu_count = len(sched.state.gpu_node)
         self.done = 0
@@ -324,8 +322,8 @@ class _Run(EventClock):
     def after_pass(self, t: float, t_next: float) -> bool:
         idle = self.state.idle_total
         busy = self.gpu_count - idle
-        if busy != self.timeline[-1][1]:
-            self.timeline.append((t, busy))
+        if busy != self.timeline.busy[-1]:
+            self.timeline.add(t, busy)
         if self.sched.waiting_count and t_next < _INF:
             self.idle_wait_gpu_s += idle * (t_next - t)
         return False
@@ -370,7 +368,7 @@ class _Run(EventClock):
         self.records.append(
             JobRecord(
                 job.id,
-                job.submit_s - self.t0,
+                job.submit_s - self.t0 if self.t0 else job.submit_s,  # one float object fewer a job
                 self.start_t.pop(jid),
                 now,
                 gpus,

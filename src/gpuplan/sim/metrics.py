@@ -15,9 +15,14 @@ __all__ = ["BSLD_BOUND_S", "compute_metrics", "occupied_gpu_seconds"]
 def occupied_gpu_seconds(timeline: Sequence[tuple[float, int]], until_s: float) -> float:
     """Integral of occupied GPUs over [0, until_s] for a step function [(time_s, gpus from then on)]."""
     total = 0.0
-    for (t, busy), (t_next, _) in zip(timeline, [*timeline[1:], (until_s, 0)]):
-        total += busy * (min(t_next, until_s) - t)
-    return total
+    steps = iter(timeline)
+    prev = next(steps, None)
+    if prev is None:
+        return total
+    for step in steps:  # no shifted copy: a million-job pass has millions of steps
+        total += prev[1] * (min(step[0], until_s) - prev[0])
+        prev = step
+    return total + prev[1] * (until_s - prev[0])
 
 
 def compute_metrics(

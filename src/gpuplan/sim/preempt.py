@@ -27,7 +27,7 @@ from gpuplan.errors import ScheduleError
 from gpuplan.model import Job
 from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.metrics import compute_metrics
-from gpuplan.sim.result import EstimateUse, JobRecord, SimResult
+from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline, start_order
 
 __all__ = ["PreemptiveRun", "simulate_preemptive"]
 
@@ -59,7 +59,7 @@ class PreemptiveRun(EventClock):
         self.seg_overhead: dict[int, float] = {}
         self.first_start: dict[int, float] = {}
         self.records: list[JobRecord] = []
-        self.timeline: list[tuple[float, int]] = [(0.0, 0)]
+        self.timeline = Timeline([(0.0, 0)])
         self.idle_wait_gpu_s = 0.0
         self.last_pass_s = 0.0
         self.preemptions = 0
@@ -81,8 +81,8 @@ class PreemptiveRun(EventClock):
 
     def after_pass(self, t: float, t_next: float) -> bool:
         state = self.state
-        if state.busy_gpus != self.timeline[-1][1]:
-            self.timeline.append((t, state.busy_gpus))
+        if state.busy_gpus != self.timeline.busy[-1]:
+            self.timeline.add(t, state.busy_gpus)
         if t_next < _INF and self.sched.waiting_count:
             self.idle_wait_gpu_s += state.idle_total * (t_next - t)
         self.last_pass_s = t
@@ -157,7 +157,7 @@ def simulate_preemptive(
     """Run `jobs` under `sched`'s preemptive policy (see `engine.simulate`, which calls this)."""
     run = PreemptiveRun(jobs, sched, cost or PreemptionCost())
     run.loop()
-    records = sorted(run.records, key=lambda r: (r.start_s, r.job_id))
+    records = start_order(run.records)
     bound = lower_bound(jobs, sched.spec).value_s
     metrics = compute_metrics(records, run.timeline, sched.spec.total_gpus, run.idle_wait_gpu_s, bound)
     metrics.preemptions = run.preemptions
