@@ -37,6 +37,16 @@ _INF = math.inf
 _Steps = tuple[list[float], list[int]]  # breakpoints from now (times[0] == now) and free GPUs from each
 
 
+def _split(times: list[float], free: list[int], t: float) -> int:
+    """Index of the breakpoint at t (>= times[0]), inserting one (the value before it) if needed."""
+    i = bisect.bisect_left(times, t)
+    if i < len(times) and times[i] == t:
+        return i
+    times.insert(i, t)
+    free.insert(i, free[i - 1])
+    return i
+
+
 def booked_end(t: float, plan_s: float) -> float:
     """End of a booking from t: a job planned to take no time still holds its GPUs for an instant."""
     return max(t + plan_s, math.nextafter(t, _INF))
@@ -140,7 +150,12 @@ class CountProfile:
         for n, k in per_node.items():
             self.reservations[n].append((t0, t1, k))
             self.reserved_nodes.add(n)
-            self._steps.pop(n, None)
+            steps = self._steps.get(n)
+            if steps is not None:  # kept: the step function changes over [t0, t1) only
+                times, free = steps
+                i0 = _split(times, free, t0)
+                i1 = _split(times, free, t1) if t1 < _INF else len(times)
+                free[i0:i1] = [v - k for v in free[i0:i1]]
         if t0 < self.first_start_s:
             self.first_start_s = t0
 
