@@ -122,6 +122,16 @@ def test_an_endless_job_and_a_held_gpu_free_nothing() -> None:
     assert p.first_fit_later(1, 0.0, {0}, None) == (40.0, [1])
 
 
+def test_the_nodes_whose_gpus_hold_a_memory() -> None:
+    l40s = GpuSpec("L40S-48GB", 48.0)
+    spec = ClusterSpec("h", (NodeSpec("a", 2, _A100), NodeSpec("b", 2, l40s), NodeSpec("c", 2, _A100)))
+    p = CountProfile(ClusterState(spec))
+    assert p.nodes_holding(None) == ([0, 1, 2], None)
+    assert p.nodes_holding(48.0) == ([0, 1, 2], None)
+    assert p.nodes_holding(60.0) == ([0, 2], {0, 2})
+    assert p.nodes_holding(81.0) == ([], set())
+
+
 # -- the random walk -----------------------------------------------------------------------------
 _OPS = st.lists(
     st.tuples(

@@ -32,8 +32,6 @@ class CountPlan:
         self.p = profile
         profile.drop_reservations()
         self.caps = s.state.node_cap_gb
-        self._usable: dict[float | None, list[int]] = {}
-        self._usable_sets: dict[float | None, set[int] | None] = {}
         # jobs beyond the depth only ask "does it start now?": shapes that did not, with the shortest
         # duration that did not (the plan only fills up during a pass, and a longer job needs a
         # superset of the rows a shorter one needs: a miss stays a miss)
@@ -49,12 +47,8 @@ class CountPlan:
         return min(end, self.p.first_start_s)
 
     def _nodes_for(self, mem: float | None) -> list[int]:
-        """Nodes whose GPUs hold `mem` (one list per memory: callers must not change it)."""
-        nodes = self._usable.get(mem)
-        if nodes is None:
-            nodes = self._usable[mem] = [n for n, cap in enumerate(self.caps) if mem is None or mem <= cap]
-            self._usable_sets[mem] = None if len(nodes) == len(self.caps) else set(nodes)
-        return nodes
+        """Nodes whose GPUs hold `mem` (shared: callers must not change it)."""
+        return self.p.nodes_holding(mem)[0]
 
     def earliest(self, slot: JobSlot, only_now: bool) -> tuple[float, list[int] | None]:
         """(earliest start, nodes it may use then); (inf, None) when it never fits in the plan.
@@ -84,7 +78,7 @@ class CountPlan:
     def _fit_now(self, g: int, d: float, mem: float | None) -> list[int]:
         """The nodes (holding `mem`) with g GPUs free over a run from now, in node order."""
         fit = self.p.fits_now(g)
-        usable = self._usable_sets[mem]
+        usable = self.p.nodes_holding(mem)[1]
         if usable is not None:
             fit = [n for n in fit if n in usable]
         reserved = self.p.reserved_nodes
@@ -97,7 +91,7 @@ class CountPlan:
         """The earliest start after now on one node, and every node where it is that early (none fits
         now). Nodes without reservations come sorted from the profile; those with are scanned."""
         p, now = self.p, self.now
-        usable = self._usable_sets[mem]
+        usable = p.nodes_holding(mem)[1]
         reserved = p.reserved_nodes
         best_t, ties = p.first_fit_later(g, now, reserved, usable)
         best_nodes = ties if ties else None

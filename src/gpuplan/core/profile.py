@@ -81,6 +81,8 @@ class CountProfile:
         self._fit_order: dict[int, list[tuple[float, int]]] = {}
         self._fit_keys: dict[int, list[float]] = {}
         self._fit_pending: dict[int, set[int]] = {}
+        self._caps = sorted(set(state.node_cap_gb))
+        self._holding: dict[float, tuple[list[int], set[int] | None]] = {}
 
     # -- building ------------------------------------------------------------------------------
     @classmethod
@@ -262,6 +264,21 @@ class CountProfile:
                 return times[i]
             i = j + 1
         return _INF
+
+    def nodes_holding(self, mem: float | None) -> tuple[list[int], set[int] | None]:
+        """The nodes whose GPUs hold `mem` per GPU (None: any), in node order, and the same as a set
+        (None when every node does). Shared lists: do not change them."""
+        caps = self._caps
+        i = 0 if mem is None else bisect.bisect_left(caps, mem)
+        cap = caps[i] if i < len(caps) else _INF  # the smallest capacity that holds it
+        got = self._holding.get(cap)
+        if got is None:
+            nodes = [n for n, c in enumerate(self.state.node_cap_gb) if c >= cap]
+            got = self._holding[cap] = (
+                nodes,
+                None if len(nodes) == len(self.state.node_cap_gb) else set(nodes),
+            )
+        return got
 
     def fit_key(self, n: int, g: int) -> float:
         """When node n has g free GPUs if it had no reservations: -inf when it has them now, else the
