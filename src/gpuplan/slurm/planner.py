@@ -110,6 +110,30 @@ class Outcome:
             for j, h in self.handles.items()
         }
 
+    def explain(self, job_id: str) -> dict[str, Any] | None:
+        """One pending job's reason, explanation (as `explanations` words it), what it waits for and
+        the jobs backfill starts ahead of it (job ids; "a running job" for Slurm's running ones);
+        None when it is not in the plan."""
+        fc, h = self.forecast, self.handles.get(job_id)
+        if fc is None or h is None:
+            return None
+        names = {k: j for j, k in self.handles.items()}
+
+        def label(k: int) -> str:
+            return names.get(k, "a running job")
+
+        waits = [
+            {"job_id": label(w.jid), "gpus": w.gpus, "at_s": None if w.at_s == _INF else w.at_s,
+             "basis": w.basis}
+            for w in fc.waiting_for(h)
+        ]  # fmt: skip
+        return {
+            "reason": fc[h].reason,
+            "explanation": fc.explain(h, label, _from_now),
+            "waiting_for": waits,
+            "ahead": [label(k) for k in fc.ahead(h)],
+        }
+
     def as_dict(self) -> dict[str, Any]:
         return {"makespan_s": self.makespan_s, "mean_wait_s": self.mean_wait_s}
 

@@ -45,6 +45,7 @@ from gpuplan.web.live import AgentUnavailable, LiveSource
 from gpuplan.web.metrics import LiveCollector
 from gpuplan.web.pages import (
     docs_page,
+    job_page,
     node_page,
     queue_page,
     slurm_node_page,
@@ -169,6 +170,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         _node_api(app)
         _queue_api(app)
         _mutating_api(app)
+    _job_api(app)
     _whatif_api(app)
     _metrics_api(app, config)
     return app
@@ -222,6 +224,14 @@ def _pages(app: FastAPI, slurm: bool) -> None:
         if slurm:
             return slurm_queue_page(**_page_context(request), policy=src.policy)
         return queue_page(**_page_context(request), policy=src.policy, backfill=src.backfill)
+
+    @app.get(
+        "/jobs/{job_id}",
+        response_class=HTMLResponse,
+        summary="Job detail: state, times, GPUs; a waiting job's forecast and why it waits",
+    )
+    def job(request: Request, job_id: str) -> str:
+        return job_page(job_id, slurm=slurm, **_page_context(request))
 
     @app.get("/whatif", response_class=HTMLResponse, summary="What-if view: compare policies on a trace")
     def whatif(request: Request) -> str:
@@ -394,6 +404,32 @@ def _slurm_api(app: FastAPI) -> None:
             return {"version": view.version, "read_s": view.read_s, "error": view.error, **view.counts()}
 
         return _event_stream(request, changed)
+
+
+# --------------------------------------------------------------------------- job detail
+
+
+def _job_api(app: FastAPI) -> None:
+    @app.get(
+        "/api/jobs/{job_id}",
+        summary="One job as `gpuplan show ID --json` gives it: fields, forecast and explanation "
+        "(its command only with the token, and only the owner's or an admin's)",
+    )
+    def job(request: Request, job_id: str) -> JSONResponse:
+        from gpuplan.web.jobdetail import job_detail, with_command_rule
+        from gpuplan.web.live import BadJobIdError, JobNotFoundError
+
+        shared = _state(request)
+        try:
+            detail = job_detail(shared.config.source, job_id)
+        except BadJobIdError as e:
+            raise HTTPException(400, str(e)) from None
+        except JobNotFoundError as e:
+            raise HTTPException(404, str(e)) from None
+        except GpuplanError as e:
+            raise HTTPException(503, str(e)) from None
+        why = token_refusal(shared.config.token, request.headers.get("authorization", ""), "commands")
+        return JSONResponse(_finite(with_command_rule(detail, why is None, why)))
 
 
 # --------------------------------------------------------------------------- what-if

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentUnavailable",
+    "BadJobIdError",
     "GpuStatus",
+    "JobNotFoundError",
     "LiveSource",
     "NodeSource",
     "NodeStatus",
@@ -39,6 +41,14 @@ __all__ = [
 
 class AgentUnavailable(GpuplanError):
     """No agent answers for this node (none running, or its client is not installed)."""
+
+
+class JobNotFoundError(GpuplanError):
+    """No job of that id (HTTP 404)."""
+
+
+class BadJobIdError(GpuplanError):
+    """Not a job id of this source at all (HTTP 400)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +147,14 @@ class LiveSource(ABC):
         """Prometheus metric families this source adds to /metrics (none here)."""
         return iter(())
 
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job as the job-detail page shows it (web/jobdetail.py `job_detail`); none here.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+        raise JobNotFoundError(f"{self.label}: no job {job_id[:40]!r}")
+
     def ask_agent(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request to the agent that runs the queue (cancel, ...) and return its reply.
 
@@ -202,6 +220,7 @@ class NodeSource(LiveSource):
         self.cluster = cluster_of(backend, self.host)
         self.is_fake = backend.name == "fake"
         self.policy, self.backfill = policy, backfill
+        self.uid = os.getuid()  # whom the agent answers (SO_PEERCRED); the store's rows are read as it
         self._devices = {d.index: d for d in backend.devices()}
 
     @property
@@ -229,6 +248,14 @@ class NodeSource(LiveSource):
                 f"{self.paths.db}: cannot read the agent's store ({e}); it should be the SQLite file "
                 "`gpuplan agent start` writes (docs/agent.md)"
             ) from e
+
+    def read_store(self, read: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        """`read` on a read-only connection to the agent's store; None when the agent never ran here.
+
+        Raises:
+            GpuplanError: the store cannot be read.
+        """
+        return self._read(read)
 
     def _jobs(self, states: tuple[str, ...]) -> list[JobRow]:
         from gpuplan.agent.store import jobs_by_state

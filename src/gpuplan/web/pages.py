@@ -7,7 +7,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["docs_page", "node_page", "queue_page", "slurm_node_page", "slurm_queue_page", "whatif_page"]
+__all__ = [
+    "docs_page",
+    "job_page",
+    "node_page",
+    "queue_page",
+    "slurm_node_page",
+    "slurm_queue_page",
+    "whatif_page",
+]
 
 _VIEWS = (("node", "/node", "Node"), ("queue", "/queue", "Queue"), ("whatif", "/whatif", "What-if"))
 
@@ -85,6 +93,39 @@ Expected times assume each job runs as long as its estimate (1 h where it has no
     return _shell(
         "queue", "Queue", body, label=label, is_fake=is_fake, plotly_url=plotly_url, plotly_later=True
     )
+
+
+def job_page(job_id: str, *, slurm: bool, label: str, is_fake: bool, plotly_url: str) -> str:
+    """One job (filled from /api/jobs/ID): its fields, and for a waiting job the forecast: expected
+    start and end, GPUs, Slurm's reason, what it waits for, backfill ahead of it, in words."""
+    jid = html.escape(job_id[:40])
+    command = (
+        ""
+        if slurm
+        else """
+<section id="job-command-section"><h2>Command</h2><pre id="job-command" hidden></pre>
+<p id="job-command-note" class="muted"></p>
+<form id="job-token-form"><label>Show it with the token <input type="password" id="job-token"
+autocomplete="off" size="20" placeholder="$GPUPLAN_HOME/token"></label> <button type="submit">Show</button>
+</form></section>"""
+    )
+    body = f"""
+<p class="muted"><a href="/queue">◀ Queue</a> · <span id="job-source"></span> · read at <span id="last-update">—</span></p>
+<p id="job-error" class="warning" hidden></p>
+<section><h2>Job</h2>
+<table class="summary" id="job-fields"><tbody></tbody></table></section>
+<section id="job-forecast" hidden><h2>Forecast</h2>
+<table class="summary" id="job-forecast-table"><tbody>
+<tr><th>Reason</th><td id="job-reason"></td></tr>
+<tr><th>Expected start</th><td id="job-expected-start"></td></tr>
+<tr><th>Expected end</th><td id="job-expected-end"></td></tr>
+<tr><th>GPUs</th><td id="job-gpus"></td></tr>
+<tr><th>Waits for</th><td id="job-waiting-for"></td></tr>
+<tr><th>Backfill ahead of it</th><td id="job-ahead"></td></tr>
+</tbody></table>
+<p><b>Why:</b> <span id="job-explanation"></span></p></section>{command}"""
+    return _shell("queue", f"Job {jid}", body, label=label, is_fake=is_fake, plotly_url="",
+                  script="job").replace("<body ", f'<body data-job="{jid}" data-slurm="{int(slurm)}" ', 1)  # fmt: skip
 
 
 def _code_spans(text: str) -> str:

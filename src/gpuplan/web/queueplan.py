@@ -12,13 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.sim.result import Metrics, SimResult
 from gpuplan.web.live import QueueRow
 
-__all__ = ["DEFAULT_ESTIMATE_S", "QueuePlan", "plan_queue"]
+if TYPE_CHECKING:
+    from gpuplan.core.forecast import Forecast
+
+__all__ = ["DEFAULT_ESTIMATE_S", "QueuePlan", "plan_queue", "store_forecast"]
 
 DEFAULT_ESTIMATE_S = 3600.0
 """Planning duration of a job with neither an estimate nor a limit (the view marks it)."""
@@ -107,6 +110,38 @@ def _agents_plan(
     )
 
 
+def store_forecast(
+    rows: Sequence[QueueRow], cluster: ClusterSpec, policy: str, backfill: str, now: float
+) -> tuple[Forecast, dict[str, int], set[str]]:
+    """The core's forecast of a Scheduler seeded from `rows` (the store's, while the agent does not
+    answer): running jobs adopted on their GPUs until start + estimate, waiting jobs queued under the
+    policy, held ones kept out. Returns it, each job id's handle in it (the id itself when every id is
+    a number, as the agent's are) and the jobs planned with DEFAULT_ESTIMATE_S.
+
+    Raises:
+        GpuplanError: the rows cannot be scheduled on `cluster` (a job larger than the node, ...).
+    """
+    from gpuplan.core.forecast import forecast
+    from gpuplan.core.scheduler import Scheduler
+
+    running = [r for r in rows if r.state == "running"]
+    waiting = [r for r in rows if r.state != "running"]
+    ordered = (*running, *waiting)
+    numbers = all(r.job_id.isdigit() for r in ordered) and len({r.job_id for r in ordered}) == len(ordered)
+    handle = {r.job_id: int(r.job_id) if numbers else k for k, r in enumerate(ordered)}
+    guessed: set[str] = set()
+    held = {handle[r.job_id]: "JobHeldUser" for r in waiting if r.state == "held"}
+    sched = Scheduler(cluster, policy, backfill, "first-fit")
+    for r in running:
+        job = _as_job(r, guessed)
+        began = now if r.start_s is None else r.start_s
+        sched.adopt(handle[r.job_id], job, r.gpu_ids, began, began + (job.est_duration_s or 0.0))
+    for r in waiting:
+        if r.state != "held":
+            sched.submit(handle[r.job_id], _as_job(r, guessed), now=r.submit_s)
+    return forecast(sched, now, held=held), handle, guessed
+
+
 def _forecast_plan(
     running: list[QueueRow],
     waiting: list[QueueRow],
@@ -115,26 +150,13 @@ def _forecast_plan(
     backfill: str,
     now: float,
 ) -> QueuePlan:
-    """The forecast of a Scheduler seeded from the rows (the store's, while the agent does not answer)."""
-    from gpuplan.core.forecast import forecast
-    from gpuplan.core.scheduler import Scheduler
+    """The forecast of a Scheduler seeded from the rows (`store_forecast`), as the view's plan."""
     from gpuplan.errors import GpuplanError
 
-    guessed: set[str] = set()
-    handle = {r.job_id: k for k, r in enumerate((*running, *waiting))}
-    held = {handle[r.job_id]: "JobHeldUser" for r in waiting if r.state == "held"}
     try:
-        sched = Scheduler(cluster, policy, backfill, "first-fit")
-        for r in running:
-            job = _as_job(r, guessed)
-            began = now if r.start_s is None else r.start_s
-            sched.adopt(handle[r.job_id], job, r.gpu_ids, began, began + (job.est_duration_s or 0.0))
-        for r in waiting:
-            if r.state != "held":
-                sched.submit(handle[r.job_id], _as_job(r, guessed), now=r.submit_s)
-        fc = forecast(sched, now, held=held)
+        fc, handle, guessed = store_forecast([*running, *waiting], cluster, policy, backfill, now)
     except GpuplanError as e:
-        return QueuePlan([*running, *waiting], {}, {}, guessed, None, error=f"cannot plan the queue: {e}")
+        return QueuePlan([*running, *waiting], {}, {}, set(), None, error=f"cannot plan the queue: {e}")
     row_of = {handle[r.job_id]: r for r in (*running, *waiting)}
     order = sorted(waiting, key=lambda r: (_rank(fc[handle[r.job_id]].rank), handle[r.job_id]))
     start: dict[str, float] = {}

@@ -37,7 +37,7 @@ from gpuplan.slurm.planner import (
     remaining_s,
     slurm_order,
 )
-from gpuplan.web.live import LiveSource, NodeStatus, QueueRow
+from gpuplan.web.live import JobNotFoundError, LiveSource, NodeStatus, QueueRow
 
 __all__ = [
     "DEFAULT_CACHE_S",
@@ -445,6 +445,25 @@ class SlurmSource(LiveSource):
         view.summary["choice"] = choice
         return view
 
+    def job(self, job_id: str) -> dict[str, Any]:
+        """Job `job_id` of the view: its squeue fields and, pending, the plan's expected start and end
+        with the planner's reason and explanation (`Outcome.explain`: `gpuplan slurm plan --json`'s).
+
+        Raises:
+            JobNotFoundError: not in the view (not running or pending in the chosen partitions).
+            GpuplanError: Slurm could not be read.
+        """
+        view = self.view()
+        if view.error is not None:
+            raise GpuplanError(view.error)
+        row = next((r for r in view.rows if r.job_id == job_id), None)
+        if row is None:
+            raise JobNotFoundError(
+                f"no job {job_id[:40]!r} running or pending in {', '.join(self.partitions) or 'any partition'} "
+                "(a finished job is sacct's: `gpuplan slurm` reads only the live queue)"
+            )
+        return _job_detail(view, row)
+
     def extra_metrics(self) -> Iterator[Metric]:
         """GPUs per node in all and allocated, from sinfo (Slurm's view; no DCGM series here)."""
         view = self.view()
@@ -457,6 +476,26 @@ class SlurmSource(LiveSource):
             used.add_metric([n["name"]], n["gpus_used"])
         yield total
         yield used
+
+
+def _job_detail(view: SlurmView, row: SlurmRow) -> dict[str, Any]:
+    job = {**row.as_dict(), "id": row.job_id}
+    plan = view.plan
+    why = None if plan is None else plan.planned.explain(row.job_id)
+    forecast: dict[str, Any] | None = None
+    if row.state == "running":
+        forecast = {"expected_start_s": row.start_s, "expected_end_s": row.expected_end_s, "reason": "",
+                    "explanation": "running" + ("" if row.expected_end_s is not None else "; no time limit: no expected end"),
+                    "gpu_ids": [], "waiting_for": [], "ahead": []}  # fmt: skip
+    elif why is not None:
+        forecast = {"expected_start_s": row.expected_start_s, "expected_end_s": row.expected_end_s,
+                    "gpu_ids": [], "planned_rank": row.planned_rank, "slurm_rank": row.slurm_rank, **why}  # fmt: skip
+    else:
+        job["left_alone"] = row.unmanaged or row.unplanned
+    return {
+        "job_id": row.job_id, "source": "slurm", "agent_running": False, "now_s": view.read_s,
+        "job": job, "forecast": forecast, "profile": None,
+    }  # fmt: skip
 
 
 def _one_line(e: Exception) -> str:

@@ -43,6 +43,7 @@
     });
     return plotlyPromise;
   }
+  function jobLink(id) { return '<a class="job-link" href="/jobs/' + encodeURIComponent(id) + '">' + esc(id) + "</a>"; }
   function layout(extra) { return Object.assign(JSON.parse(JSON.stringify(DARK)), extra || {}); }
 
   // ------------------------------------------------------------------ node view
@@ -57,7 +58,7 @@
   function procRows(snap) {
     $("proc-table").tBodies[0].innerHTML = snap.processes.map(function (p) {
       return '<tr data-pid="' + p.pid + '" data-gpu="' + p.gpu + '"><td>' + p.gpu + "</td><td>" + p.pid +
-        "</td><td>" + esc(p.job_id) + "</td><td>" + esc(p.user) + "</td><td>" + esc(p.name) +
+        "</td><td>" + (p.job_id ? jobLink(p.job_id) : "") + "</td><td>" + esc(p.user) + "</td><td>" + esc(p.name) +
         '</td><td class="num mem">' + num(p.mem_gb, 2) + '</td><td class="num util">' + num(p.util_pct, 0) +
         "</td></tr>";
     }).join("");
@@ -110,7 +111,7 @@
         var times = running(r) ? [r.start_s, r.expected_end_s] : [r.expected_start_s, r.expected_end_s];
         return '<tr data-job="' + esc(r.job_id) + '" data-start="' + times[0] + '" data-end="' + times[1] +
           '" data-reason="' + esc(r.reason || "") + '" class="' + r.state + '"><td class="num">' + r.rank + "</td><td>" +
-          esc(r.job_id) + "</td><td>" + r.state + "</td><td>" + esc(r.name) + "</td><td>" + esc(r.user) +
+          jobLink(r.job_id) + "</td><td>" + r.state + "</td><td>" + esc(r.name) + "</td><td>" + esc(r.user) +
           '</td><td class="num">' + r.gpus + '</td><td class="num">' + num(r.mem_gb, 1) + "</td><td>" +
           when(r.submit_s) + "</td><td>" + when(r.expected_start_s) + mark + "</td><td>" + when(r.expected_end_s) + mark + "</td><td>" + esc(r.reason || "") + "</td></tr>";
       }).join("");
@@ -181,7 +182,7 @@
     return '<tr data-job="' + esc(r.job_id) + '" data-state="' + r.state + '" class="' + r.state + '" data-expected-start="' +
       (start === null ? "" : start) + '" data-planned-rank="' + (r.planned_rank === null ? "" : r.planned_rank) +
       '" data-slurm-rank="' + (r.slurm_rank === null ? "" : r.slurm_rank) + '"><td class="num">' + r.rank + "</td><td>" +
-      esc(r.job_id) + "</td><td>" + esc(running ? "running" : "pending") + "</td><td>" + esc(r.name) + "</td><td>" +
+      jobLink(r.job_id) + "</td><td>" + esc(running ? "running" : "pending") + "</td><td>" + esc(r.name) + "</td><td>" +
       esc(r.user) + "</td><td>" + esc(r.partition) + '</td><td class="num">' + r.gpus + '</td><td class="num">' +
       dur(r.time_limit_s) + "</td><td>" + esc(where) + "</td><td>" + at(r.submit_s) + "</td><td>" + startText +
       "</td><td>" + endText + '</td><td class="num">' + (r.slurm_rank === null ? "" : r.slurm_rank) + "</td><td>" +
@@ -266,6 +267,83 @@
     load().then(function () { slurmLive(load); });
   }
 
+  // ------------------------------------------------------------------ job detail
+  var JOB_FIELDS = [["state", "State"], ["name", "Name"], ["user", "User"], ["partition", "Partition"],
+    ["gpus", "GPUs"], ["gpu_ids", "On GPUs"], ["node_list", "Nodes"], ["mem_gb", "Memory per GPU (GB)"],
+    ["time_limit_s", "Time limit"], ["est_duration_s", "Estimate"], ["priority", "Priority"],
+    ["after_id", "After job"], ["submit_s", "Submitted"], ["start_s", "Started"], ["end_s", "Ended"],
+    ["run_time_s", "Run time"], ["exit_code", "Exit code"], ["reason", "Reason (agent)"],
+    ["attempt", "Attempt"], ["preemptions", "Preemptions"]];
+  function fieldText(key, v) {
+    if (v === null || v === undefined || v === "") { return null; }
+    if (/_s$/.test(key) && key !== "time_limit_s" && key !== "est_duration_s" && key !== "run_time_s") { return when(v); }
+    if (key === "time_limit_s" || key === "est_duration_s" || key === "run_time_s") { return dur(v) + " (" + Math.round(v) + " s)"; }
+    if (Array.isArray(v)) { return v.length ? v.join(", ") : null; }
+    return String(v);
+  }
+  function jobDetail() {
+    var id = document.body.dataset.job;
+    var token = null;
+    function show(d) {
+      var j = d.job, f = d.forecast;
+      $("job-error").hidden = true;
+      $("job-source").textContent = d.source === "agent" ? "from the agent" : d.source === "store" ?
+        "the agent is not running: from its store (forecast seeded from it)" : "from Slurm (read-only)";
+      $("last-update").textContent = new Date(d.now_s * 1000).toLocaleTimeString();
+      document.body.dataset.state = j.state;
+      $("job-fields").tBodies[0].innerHTML = JOB_FIELDS.map(function (kv) {
+        var text = fieldText(kv[0], j[kv[0]]);
+        return text === null ? "" : '<tr data-field="' + kv[0] + '"><th>' + kv[1] + "</th><td>" + esc(text) + "</td></tr>";
+      }).join("");
+      $("job-forecast").hidden = !f;
+      if (f) {
+        var waiting = j.state !== "running";
+        $("job-reason").textContent = f.reason || (waiting ? "" : "running");
+        var start = waiting ? f.expected_start_s : j.start_s;
+        $("job-expected-start").dataset.t = start === null || start === undefined ? "" : start;
+        $("job-expected-start").textContent = start === null || start === undefined ? "none (it waits behind a job without an end, or is held)" : when(start);
+        $("job-expected-end").dataset.t = f.expected_end_s === null || f.expected_end_s === undefined ? "" : f.expected_end_s;
+        $("job-expected-end").textContent = when(f.expected_end_s);
+        $("job-gpus").textContent = (f.gpu_ids || []).join(", ") || "—";
+        $("job-waiting-for").innerHTML = (f.waiting_for || []).map(function (w) {
+          return jobLink(String(w.job_id)) + (w.gpus ? " frees " + w.gpus + " GPU(s)" : " ends") +
+            (w.at_s === null ? "" : " at " + when(w.at_s)) + (w.basis ? " (its " + esc(w.basis) + ")" : "");
+        }).join("; ") || "—";
+        $("job-ahead").innerHTML = (f.ahead || []).map(function (a) { return jobLink(String(a)); }).join(", ") || "—";
+        $("job-explanation").textContent = f.explanation || "";
+      }
+      if ($("job-command")) {
+        $("job-command").hidden = !d.command_visible;
+        $("job-command").textContent = d.command_visible ? j.command + "\n(in " + j.cwd + ")" : "";
+        $("job-command-note").textContent = d.command_visible ? "" : d.command_note;
+      }
+      document.body.dataset.rendered = "job";
+    }
+    function load() {
+      var headers = token ? { Authorization: "Bearer " + token } : {};  // the token is never stored
+      return fetch("/api/jobs/" + encodeURIComponent(id), { headers: headers }).then(function (r) {
+        return r.json().then(function (body) {
+          if (!r.ok) {
+            $("job-error").hidden = false;
+            $("job-error").textContent = body.detail || r.statusText;
+            document.body.dataset.rendered = "error";
+            return;
+          }
+          show(body);
+        });
+      });
+    }
+    if ($("job-token-form")) {
+      $("job-token-form").addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        token = $("job-token").value.trim() || null;
+        load();
+      });
+    }
+    load();
+    window.setInterval(function () { if (!document.hidden) { load(); } }, 5000);
+  }
+
   // ------------------------------------------------------------------ what-if view
   function checked(name) {
     return Array.prototype.filter.call(document.querySelectorAll('input[name="' + name + '"]'), function (c) {
@@ -340,6 +418,6 @@
   }
 
   var view = document.body.dataset.view;
-  var views = { node: node, queue: queue, whatif: whatif, "slurm-node": slurmNode, "slurm-queue": slurmQueue };
+  var views = { node: node, queue: queue, whatif: whatif, job: jobDetail, "slurm-node": slurmNode, "slurm-queue": slurmQueue };
   if (views[view]) { views[view](); }
 })();
