@@ -149,3 +149,33 @@ def test_repeated_numbers_are_shared_and_equal_to_the_row_readers(tmp_path: Path
     assert [str(j.requested_s) for j in fast[:3]] == ["-0.0", "3600.0", "3600.0"]  # the sign of zero kept
     assert fast[0].mem_gb is fast[4].mem_gb  # one object per distinct value (0.0, 1.0, 2.0, 3.0)
     assert len({id(j.mem_gb) for j in fast}) == 4
+
+
+def test_rows_with_one_meta_text_share_one_read_only_meta(tmp_path: Path) -> None:
+    import copy
+    import pickle
+
+    from gpuplan.model import SharedMeta
+    from gpuplan.traces import write_trace
+
+    path = tmp_path / "t.csv"
+    rows = [f'j{i},{i},1,"{{""kind"": ""k{i % 2}""}}"' for i in range(6)] + [
+        "j6,6,1,",
+        'j7,7,1,"{""a"": [1]}"',
+    ]
+    path.write_text("id,submit_s,gpus,meta\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    jobs = read_trace(path).jobs
+    assert [j.meta for j in jobs] == [{"kind": f"k{i % 2}"} for i in range(6)] + [{}, {"a": [1]}]
+    assert jobs[0].meta is jobs[2].meta and isinstance(jobs[0].meta, SharedMeta)
+    assert type(jobs[6].meta) is dict and type(jobs[7].meta) is dict  # empty and nested: their own
+    with pytest.raises(TypeError, match=r"job.meta = dict\(job.meta\)"):
+        jobs[0].meta["kind"] = "changed"
+    with pytest.raises(TypeError):
+        jobs[0].meta.update(x=1)
+    assert jobs[2].meta == {"kind": "k0"}
+    own = jobs[0].meta.copy()
+    own["x"] = 1
+    assert type(own) is dict and jobs[0].meta == {"kind": "k0"}
+    assert pickle.loads(pickle.dumps(jobs[0])) == jobs[0] and copy.deepcopy(jobs[1]) == jobs[1]
+    write_trace(jobs, tmp_path / "back.jsonl")
+    assert read_trace(tmp_path / "back.jsonl").jobs == jobs

@@ -5,6 +5,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclasses_fields
 from operator import attrgetter
 from typing import Any, overload
 
@@ -184,6 +185,12 @@ class SimResult:
     estimates: EstimateUse = field(default_factory=EstimateUse)
     fragmentation: Any = None  # sim.fragseries.FragSeries, set by `attach_fragmentation` (simulate)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled with its records as columns (a sweep sends every result back from its worker): a
+        third of the bytes and time of pickling each record."""
+        fields = tuple(getattr(self, f) for f in _RESULT_FIELDS if f != "records")
+        return (_rebuilt_result, (fields, _record_columns(self.records)))
+
     @property
     def spanned_jobs(self) -> int:
         """Jobs that ran on GPUs of more than one node."""
@@ -235,3 +242,20 @@ class SimResult:
     def user_figures(self) -> list[dict[str, Any]]:
         """Per-user figures of the run (`sim.metrics.user_figures`); empty when no job names a user."""
         return user_figures(self.records)
+
+
+_RESULT_FIELDS = tuple(f.name for f in dataclasses_fields(SimResult))
+_RECORD_FIELDS = tuple(f.name for f in dataclasses_fields(JobRecord))
+_TIME_FIELDS = ("submit_s", "start_s", "end_s")
+
+
+def _record_columns(records: Sequence[JobRecord]) -> tuple[Any, ...]:
+    return tuple(
+        array("d", map(attrgetter(f), records)) if f in _TIME_FIELDS else list(map(attrgetter(f), records))
+        for f in _RECORD_FIELDS
+    )
+
+
+def _rebuilt_result(fields: tuple[Any, ...], columns: tuple[Any, ...]) -> SimResult:
+    kept = dict(zip((f for f in _RESULT_FIELDS if f != "records"), fields, strict=True))
+    return SimResult(records=list(map(JobRecord, *columns)), **kept)

@@ -13,7 +13,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from gpuplan.model import Job
+from gpuplan.model import Job, SharedMeta
 from gpuplan.traces.fields import (
     BOOL_FIELDS,
     FALSE_WORDS,
@@ -83,7 +83,7 @@ def jobs_from_arrow(table: Any, text_bools: bool = False) -> list[Job] | None:
             return None
         typed[name] = column
     jobs: list[Job] = []
-    metas: dict[str, dict[str, Any]] = {}
+    metas: dict[str, SharedMeta] = {}
     was_enabled = gc.isenabled()
     gc.disable()  # millions of new values and jobs would trigger many useless collections
     try:
@@ -159,7 +159,7 @@ def _clean_column(name: str, column: Any) -> bool:
     return True
 
 
-def _values(name: str, column: Any, metas: dict[str, dict[str, Any]]) -> list[Any] | None:
+def _values(name: str, column: Any, metas: dict[str, SharedMeta]) -> list[Any] | None:
     """One slice of a checked column as Python values, or None when a true/false text or a meta
     object is not valid."""
     import pyarrow as pa
@@ -211,27 +211,30 @@ def _shared_strings(column: Any) -> list[str]:
     return uniq[encoded.indices.to_numpy(zero_copy_only=False)].tolist()  # type: ignore[no-any-return]
 
 
-def _metas(values: list[str], parsed: dict[str, dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """Each row's meta object (a fresh dict per job: meta may be written); each distinct flat text
-    is parsed once (`parsed` keeps them across slices)."""
+def _metas(values: list[str], parsed: dict[str, SharedMeta]) -> list[dict[str, Any]] | None:
+    """Each row's meta object: each distinct flat text parsed once (`parsed` keeps them across slices)
+    into one read-only `SharedMeta` its rows share; an empty cell or a nested object is the row's own
+    dict."""
     out: list[dict[str, Any]] = []
     for v in values:
-        obj = parsed.get(v)
-        if obj is None:
-            if not v.strip():
-                obj = {}
-            else:
-                try:
-                    obj = loads_object(v)
-                except ValueError:
-                    return None
-                if not isinstance(obj, dict):
-                    return None
-            if any(isinstance(x, (dict, list)) for x in obj.values()):
-                out.append(obj)  # nested: parsed per row, so no two jobs share a value
-                continue
-            parsed[v] = obj
-        out.append(obj.copy())
+        shared = parsed.get(v)
+        if shared is not None:
+            out.append(shared)
+            continue
+        if not v.strip():
+            out.append({})
+            continue
+        try:
+            obj = loads_object(v)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        if any(isinstance(x, (dict, list)) for x in obj.values()):
+            out.append(obj)  # nested: parsed per row, so no two jobs share a value
+            continue
+        parsed[v] = SharedMeta(obj)
+        out.append(parsed[v])
     return out
 
 
