@@ -1,7 +1,8 @@
 """The fast conservative planner decides exactly as the plain one (hypothesis, deterministic).
 
-`Conservative` (core/backfill.py with core/count_plan.py and core/gpu_plan.py) scans per-node columns,
-answers jobs beyond the depth with a start-now check, moves sharing windows from candidate to
+`Conservative` (core/backfill.py with core/count_plan.py and core/gpu_plan.py) plans on availability
+profiles kept across passes and told of every start, end and moved end by the scheduler
+(core/profile.py, core/gpu_profile.py), scans per-node step functions, answers jobs beyond the depth with a start-now check, moves sharing windows from candidate to
 candidate instead of rebuilding them, runs the placer only where it can find GPUs, and skips a pass
 when nothing changed since one that started nothing. tests/legacy_conservative.py is the planner as it
 was before (rebuilt from scratch, plainly, on every pass). Both drive their own Scheduler through the
