@@ -16,8 +16,8 @@ load; ratios are measured in the same process, one run after the other.
   scale-readers: 1,000,000 rows of gpuplan's CSV, Parquet and JSONL: rows/s (floors 500k rows/s for CSV
     and Parquet, JSONL <= 4 s).
   scale-startup: `gpuplan --help` and `gpuplan policies`, the least wall and CPU of 5 (floor 0.3 s).
-  scale-sweep: 8 runs of a 50,000-job trace on 1 and on 4 local worker processes: the speed-up, with
-    the machine's cores beside it (2 cores bound it near 2x; docs/sweep.md).
+  scale-sweep: 8 runs of a 50,000-job trace on 1 and on 4 local worker processes: the speed-up and CPU, with
+    the machine's cores, load average and free cores beside it (2 cores bound it near 2x; docs/sweep.md).
 """
 
 from __future__ import annotations
@@ -238,15 +238,24 @@ def sweep_case() -> dict[str, object]:
     cluster = ClusterSpec("16x8", tuple(NodeSpec(f"node{i + 1}", 8, gpu) for i in range(16)))
     jobs = synth_poisson(50_000, seed=3, load=0.9, total_gpus=cluster.total_gpus)
     runs = [Run("t", p, b) for p in ("fifo", "sjf", "gpu-time", "article") for b in ("none", "easy")]
-    took = {}
+    took, cpu = {}, {}
+    load_before = os.getloadavg()[0]
     for workers in (1, 4):
+        r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         run_all({"t": (jobs, cluster)}, runs, workers)
         took[workers] = time.perf_counter() - t0
+        r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu[workers] = sum(b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in ((r0, r1), (c0, c1)))
+    cores = os.cpu_count() or 1
     return {"case": "scale-sweep", "runs": len(runs), "jobs": len(jobs), "one_worker_s": round(took[1], 2),
             "four_workers_s": round(took[4], 2), "speed_up": round(took[1] / took[4], 2),
-            "cores": os.cpu_count(), "usable_cores": default_workers(),
-            "note": "bounded by the usable cores: about 2x on a 2-core machine"}  # fmt: skip
+            "one_worker_cpu_s": round(cpu[1], 2), "four_workers_cpu_s": round(cpu[4], 2),
+            "overhead_cpu_share": round(cpu[4] / cpu[1] - 1.0, 3),
+            "cores": cores, "usable_cores": default_workers(), "load_avg_1m": round(load_before, 2),
+            "free_cores": round(max(0.0, cores - load_before), 2),
+            "note": "wall speed-up is bounded by the free cores (cores less the load); overhead_cpu_share is "
+                    "what 4 workers cost beyond one in CPU (process start, results sent back)"}  # fmt: skip
 
 
 CASES = {
