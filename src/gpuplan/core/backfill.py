@@ -20,10 +20,12 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 
+from mypy_extensions import mypyc_attr
+
 from gpuplan.core.count_plan import CountPlan
 from gpuplan.core.gpu_plan import GpuPlan
 from gpuplan.core.gpu_profile import GpuProfile
-from gpuplan.core.params import Configurable, Param, build
+from gpuplan.core.params import Configurable, Param, build, register_in
 from gpuplan.core.profile import CountProfile
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, SchedulerView, Started, WaitingShapes
@@ -42,6 +44,7 @@ __all__ = [
 _INF = math.inf
 
 
+@mypyc_attr(native_class=False)
 class Backfill(Configurable, ABC):
     """Walks the queue in policy order and starts jobs on the scheduler (parameters: `params`,
     core/params.py: `get_backfill("conservative:depth=100")`).
@@ -64,6 +67,7 @@ class Backfill(Configurable, ABC):
         The scheduler takes the started jobs out of its queue after the pass."""
 
 
+@mypyc_attr(native_class=False)
 class NoBackfill(Backfill):
     name = "none"
     plans_ahead = False
@@ -80,6 +84,7 @@ class NoBackfill(Backfill):
         return started
 
 
+@mypyc_attr(native_class=False)
 class Easy(Backfill):
     name = "easy"
     description = "EASY: later jobs may start if they do not delay the first blocked job's reservation"
@@ -337,6 +342,7 @@ def _reservation_general(s: SchedulerView, head: JobSlot, now: float) -> tuple[f
     return (shadow, freed) if shadow < _INF else (_INF, [])
 
 
+@mypyc_attr(native_class=False)
 class Conservative(Backfill):
     """Every waiting job gets a reservation in policy order (up to `depth` jobs, like Slurm's
     bf_max_job_test); a job starts now only where no earlier reservation needs its GPUs during its run.
@@ -446,8 +452,7 @@ _BACKFILLS: dict[str, type[Backfill]] = {}
 
 def register_backfill(cls: type[Backfill]) -> type[Backfill]:
     """Add a backfill mode class to the registry under its `name` (usable as a decorator)."""
-    _BACKFILLS[cls.name] = cls
-    return cls
+    return register_in(_BACKFILLS, cls)
 
 
 for _cls in (NoBackfill, Easy, Conservative):

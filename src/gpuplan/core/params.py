@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from gpuplan.errors import GpuplanError, UnknownNameError
 
@@ -37,6 +37,7 @@ __all__ = [
     "param_default",
     "params_help",
     "parse_spec",
+    "register_in",
     "spec_class",
     "split_specs",
 ]
@@ -172,6 +173,16 @@ class Configurable:
             if value != param_default(type(self), p):
                 parts.append(f"{p.key}={p.format(value)}")
         return f"{self.name}:{','.join(parts)}" if parts else self.name
+
+
+_C = TypeVar("_C", bound=Configurable)
+
+
+def register_in(registry: dict[str, type[_C]], cls: type[_C]) -> type[_C]:
+    """Add a seam class to its registry under its `name` (what each seam's `register_*` does; here, in
+    an interpreted module, because a compiled module may not read an instance field off a class)."""
+    registry[cls.name] = cls
+    return cls
 
 
 def param_default(cls: type, p: Param) -> object:

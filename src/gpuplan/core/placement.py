@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from gpuplan.core.nodegroups import NodeScores
-from gpuplan.core.params import Configurable, build
+from gpuplan.core.params import Configurable, build, register_in
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.model import Job
 
@@ -30,10 +34,12 @@ __all__ = [
 ]
 
 
+_SECOND = itemgetter(1)  # sort keys without closures: methods of these classes are compiled (mypyc)
 _MAX_MEMO = 500_000  # node-state scores kept before starting afresh
 _CLASS_MEMOS: dict[type, dict[str, Any]] = {}  # per placer class: its node-state scores (memo_home)
 
 
+@mypyc_attr(native_class=False)
 class Placer(Configurable, ABC):
     """Chooses GPUs for a job on a ClusterState. Subclasses only rank nodes and GPUs (a placer that
     takes parameters declares them in `params`, core/params.py)."""
@@ -116,7 +122,7 @@ class Placer(Configurable, ABC):
                 request,
                 self.score_width,
                 memo,
-                lambda nodes: self.score_many(state, nodes, gpus, mem_gb, need),
+                partial(self.score_many, state, gpus=gpus, mem_gb=mem_gb, need=need),
             )
             if found is None:
                 return None
@@ -221,7 +227,7 @@ class Placer(Configurable, ABC):
         """The job's GPUs on `node` (which hosts it), by `need_gpu_key`."""
         fit = [g for g in state.node_gpus[node] if state.gpu_fits_need(g, mem_gb, need.gpu_share)]
         if len(fit) > gpus:
-            fit.sort(key=lambda g: self.need_gpu_key(state, g, need))
+            fit.sort(key=partial(self.need_gpu_key, state, need=need))
         return sorted(fit[:gpus])
 
     def _span_need(
@@ -245,7 +251,7 @@ class Placer(Configurable, ABC):
         if sum(fits) < gpus:
             return None
         chosen: list[int] = []
-        for n, f in sorted(((n, f) for n, f in enumerate(fits) if f), key=lambda nf: -nf[1]):
+        for n, f in sorted(((n, f) for n, f in enumerate(fits) if f), key=_SECOND, reverse=True):
             take = min(f, gpus - len(chosen))
             if not state.host_fits(n, need, take / gpus):
                 continue
@@ -289,7 +295,7 @@ class Placer(Configurable, ABC):
     def _pick(self, state: ClusterState, candidates: list[int], gpus: int, mem_gb: float | None) -> list[int]:
         fit = [g for g in candidates if state.gpu_fits(g, mem_gb)]
         if len(fit) > gpus:
-            fit.sort(key=lambda g: self.gpu_key(state, g))
+            fit.sort(key=partial(self.gpu_key, state))
         return sorted(fit[:gpus])
 
     def _span(self, state: ClusterState, gpus: int, mem_gb: float | None) -> list[int] | None:
@@ -308,9 +314,12 @@ class Placer(Configurable, ABC):
         nodes = [(n, f) for n, f in enumerate(fits) if f > 0]
         # fewest nodes first: take the roomiest nodes, then let the placer's own rank break ties
         if state.sharing:
-            nodes.sort(key=lambda nf: (-nf[1], self.node_key(state, nf[0], nf[1])))
+            ranked = sorted(
+                ((-f, self.node_key(state, n, f)), n, f) for n, f in nodes
+            )  # n breaks ties, as the order
+            nodes = [(n, f) for _, n, f in ranked]
         else:  # every built-in placer ranks equally roomy idle nodes by index: a stable sort suffices
-            nodes.sort(key=lambda nf: -nf[1])
+            nodes.sort(key=_SECOND, reverse=True)  # stable: equally roomy nodes keep index order
         chosen: list[int] = []
         njobs = state.gpu_njobs
         for n, f in nodes:
@@ -324,6 +333,7 @@ class Placer(Configurable, ABC):
         return sorted(chosen)
 
 
+@mypyc_attr(native_class=False)
 class FirstFit(Placer):
     name = "first-fit"
     description = "lowest-numbered node and GPUs that fit"
@@ -354,6 +364,7 @@ class FirstFit(Placer):
         return (gpu,)
 
 
+@mypyc_attr(native_class=False)
 class BestFit(Placer):
     name = "best-fit"
     description = "pack: the node with the fewest free GPUs that fit, the fullest GPUs first"
@@ -381,6 +392,7 @@ class BestFit(Placer):
         return (0.0 if fs is None else fs[gpu], state.gpu_free_gb[gpu], gpu)
 
 
+@mypyc_attr(native_class=False)
 class Spread(Placer):
     name = "spread"
     description = "the node with the most free GPUs, the emptiest GPUs first"
@@ -421,8 +433,7 @@ _PLACERS: dict[str, type[Placer]] = {}
 
 def register_placer(cls: type[Placer]) -> type[Placer]:
     """Add a placer class to the registry under its `name` (usable as a decorator)."""
-    _PLACERS[cls.name] = cls
-    return cls
+    return register_in(_PLACERS, cls)
 
 
 for _cls in (FirstFit, BestFit, Spread):

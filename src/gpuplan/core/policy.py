@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from gpuplan.core.params import Configurable
+from gpuplan.core.params import Configurable, register_in
 from gpuplan.model import Job
 
 __all__ = [
@@ -54,8 +54,7 @@ _POLICIES: dict[str, type[Policy]] = {}
 
 def register_policy(cls: type[Policy]) -> type[Policy]:
     """Add a policy class to the registry under its `name` (usable as a decorator)."""
-    _POLICIES[cls.name] = cls
-    return cls
+    return register_in(_POLICIES, cls)
 
 
 def policy_classes() -> dict[str, type[Policy]]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
+from typing import Any
 
-from sortedcontainers import SortedList
-
+from gpuplan.core import shapes
 from gpuplan.core.backfill import Backfill, get_backfill
 from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.fairshare import FairQueue, UsageLedger
@@ -22,6 +22,7 @@ from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
+from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState, Need, need_of
 from gpuplan.core.view import JobSlot, RunningObserver, SchedulerView, Started, WaitReason
 from gpuplan.errors import JobNeverFitsError, ScheduleError
@@ -65,7 +66,7 @@ class Scheduler:
         self._host = spec.has_host_resources  # some node limits CPU or host memory
         self._slots: dict[int, JobSlot] = {}
         self._ledger: UsageLedger | None = None
-        self._queue: SortedList | FairQueue = SortedList()  # (policy key..., jid, slot)
+        self._queue: SortedSeq[tuple[Any, ...]] | FairQueue = SortedSeq()  # (policy key..., jid, slot)
         if self.policy.usage_ranked:
             self._ledger = UsageLedger(self.policy.half_life_s)  # type: ignore[attr-defined]
             self._queue = FairQueue(self._ledger)
@@ -73,7 +74,7 @@ class Scheduler:
         self._use = QuotaUse()
         self._in_pass = False
         self._shapes: ShapeIndex | None = None  # built on first use by a backfill pass (waiting_shapes)
-        self._running: SortedList = SortedList()  # (expected end, jid, slot)
+        self._running: SortedSeq[tuple[float, int, JobSlot]] = SortedSeq()  # (expected end, jid, slot)
         self.preemption_cost = PreemptionCost()
         """What a preemption costs (the clock sets its own: the simulator's, the forecast's); the
         preemptive pass gives each started job the lease it implies (`PreemptionCost.lease_s`)."""
@@ -320,7 +321,7 @@ class Scheduler:
         self,
         jid: int,
         job: Job,
-        gpu_ids: tuple[int, ...] | list[int],
+        gpu_ids: Iterable[int],
         start_s: float,
         expected_end_s: float | None = None,
         book_mem_gb: float | None = None,
@@ -456,8 +457,10 @@ class Scheduler:
         learning in the copy only); static policies, placers and the empty-cluster caches are shared.
         Every other attribute is copied shallowly, so a field added later travels too.
         """
-        new = object.__new__(Scheduler)
-        new.__dict__.update(self.__dict__)
+        new = Scheduler(self.spec, self.policy, self.backfill, self._placer, self.oracle)
+        fields: dict[str, object] = self.__getstate__()  # type: ignore[assignment]  # every attribute
+        for name, value in fields.items():  # (interpreted: the instance dict; compiled: its fields)
+            setattr(new, name, value)
         new.policy = copy.deepcopy(self.policy) if self.policy.preemptive else self.policy
         new.backfill = copy.copy(self.backfill)  # its pass memo names this scheduler: never reused there
         new._state = self._state.copy()
@@ -469,10 +472,10 @@ class Scheduler:
             new._ledger = copy.deepcopy(self._ledger)
             new._queue = self._queue.copy_with(new._ledger, lambda e: (*e[:-1], slots[e[-2]]))  # type: ignore[union-attr]
         else:
-            new._queue = SortedList((*e[:-1], slots[e[-2]]) for e in self._queue)
+            new._queue = SortedSeq((*e[:-1], slots[e[-2]]) for e in self._queue)
         new._use = copy.deepcopy(self._use)
         new._shapes = None if self._shapes is None else self._shapes.copy(slots)
-        new._running = SortedList((e[0], e[1], slots[e[1]]) for e in self._running)
+        new._running = SortedSeq((e[0], e[1], slots[e[1]]) for e in self._running)
         new._pre = None if self._pre is None else self._pre.fork(new, new.policy)  # type: ignore[arg-type]
         return new
 
@@ -503,7 +506,7 @@ class Scheduler:
     def waiting(self) -> Iterator[JobSlot]:
         """Waiting jobs in policy order (a preemptive policy's: level, then key, as of its last pass)."""
         if self._pre is not None:
-            return (self._slots[e[-1]] for e in self._pre.waiting)  # type: ignore[index]
+            return map(self._slots.__getitem__, map(_LAST, self._pre.waiting))  # lazy (compiled too)
         if self._in_pass:  # during a pass, jobs over their user's quota are passed by
             return self._within_quota(map(_LAST, self._queue))
         return map(_LAST, self._queue)
@@ -518,8 +521,11 @@ class Scheduler:
     def waiting_shapes(self) -> ShapeIndex | None:
         """The waiting jobs by fits-shape and planned duration (core/shapes.py), for a backfill pass
         that skips what cannot start; None where `waiting()` is not the plain queue order (preemptive
-        and fair-share policies, quotas), there the pass visits every job."""
+        and fair-share policies, quotas), there the pass visits every job; None too while
+        `shapes.INDEX_WAITING` is off (the plain scan, which tests compare it with)."""
         if self._pre is not None or self._ledger is not None or self._quotas is not None:
+            return None
+        if not shapes.INDEX_WAITING:
             return None
         if self._shapes is None:
             self._shapes = ShapeIndex(map(_LAST, self._queue))
@@ -528,7 +534,7 @@ class Scheduler:
     def waiting_jids(self) -> Iterator[int]:
         """Handles of the waiting jobs in policy order."""
         if self._pre is not None:
-            return (e[-1] for e in self._pre.waiting)  # type: ignore[misc]
+            return map(_LAST, self._pre.waiting)
         return map(_SECOND_LAST, self._queue)
 
     def running(self) -> Iterator[JobSlot]:

@@ -15,15 +15,24 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from sortedcontainers import SortedList
+from mypy_extensions import mypyc_attr
 
+from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState, Need
-from gpuplan.core.view import JobSlot
+from gpuplan.core.view import JobSlot, fits_key
 
-__all__ = ["MAX_SHAPES", "Shape", "ShapeIndex"]
+__all__ = ["INDEX_WAITING", "MAX_SHAPES", "Shape", "ShapeIndex"]
+
+_Keys = SortedSeq[tuple[object, ...]]  # a shape's queue keys
+_Plans = SortedSeq[tuple[float, tuple[object, ...]]]  # its (planned duration, queue key)
 
 MAX_SHAPES = 64
 """More distinct shapes than this waiting: the index does not pay, the pass scans every job."""
+
+INDEX_WAITING = True
+"""False: `Scheduler.waiting_shapes` gives None, so a backfill pass visits every waiting job (the
+plain scan; tests compare the two). A module variable, not a Final: the compiled core reads it at
+each call, so setting it works whether the core is compiled or not."""
 
 
 class Shape(NamedTuple):
@@ -35,18 +44,19 @@ class Shape(NamedTuple):
     need: Need | None
 
     def fits_key(self, state: ClusterState) -> tuple[object, ...]:
-        return JobSlot.fits_key(self, state)  # type: ignore[arg-type]  # the one rule, on these fields
+        return fits_key(self.gpus, self.mem_gb, self.may_span, self.need, state)  # the one rule
 
 
 def shape_of(slot: JobSlot) -> Shape:
     return Shape(slot.gpus, slot.mem_gb, slot.may_span, slot.need)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests wrap `after` to see that a scan narrowed
 class ShapeIndex:
     """Waiting jobs by shape: each shape's queue keys in queue order, and by planned duration."""
 
     def __init__(self, slots: Iterable[JobSlot] = ()) -> None:
-        self._by_shape: dict[Shape, tuple[SortedList, SortedList]] = {}  # (keys, (plan_s, key))
+        self._by_shape: dict[Shape, tuple[_Keys, _Plans]] = {}  # (keys, (plan_s, key))
         self._of: dict[int, tuple[Shape, float, tuple[object, ...], JobSlot]] = {}
         self._basis: tuple[bool, float] | None = None  # what the cached fits-keys were made on
         self._fk: dict[Shape, tuple[object, ...]] = {}
@@ -59,7 +69,7 @@ class ShapeIndex:
         self._of[slot.jid] = (shape, slot.plan_s, slot.key, slot)
         got = self._by_shape.get(shape)
         if got is None:
-            got = self._by_shape[shape] = (SortedList(), SortedList())
+            got = self._by_shape[shape] = (SortedSeq(), SortedSeq())
             self._present = None
         got[0].add(slot.key)
         got[1].add((slot.plan_s, slot.key))
@@ -118,15 +128,27 @@ class ShapeIndex:
         for shape, (keys, plans) in self._by_shape.items():
             fk = self._fits_key(shape, state)
             if fk in every:
-                runs.append(keys.irange(minimum=cursor, inclusive=(False, True)))
+                runs.append(keys.after(cursor))
             elif fk in short:
                 runs.append(self._short(keys, plans, now, shadow, cursor))
+        return self._slots_of(runs[0] if len(runs) == 1 else heapq.merge(*runs))
+
+    # generator functions, not generator expressions: compiled (mypyc), an expression becomes a list
+    def _slots_of(self, keys: Iterator[tuple[object, ...]]) -> Iterator[JobSlot]:
         of = self._of
-        merged = runs[0] if len(runs) == 1 else heapq.merge(*runs)
-        return (of[key[-1]][3] for key in merged)  # type: ignore[index]
+        for key in keys:
+            yield of[key[-1]][3]  # type: ignore[index]
+
+    def _ending_by(
+        self, keys: Iterator[tuple[object, ...]], now: float, shadow: float
+    ) -> Iterator[tuple[object, ...]]:
+        of = self._of
+        for k in keys:
+            if now + of[k[-1]][1] <= shadow:  # type: ignore[index]
+                yield k
 
     def _short(
-        self, keys: SortedList, plans: SortedList, now: float, shadow: float, cursor: tuple[object, ...]
+        self, keys: _Keys, plans: _Plans, now: float, shadow: float, cursor: tuple[object, ...]
     ) -> Iterator[tuple[object, ...]]:
         room = shadow - now
         bound = math.nextafter(room, math.inf) + abs(shadow) * 1e-12
@@ -135,12 +157,7 @@ class ShapeIndex:
             picked = [k for p, k in plans.islice(0, n) if now + p <= shadow and k > cursor]
             picked.sort()
             return iter(picked)
-        of = self._of
-        return (
-            k
-            for k in keys.irange(minimum=cursor, inclusive=(False, True))
-            if now + of[k[-1]][1] <= shadow  # type: ignore[index]
-        )
+        return self._ending_by(keys.after(cursor), now, shadow)
 
 
 _FEW = 256

@@ -82,7 +82,12 @@ class ClusterState:
         "suspended_n",
     )
 
-    def __init__(self, spec: ClusterSpec) -> None:
+    def __init__(self, spec: ClusterSpec, copy_of: ClusterState | None = None) -> None:
+        """The empty cluster of `spec`; `copy_of`: a copy of that state's bookings (what `copy` does:
+        the object is made by its constructor, as a compiled class must be)."""
+        if copy_of is not None:
+            self._copy_bookings(copy_of)
+            return
         self.spec = spec
         self.sharing = spec.sharing
         self.max_share = spec.max_jobs_per_gpu if spec.sharing else 1
@@ -410,29 +415,30 @@ class ClusterState:
 
     def copy(self) -> ClusterState:
         """A copy whose bookings are independent (the static layout is shared)."""
-        new = object.__new__(ClusterState)
-        new.spec = self.spec
-        new.sharing = self.sharing
-        new.max_share = self.max_share
-        new.gpu_node = self.gpu_node
-        new.gpu_cap_gb = self.gpu_cap_gb
-        new.node_gpus = self.node_gpus
-        new.node_cap_gb = self.node_cap_gb
-        new.min_cap_gb = self.min_cap_gb
-        new.gpu_free_gb = self.gpu_free_gb.copy()
-        new.gpu_njobs = self.gpu_njobs.copy()
-        new.node_idle = self.node_idle.copy()
-        new.ff_hint = self.ff_hint.copy()
-        new.idle_total = self.idle_total
-        new.offline = self.offline.copy()
-        new.external_gb = self.external_gb.copy()
-        new.suspended_gb = self.suspended_gb.copy()
-        new.suspended_n = self.suspended_n.copy()
-        new.node_cpu_free = None if self.node_cpu_free is None else self.node_cpu_free.copy()
-        new.node_mem_free = None if self.node_mem_free is None else self.node_mem_free.copy()
-        new.gpu_free_share = None if self.gpu_free_share is None else self.gpu_free_share.copy()
-        new.changed = None
-        return new
+        return ClusterState(self.spec, copy_of=self)
+
+    def _copy_bookings(self, other: ClusterState) -> None:
+        self.spec = other.spec
+        self.sharing = other.sharing
+        self.max_share = other.max_share
+        self.gpu_node = other.gpu_node
+        self.gpu_cap_gb = other.gpu_cap_gb
+        self.node_gpus = other.node_gpus
+        self.node_cap_gb = other.node_cap_gb
+        self.min_cap_gb = other.min_cap_gb
+        self.gpu_free_gb = other.gpu_free_gb.copy()
+        self.gpu_njobs = other.gpu_njobs.copy()
+        self.node_idle = other.node_idle.copy()
+        self.ff_hint = other.ff_hint.copy()
+        self.idle_total = other.idle_total
+        self.offline = other.offline.copy()
+        self.external_gb = other.external_gb.copy()
+        self.suspended_gb = other.suspended_gb.copy()
+        self.suspended_n = other.suspended_n.copy()
+        self.node_cpu_free = None if other.node_cpu_free is None else other.node_cpu_free.copy()
+        self.node_mem_free = None if other.node_mem_free is None else other.node_mem_free.copy()
+        self.gpu_free_share = None if other.gpu_free_share is None else other.gpu_free_share.copy()
+        self.changed = None
 
     def fragmentation(self) -> float:
         """Share of idle GPUs that sit on nodes which are partly busy (0 = every idle GPU on an empty node)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState, Need
@@ -81,7 +81,7 @@ class JobSlot:
     preemptions: int = 0
     suspended_on: tuple[int, ...] = ()
     level: float = 0.0
-    reservation: object = None
+    reservation: Any = None
     need: Need | None = None
 
     @property
@@ -94,10 +94,17 @@ class JobSlot:
 
     def fits_key(self, state: ClusterState) -> tuple[object, ...]:
         """Jobs with equal fits_key fit or fail alike on the same state."""
-        mem = self.mem_gb
-        if not state.sharing and mem is not None and mem <= state.min_cap_gb:
-            mem = None
-        return (self.gpus, mem, self.may_span, self.need)
+        return fits_key(self.gpus, self.mem_gb, self.may_span, self.need, state)
+
+
+def fits_key(
+    gpus: int, mem_gb: float | None, may_span: bool, need: Need | None, state: ClusterState
+) -> tuple[object, ...]:
+    """The one rule of `JobSlot.fits_key` (core/shapes.py applies it to a shape): memory every GPU
+    of an exclusive cluster has is left out, since it changes nothing there."""
+    if not state.sharing and mem_gb is not None and mem_gb <= state.min_cap_gb:
+        mem_gb = None
+    return (gpus, mem_gb, may_span, need)
 
 
 _SLOT_FIELDS = tuple(f.name for f in fields(JobSlot))

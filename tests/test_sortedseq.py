@@ -1,0 +1,63 @@
+"""core/sortedseq.py: the scheduler's sorted container against a plain sorted list, through chunk splits
+and removals that empty chunks (random operations, several thousand items)."""
+
+from __future__ import annotations
+
+import bisect
+import random
+
+import pytest
+
+from gpuplan.core.sortedseq import SortedSeq
+
+
+def _check(seq: SortedSeq[tuple[float, int]], ref: list[tuple[float, int]], rng: random.Random) -> None:
+    assert len(seq) == len(ref) and bool(seq) == bool(ref)
+    assert list(seq) == ref
+    if ref:
+        assert seq.first() == ref[0]
+    for _ in range(5):
+        probe = (rng.uniform(-1, 101), rng.randrange(-1, 10_000))
+        assert list(seq.after(probe)) == ref[bisect.bisect_right(ref, probe) :]
+        assert seq.bisect_left((probe[0],)) == bisect.bisect_left(ref, (probe[0],))
+        a = rng.randrange(0, len(ref) + 2)
+        b = rng.randrange(a, len(ref) + 3)
+        assert list(seq.islice(a, b)) == ref[a:b]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_adds_and_removes_keep_the_order_of_a_sorted_list(seed: int) -> None:
+    rng = random.Random(seed)
+    start = [(float(rng.randrange(100)), i) for i in range(rng.randrange(0, 3000))]
+    seq: SortedSeq[tuple[float, int]] = SortedSeq(start)
+    ref = sorted(start)
+    uid = len(start)
+    for step in range(6000):
+        if ref and rng.random() < 0.45:
+            item = ref.pop(rng.randrange(len(ref)) if rng.random() < 0.7 else 0)  # often the head
+            seq.remove(item)
+        else:
+            item = (float(rng.randrange(100)) if rng.random() < 0.8 else 1000.0, uid)  # often the end
+            uid += 1
+            seq.add(item)
+            bisect.insort(ref, item)
+        if step % 500 == 0:
+            _check(seq, ref, rng)
+    _check(seq, ref, rng)
+    twin = seq.copy()
+    if ref:
+        seq.remove(ref[0])
+        assert len(twin) == len(ref) and list(twin) == ref  # the copy is independent
+
+
+def test_removing_what_is_absent_or_reading_an_empty_one_raises() -> None:
+    seq: SortedSeq[tuple[int, int]] = SortedSeq([(1, 1), (3, 3)])
+    with pytest.raises(ValueError):
+        seq.remove((2, 2))
+    with pytest.raises(ValueError):
+        seq.remove((9, 9))
+    seq.remove((1, 1))
+    seq.remove((3, 3))
+    assert not seq and list(seq.after((0, 0))) == []
+    with pytest.raises(IndexError):
+        seq.first()
