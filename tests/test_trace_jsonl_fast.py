@@ -116,14 +116,80 @@ def test_what_the_fast_path_cannot_prove_goes_to_the_exact_reader(
     assert f"{name}.jsonl:{line}" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_meta_objects_are_read_by_the_exact_reader(tmp_path: Path) -> None:
+_META_ROWS = (
+    '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"queue": "q1", "n": 1, "x": [1, 2.5], "d": {"k": true}}}\n'
+    '{"id": "b", "submit_s": 1, "gpus": 1}\n'
+    '{"id": "c", "submit_s": 2, "gpus": 1, "meta": null}\n'
+    '{"id": "d", "submit_s": 3, "gpus": 1, "meta": {"n": 2.0, "queue": "q\\u00e9"}}\n'
+)
+
+
+def test_meta_objects_are_read_by_columns_as_the_exact_reader_makes_them(tmp_path: Path) -> None:
     path = tmp_path / "meta.jsonl"
-    path.write_text(
-        '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"queue": "q1"}}\n{"id": "b", "submit_s": 1, "gpus": 1}\n',
-        encoding="utf-8",
-    )
+    path.write_text(_META_ROWS, encoding="utf-8")
+    fast = fast_jsonl_jobs(path)
+    assert fast is not None
+    assert fast == _exact(_META_ROWS)
+    assert [j.meta for j in fast] == [
+        {"queue": "q1", "n": 1, "x": [1, 2.5], "d": {"k": True}},
+        {},
+        {},
+        {"n": 2.0, "queue": "q\u00e9"},
+    ]
+    assert type(fast[0].meta["n"]) is int and type(fast[3].meta["n"]) is float  # as json.loads
+    assert fast[1].meta is not fast[2].meta  # each job its own default
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        (
+            "mixed-kinds",
+            '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"q": 1}}\n{"id": "b", "submit_s": 0, "gpus": 1, "meta": {"q": "s"}}\n',
+        ),
+        ("big-int", '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"q": 123456789012345678901234567890}}\n'),
+        ("nan", '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"q": NaN}}\n'),
+        (
+            "blank-line",
+            '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"q": 1}}\n\n{"id": "b", "submit_s": 0, "gpus": 1}\n',
+        ),
+        ("meta-over-lines", '{"id": "a", "submit_s": 0, "gpus": 1, "meta":\n{"q": 1}}\n'),
+    ],
+)
+def test_metas_the_columns_cannot_prove_are_read_line_by_line(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(text, encoding="utf-8")
     assert fast_jsonl_jobs(path) is None
-    assert [j.meta for j in read_trace(path).jobs] == [{"queue": "q1"}, {}]
+    if name == "meta-over-lines":
+        with pytest.raises(InputError) as err:
+            read_trace(path)
+        assert err.value.line == 1
+        return
+    got = read_trace(path).jobs
+    assert [j.meta for j in got] == [j.meta for j in _exact(text)]
+
+
+@pytest.mark.parametrize(
+    "name, text, where",
+    [
+        ("meta-key-twice", '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {"q": {"k": 1, "k": 2}}}\n', None),
+        (
+            "meta-not-object",
+            '{"id": "a", "submit_s": 0, "gpus": 1}\n{"id": "b", "submit_s": 0, "gpus": 1, "meta": "x"}\n',
+            "meta",
+        ),
+        ("unknown-beside-meta", '{"id": "a", "submit_s": 0, "gpus": 1, "meta": {}, "gpu": 2}\n', "gpu"),
+    ],
+)
+def test_bad_metas_are_named_by_the_exact_reader(
+    tmp_path: Path, name: str, text: str, where: str | None
+) -> None:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(text, encoding="utf-8")
+    assert fast_jsonl_jobs(path) is None
+    with pytest.raises(InputError) as err:
+        read_trace(path)
+    assert err.value.column == where and f"{name}.jsonl:" in str(err.value)
 
 
 def test_a_lone_surrogate_the_exact_reader_accepts_is_not_lost(tmp_path: Path) -> None:

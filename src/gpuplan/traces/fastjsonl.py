@@ -3,8 +3,9 @@
 As with the CSV fast path (`fastcsv.py`), it only accepts a file it can prove clean by the exact
 line-by-line reader's rules (`fields.job_from_json`): one object per line, only Job field names as
 keys, each value of its field's JSON type, no key twice. On anything else (a bad value, an unknown
-key, a `meta` object, two objects on a line, an object over two lines, invalid UTF-8) it returns
-None and the exact reader runs, so every error still names its file, line, field and value.
+key, two objects on a line, an object over two lines, invalid UTF-8, a `meta` key whose values are
+of several kinds across rows, or `meta` in a file with blank or indented lines) it returns None and
+the exact reader runs, so every error still names its file, line, field and value.
 """
 
 from __future__ import annotations
@@ -47,20 +48,104 @@ def fast_jsonl_jobs(path: Path) -> list[Job] | None:
     if lines is None:
         return None
     table = _table(data, pa, pajson)
-    del data
     if table is None or table.num_rows != lines or not _valid_utf8(table, pa):
         return None
+    if any(f not in JOB_FIELDS for f in table.column_names):
+        return None  # an unknown key: the exact reader names it
+    metas: list[dict[str, Any] | None] | None = None
+    if "meta" in table.column_names:
+        metas = _metas(data, table.column("meta"), pa)
+        if metas is None:
+            return None
+        table = table.drop_columns(["meta"])
+    del data
     jobs = jobs_from_arrow(_given_columns(table))
     del table
     release_arrow_memory()
+    if jobs is not None and metas is not None:
+        for job, meta in zip(jobs, metas, strict=True):
+            if meta is not None:
+                job.meta = meta
     return jobs
+
+
+def _metas(data: bytes, column: Any, pa: Any) -> list[dict[str, Any] | None] | None:
+    """Each row's `meta` object (None: no meta) as the exact reader makes it, or None when unsure.
+
+    pyarrow has checked every meta (objects only, no key twice at any depth, UTF-8), but its struct
+    would give each row every key any row has; so the objects are parsed again from their lines, in a
+    usual file only (a line per row, no blank or indented line)."""
+    if pa.types.is_null(column.type):
+        return [None] * len(column)
+    if not pa.types.is_struct(column.type) or not data.startswith(b"{"):
+        return None
+    if _LINE_NOT_AN_OBJECT.search(data, 0, _content_end(data)) is not None:
+        return None
+    loads = _loads()
+    check = _has_float(column.type, pa)  # no float anywhere: no integer can have become one
+    given = column.is_valid().to_numpy(zero_copy_only=False).tolist()
+    out: list[dict[str, Any] | None] = []
+    view, start = memoryview(data), 0
+    find = data.find
+    for has_meta in given:
+        end = find(b"\n", start)
+        if end < 0:
+            end = len(data)
+        if has_meta:
+            try:
+                meta = loads(view[start:end])["meta"]
+            except (ValueError, KeyError, TypeError):
+                return None
+            if not isinstance(meta, dict) or (check and not _plain_numbers(meta)):
+                return None
+            out.append(meta)
+        else:
+            out.append(None)
+        start = end + 1
+    return out
+
+
+_BIG = float(2**63)
+
+
+def _has_float(t: Any, pa: Any) -> bool:
+    """Whether pyarrow typed some value of the meta objects as a float (at any depth)."""
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_float(t.field(i).type, pa) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_float(t.value_type, pa)
+    return False
+
+
+def _plain_numbers(value: Any) -> bool:
+    """No float that may be an integer too big for 64 bits (orjson reads those as floats, json.loads
+    as ints: the exact reader then decides)."""
+    if type(value) is float:
+        return not (abs(value) >= _BIG and value.is_integer())
+    if isinstance(value, dict):
+        return all(map(_plain_numbers, value.values()))
+    if isinstance(value, list):
+        return all(map(_plain_numbers, value))
+    return True
+
+
+def _loads() -> Any:
+    """orjson's parser when installed (the same objects as json.loads for what pyarrow accepted; it
+    refuses NaN, and `_plain_numbers` catches integers beyond 64 bits); else json's."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        import json
+
+        return lambda b: json.loads(bytes(b))
+    return orjson.loads
 
 
 def _object_lines(data: bytes) -> int | None:
     """The number of lines, if every non-blank line of the file holds exactly one `{...}`, else None."""
-    end = len(data)
-    while end and data[end - 1] in _WHITESPACE:
-        end -= 1
+    end = _content_end(data)
     if not end or _TWO_ON_A_LINE.search(data) is not None:
         return None
     if data.startswith(b"{") and _LINE_NOT_AN_OBJECT.search(data, 0, end) is None:
@@ -68,6 +153,14 @@ def _object_lines(data: bytes) -> int | None:
     if _NOT_ONE_OBJECT.search(data) is not None:
         return None
     return sum(1 for _ in _OBJECT_START.finditer(data))
+
+
+def _content_end(data: bytes) -> int:
+    """Where the file's content ends: the trailing blank lines and spaces left out."""
+    end = len(data)
+    while end and data[end - 1] in _WHITESPACE:
+        end -= 1
+    return end
 
 
 def _schema(pa: Any, id_type: Any) -> Any:
@@ -80,7 +173,8 @@ def _schema(pa: Any, id_type: Any) -> Any:
             return pa.bool_()
         return pa.string()
 
-    # `meta` is left out on purpose: a row with it is an unexpected field, so the exact reader runs.
+    # `meta` is left out: pyarrow infers its type (and any unknown key's, which sends the file to the
+    # exact reader); `_metas` makes the objects.
     return pa.schema([(f, field_type(f)) for f in JOB_FIELDS if f != "meta"])
 
 
@@ -92,7 +186,7 @@ def _table(data: bytes, pa: Any, pajson: Any) -> Any:
                 pa.BufferReader(data),
                 read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24),
                 parse_options=pajson.ParseOptions(
-                    explicit_schema=_schema(pa, id_type), unexpected_field_behavior="error"
+                    explicit_schema=_schema(pa, id_type), unexpected_field_behavior="infer"
                 ),
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, ValueError) as e:

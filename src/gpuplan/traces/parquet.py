@@ -85,6 +85,7 @@ def _table(path: Path) -> tuple[Any, bytes | None]:
     try:
         with pq.ParquetFile(path) as f:
             table = f.read()
+        table.validate(full=True)  # a damaged page can hold text that is not UTF-8
         return table, (table.schema.metadata or {}).get(CLUSTER_KEY)
     except (pa.ArrowException, OSError, ValueError, MemoryError) as e:
         # A damaged file surfaces as ArrowInvalid, OSError or a text decoding error; all mean the same.
