@@ -4,15 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench lint venv compile clean
 
-$(STAMP): pyproject.toml
+# `pip install -e` also compiles the core's hot modules with mypyc (setup.py; GPUPLAN_NO_COMPILE=1: source only)
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# after editing a compiled module (gpuplan/compiled.py lists them): rebuild, else its source runs (slower)
+compile: $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps -e .
 
 demo: $(STAMP)
 	$(BIN)/gpuplan demo --out out/demo
@@ -29,4 +34,5 @@ lint: $(STAMP)
 	$(BIN)/mypy src/gpuplan --ignore-missing-imports
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache build
+	find src -name '*.so' -delete

@@ -37,6 +37,7 @@ def _scheduler(policy: str, waiting: int, seed: int = 1) -> Any:
 
 
 def bench_forecast(waiting: int = 10_000) -> list[dict[str, object]]:
+    from bench_scale import core_build
     from gpuplan.core.forecast import forecast
 
     out = []
@@ -49,5 +50,6 @@ def bench_forecast(waiting: int = 10_000) -> list[dict[str, object]]:
             "case": "forecast-10k", "policy": policy, "backfill": "easy", "waiting": waiting, "gpus": 64,
             "cpu_ms": round(cpu_ms, 1), "wall_ms": round(wall_ms, 1), "floor_ms": 200,
             "started": sum(1 for f in fc if f.start_s is not None and f.state == "waiting"),
+            **core_build(),
         })  # fmt: skip
     return out

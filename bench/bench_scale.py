@@ -79,8 +79,17 @@ def one_million_case() -> dict[str, object]:
         "case": "scale-1m-pass", "jobs": 1_000_000, "gpus": 1024, **plain,
         "floor_s": 10.0, "floor_mb": 1024, "within_floor": plain["wall_s"] <= 10.0 and plain["peak_mb"] <= 1024,
         "schedule_out_cpu_share": round(streamed["cpu_s"] / plain["cpu_s"] - 1.0, 3), "schedule_out_floor": 0.10,
-        "cores": os.cpu_count(),
+        "cores": os.cpu_count(), **core_build(),
     }  # fmt: skip
+
+
+def core_build() -> dict[str, object]:
+    """Whether this install runs the scheduling core compiled (gpuplan/compiled.py), and if not, why."""
+    from gpuplan.compiled import compiled_modules, source_reason
+
+    state = compiled_modules()
+    reason = source_reason() or ("" if all(state.values()) else "not built (GPUPLAN_NO_COMPILE?)")
+    return {"core_compiled": all(state.values()), "core_source_reason": reason}
 
 
 def _timed(jobs, cluster, policy: str, backfill: str) -> float:  # type: ignore[no-untyped-def]

@@ -29,6 +29,8 @@ import sys
 from collections.abc import Iterator
 from heapq import heappop, heappush
 
+from mypy_extensions import mypyc_attr
+
 from gpuplan.core.preemption import Preempted
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
@@ -38,6 +40,7 @@ __all__ = ["EventClock"]
 _INF = math.inf
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # drivers outside the compiled core (sim/preempt.py)
 class EventClock:
     """The loop skeleton of a virtual clock over one Scheduler; a driver subclasses it and fills the hooks.
 

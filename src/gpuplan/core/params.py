@@ -188,11 +188,18 @@ def register_in(registry: dict[str, type[_C]], cls: type[_C]) -> type[_C]:
 def param_default(cls: type, p: Param) -> object:
     """The default of a parameter: its constructor's (the nearest class in the MRO whose constructor
     takes it, so a subclass with a constructor of its own keeps its base's parameters)."""
-    default = next(
-        sig.parameters[p.arg].default
-        for sig in (inspect.signature(k) for k in cls.__mro__ if "__init__" in vars(k))
-        if p.arg in sig.parameters
-    )
+    default: Any = None
+    for k in cls.__mro__:
+        if "__init__" not in vars(k):
+            continue
+        try:
+            parameters = inspect.signature(k).parameters
+        except ValueError:  # a compiled constructor (mypyc) shows no signature: the value it sets
+            default = getattr(k(), p.arg)
+            break
+        if p.arg in parameters:
+            default = parameters[p.arg].default
+            break
     return tuple(default) if p.kind == "gpu_times" else default
 
 

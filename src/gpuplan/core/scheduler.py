@@ -10,8 +10,11 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from operator import itemgetter
 from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from gpuplan.core import shapes
 from gpuplan.core.backfill import Backfill, get_backfill
@@ -38,6 +41,7 @@ _INF = math.inf
 _LAST, _SECOND_LAST, _THIRD = itemgetter(-1), itemgetter(-2), itemgetter(2)
 
 
+@mypyc_attr(native_class=False)  # a Python class (weak references, patching); its methods compiled
 class Scheduler:
     """Decides which waiting jobs start now and on which GPUs.
 
@@ -470,7 +474,7 @@ class Scheduler:
         new._slots = slots
         if self._ledger is not None:
             new._ledger = copy.deepcopy(self._ledger)
-            new._queue = self._queue.copy_with(new._ledger, lambda e: (*e[:-1], slots[e[-2]]))  # type: ignore[union-attr]
+            new._queue = self._queue.copy_with(new._ledger, partial(_entry_on, slots))  # type: ignore[union-attr]
         else:
             new._queue = SortedSeq((*e[:-1], slots[e[-2]]) for e in self._queue)
         new._use = copy.deepcopy(self._use)
@@ -588,3 +592,8 @@ class Scheduler:
         self._use.add(slot.job.user, slot.gpus)
         if self._ledger is not None:
             self._ledger.start(slot.jid, slot.job.user, slot.gpus, start_s)
+
+
+def _entry_on(slots: dict[int, JobSlot], entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A queue entry `(*key, jid, slot)` on the copied slot of a forked scheduler."""
+    return (*entry[:-1], slots[entry[-2]])

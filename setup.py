@@ -1,0 +1,24 @@
+"""gpuplan's build (everything else is in pyproject.toml): the scheduling core's hot modules
+(gpuplan/compiled.py's COMPILED_MODULES) compiled with mypyc from the same source, so the simulator
+and the forecast run as C. GPUPLAN_NO_COMPILE=1 at build time installs the plain Python source only
+(docs/install.md, "The compiled core")."""
+
+from __future__ import annotations
+
+import os
+import runpy
+
+from setuptools import setup
+
+
+def _ext_modules() -> list[object]:
+    if os.environ.get("GPUPLAN_NO_COMPILE", "") not in ("", "0"):
+        return []
+    from mypyc.build import mypycify
+
+    names = runpy.run_path(os.path.join("src", "gpuplan", "compiled.py"))["COMPILED_MODULES"]
+    paths = [os.path.join("src", *name.split(".")) + ".py" for name in names]
+    return mypycify(["--ignore-missing-imports", *paths], opt_level="3", group_name="gpuplan_core")
+
+
+setup(ext_modules=_ext_modules())
