@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,7 +59,7 @@ _ZOOM_POINTS = 9  # per parameter, each refining pass
 _ZOOM_PASSES = 60
 _ZOOM_SHRINK = 0.6
 
-FloatArray = NDArray[np.float64]
+FloatArray: TypeAlias = NDArray[np.float64]
 
 
 class ColocationError(InputError):
