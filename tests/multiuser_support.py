@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.compiled import LIBRARY
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
@@ -131,6 +133,8 @@ def _client_modules() -> list[str]:
 def _copy_client(dest: Path) -> str:
     """A world-readable copy of gpuplan's source and the client's third-party packages."""
     shutil.copytree(SRC / "gpuplan", dest / "gpuplan", ignore=shutil.ignore_patterns("__pycache__"))
+    for library in SRC.glob(f"{LIBRARY}*"):  # the compiled core's shared library (gpuplan/compiled.py)
+        shutil.copy2(library, dest / library.name)
     import importlib.util
 
     stdlib = set(sys.stdlib_module_names)

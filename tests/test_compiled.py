@@ -98,3 +98,28 @@ def test_the_cores_records_pickle_for_sweeps_on_dask() -> None:
     twin = pickle.loads(pickle.dumps(slot))
     assert (twin.jid, twin.gpus, twin.plan_s, twin.job) == (slot.jid, slot.gpus, slot.plan_s, slot.job)
     assert pickle.loads(pickle.dumps(Started(3, (1, 2)))) == Started(3, (1, 2))
+
+
+def test_a_copy_of_the_package_without_the_compiled_library_runs_the_source(tmp_path: Path) -> None:
+    """A copy of src/gpuplan alone (the library beside it left out: how the multi-user tests once
+    copied it) must run the source and say why, never fail on `import gpuplan_core__mypyc`."""
+    import shutil
+
+    shutil.copytree(SRC / "gpuplan", tmp_path / "gpuplan", ignore=shutil.ignore_patterns("__pycache__"))
+    code = (
+        "import json, gpuplan; from gpuplan.compiled import compiled_modules, source_reason; "
+        "from gpuplan.core.forecast import forecast; "
+        "print(json.dumps([gpuplan.__file__, source_reason(), compiled_modules()]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("GPUPLAN_PURE", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    where, reason, state = json.loads(proc.stdout)
+    assert Path(where).is_relative_to(tmp_path), where  # the copy ran, not the install
+    built = any((SRC / "gpuplan" / "core").glob("forecast.*.so"))
+    if built:  # the shims were copied without their library: the source runs, and it says so
+        assert reason is not None and "gpuplan_core__mypyc" in reason, reason
+    assert not any(state.values()), state

@@ -34,6 +34,10 @@ COMPILED_MODULES = (
 )
 """The modules setup.py compiles (the simulator's and the forecast's hot path: every clock's pass)."""
 
+LIBRARY = "gpuplan_core__mypyc"
+"""The shared library the compiled modules load (setup.py's group_name plus mypyc's suffix), beside
+the gpuplan package: a copy of the package without it runs the source."""
+
 _ROOT = Path(__file__).resolve().parent.parent  # the directory that holds the gpuplan package
 
 
@@ -46,11 +50,15 @@ def source_reason() -> str | None:
     """Why this process runs the source of the compiled modules (None: it runs what was built)."""
     if os.environ.get("GPUPLAN_PURE", "") not in ("", "0"):
         return "GPUPLAN_PURE is set"
+    any_built = False
     for name in COMPILED_MODULES:
         source, exts = _files(name)
         built = [e for e in exts if e.exists()]
+        any_built = any_built or bool(built)
         if built and source.exists() and source.stat().st_mtime > max(e.stat().st_mtime for e in built):
             return f"{source.name} is newer than its compiled module (rebuild: make venv)"
+    if any_built and not any(_ROOT.joinpath(LIBRARY + s).exists() for s in EXTENSION_SUFFIXES):
+        return f"the compiled core's library {LIBRARY} is not beside the package (rebuild: make venv)"
     return None
 
 
