@@ -76,6 +76,10 @@ class CountProfile:
         """Running jobs: handle -> (planned end, GPUs per node that its end frees)."""
         self._steps: dict[int, _Steps] = {}
         self._steps_now = -_INF
+        self._floors: dict[int, dict[int, float]] = {}
+        """Per node and GPU count g, a time before which every row of the node's kept `steps` has
+        fewer than g free GPUs (where `earliest_on` may start its scan). Only `reserve` changes kept
+        steps in place, and it only takes GPUs away, so a floor holds until its steps are dropped."""
         # per GPU count g: every node's `fit_key` sorted as (key, node), the keys by node, and the nodes
         # whose running jobs changed since (refreshed when g is next asked for)
         self._fit_order: dict[int, list[tuple[float, int]]] = {}
@@ -143,6 +147,7 @@ class CountProfile:
     def _touch(self, n: int) -> None:
         """Node n's running jobs (and so its idle count) changed."""
         self._steps.pop(n, None)
+        self._floors.pop(n, None)
         for pending in self._fit_pending.values():
             pending.add(n)
 
@@ -169,6 +174,7 @@ class CountProfile:
             if not books:
                 self.reserved_nodes.discard(n)
             self._steps.pop(n, None)
+            self._floors.pop(n, None)
         self.first_start_s = min(
             (b[0] for n in self.reserved_nodes for b in self.reservations[n]), default=_INF
         )
@@ -178,6 +184,7 @@ class CountProfile:
         for n in self.reserved_nodes:
             self.reservations[n].clear()
             self._steps.pop(n, None)
+            self._floors.pop(n, None)
         self.reserved_nodes.clear()
         self.first_start_s = _INF
 
@@ -186,6 +193,7 @@ class CountProfile:
         """Node n's free GPUs from now on: breakpoints (the first is now) and the count from each on."""
         if now != self._steps_now:
             self._steps.clear()
+            self._floors.clear()
             self._steps_now = now
         got = self._steps.get(n)
         if got is None:
@@ -249,7 +257,15 @@ class CountProfile:
         times, free = self.steps(n, now)
         rows = len(times)
         starts = rows if bound == _INF else bisect.bisect_right(times, bound)
-        i = 0
+        floors = self._floors.get(n)
+        if floors is None:
+            floors = self._floors[n] = {}
+        floor = floors.get(g)
+        i = 0 if floor is None else bisect.bisect_left(times, floor)
+        while i < starts and free[i] < g:
+            i += 1
+        if i < rows:
+            floors[g] = times[i]  # no row before it has g free GPUs (a deep queue's reservations stack up)
         while i < starts:
             if free[i] < g:
                 i += 1
