@@ -547,7 +547,14 @@ def _ask(request: Request, message: dict[str, Any]) -> dict[str, Any]:
 def _mutating_api(app: FastAPI) -> None:
     @app.post("/api/jobs/{job_id}/cancel", summary="Cancel a job through the agent (needs the agent's token)")
     def cancel(request: Request, job_id: str) -> dict[str, Any]:
-        return _ask(request, {"op": "cancel", "id": _job_number(job_id)})
+        from gpuplan.web.jobdetail import agent_job_number
+        from gpuplan.web.live import BadJobIdError
+
+        try:
+            number = agent_job_number(job_id)
+        except BadJobIdError as e:  # as the detail page answers it
+            raise HTTPException(400, str(e)) from None
+        return _ask(request, {"op": "cancel", "id": number})
 
     @app.post("/api/jobs", summary="Submit a job to the agent (needs the agent's token)")
     def submit(request: Request, job: SubmitRequest) -> dict[str, Any]:
@@ -557,13 +564,3 @@ def _mutating_api(app: FastAPI) -> None:
     @app.post("/api/queue/order", summary="Reorder the waiting jobs (the agent's apply; needs its token)")
     def reorder(request: Request, body: OrderRequest) -> dict[str, Any]:
         return _ask(request, {"op": "apply", "order": body.order})
-
-
-def _job_number(text: str) -> int:
-    try:
-        number = int(text) if len(text) <= 20 else 0
-    except ValueError:
-        number = 0
-    if not 1 <= number <= schema.JOB_ID_MAX:
-        raise HTTPException(404, f"no job {text[:40]!r}: agent job ids are numbers 1..{schema.JOB_ID_MAX}")
-    return number

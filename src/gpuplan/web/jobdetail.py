@@ -24,7 +24,7 @@ from gpuplan.web.live import AgentUnavailable, BadJobIdError, JobNotFoundError, 
 if TYPE_CHECKING:
     from gpuplan.agent.store import JobRow
 
-__all__ = ["COMMAND_FIELDS", "job_detail", "node_job_detail", "with_command_rule"]
+__all__ = ["COMMAND_FIELDS", "agent_job_number", "job_detail", "node_job_detail", "with_command_rule"]
 
 COMMAND_FIELDS = ("command", "cwd")
 """A job's fields that only its owner (or an admin) may read."""
@@ -40,12 +40,21 @@ def job_detail(source: LiveSource, job_id: str) -> dict[str, Any]:
     """
     if not isinstance(source, NodeSource):
         return source.job(job_id)
+    return node_job_detail(source, agent_job_number(job_id))
+
+
+def agent_job_number(text: str) -> int:
+    """An agent job id from a URL's text (the detail page, its API and cancel).
+
+    Raises:
+        BadJobIdError: not a number 1..JOB_ID_MAX in ASCII digits.
+    """
     from gpuplan.agent.schema import JOB_ID_MAX
 
-    number = int(job_id) if job_id.isascii() and job_id.isdigit() and len(job_id) <= 20 else 0
+    number = int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else 0
     if not 1 <= number <= JOB_ID_MAX:
-        raise BadJobIdError(f"{job_id[:40]!r} is not a job id: agent job ids are numbers 1..{JOB_ID_MAX}")
-    return node_job_detail(source, number)
+        raise BadJobIdError(f"{text[:40]!r} is not a job id: agent job ids are numbers 1..{JOB_ID_MAX}")
+    return number
 
 
 def node_job_detail(source: NodeSource, job_id: int) -> dict[str, Any]:
