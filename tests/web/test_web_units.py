@@ -142,6 +142,35 @@ def test_plan_keeps_the_agents_order_and_expected_starts() -> None:
     assert page[2]["expected_start_s"] == pytest.approx(now + 550.0)
 
 
+def test_the_store_seeded_forecast_names_a_time_limit_as_such() -> None:
+    """While the agent does not answer, the view forecasts from the store's rows: a running job with
+    only a --time is planned to its limit and named "its time limit", one with an estimate "its
+    estimate", one with neither gets the default estimate and is listed as guessed."""
+    from gpuplan.cluster import load_cluster
+    from gpuplan.web.live import QueueRow
+    from gpuplan.web.queueplan import store_forecast
+
+    rows = [
+        QueueRow("1", "running", 4, 0.0, time_limit_s=300.0, start_s=100.0, gpu_ids=(0, 1, 2, 3)),
+        QueueRow(
+            "2",
+            "running",
+            4,
+            0.0,
+            est_duration_s=500.0,
+            time_limit_s=900.0,
+            start_s=100.0,
+            gpu_ids=(4, 5, 6, 7),
+        ),
+        QueueRow("3", "waiting", 8, 10.0),
+    ]
+    fc, handle, guessed = store_forecast(rows, load_cluster("8xA100-80GB"), "fifo", "easy", 200.0)
+    assert fc[handle["1"]].end_s == pytest.approx(400.0) and fc[handle["2"]].end_s == pytest.approx(600.0)
+    assert fc[handle["3"]].start_s == pytest.approx(600.0) and guessed == {"3"}
+    text = fc.explain(handle["3"])
+    assert "(its time limit)" in text and "(its estimate)" in text, text
+
+
 def test_gpuplan_serve_as_a_process(tmp_path: Path) -> None:
     """The real command: prints its address as JSON, answers /healthz, stops on SIGTERM (by its pid)."""
     import os

@@ -91,13 +91,14 @@ class QueueRow:
     name: str = ""
     user: str = ""
     mem_gb: float | None = None
-    est_duration_s: float | None = None
+    est_duration_s: float | None = None  # an estimate (a prediction); the user's limit is time_limit_s
     start_s: float | None = None
     gpu_ids: tuple[int, ...] = ()
     expected_start_s: float | None = None
     planned: bool = False  # the row comes in the order of the agent's own plan, with its expected start
     expected_end_s: float | None = None  # the agent's forecast (planned rows)
     reason: str = ""  # why it waits, in Slurm's word (planned rows)
+    time_limit_s: float | None = None  # the job's --time (Slurm's TimeLimit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +382,6 @@ def _row_state(agent_state: str) -> str:
 
 def _agent_row(j: dict[str, Any]) -> QueueRow:
     """A job of the agent's `queue` reply (JobRow.to_json() plus its forecast: agent/outlook.py)."""
-    est = j.get("est_duration_s") if j.get("est_duration_s") is not None else j.get("time_limit_s")
     return QueueRow(
         job_id=str(j["id"]),
         state=_row_state(str(j.get("state", ""))),
@@ -390,7 +390,8 @@ def _agent_row(j: dict[str, Any]) -> QueueRow:
         name=str(j.get("name", "")),
         user=str(j.get("user", "")),
         mem_gb=j.get("mem_gb"),
-        est_duration_s=est,
+        est_duration_s=j.get("est_duration_s"),
+        time_limit_s=j.get("time_limit_s"),
         start_s=j.get("start_s"),
         gpu_ids=tuple(int(g) for g in j.get("gpu_ids", [])),
         expected_start_s=j.get("expected_start_s"),
@@ -401,7 +402,6 @@ def _agent_row(j: dict[str, Any]) -> QueueRow:
 
 
 def _queue_row(j: JobRow) -> QueueRow:
-    est = j.est_duration_s if j.est_duration_s is not None else j.time_limit_s
     return QueueRow(
         job_id=str(j.id),
         state=_row_state(j.state),
@@ -410,7 +410,8 @@ def _queue_row(j: JobRow) -> QueueRow:
         name=j.name,
         user=j.user,
         mem_gb=j.mem_gb,
-        est_duration_s=est,
+        est_duration_s=j.est_duration_s,
+        time_limit_s=j.time_limit_s,
         start_s=j.start_s,
         gpu_ids=j.gpu_list,
     )

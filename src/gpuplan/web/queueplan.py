@@ -135,7 +135,7 @@ def store_forecast(
     for r in running:
         job = _as_job(r, guessed)
         began = now if r.start_s is None else r.start_s
-        sched.adopt(handle[r.job_id], job, r.gpu_ids, began, began + (job.est_duration_s or 0.0))
+        sched.adopt(handle[r.job_id], job, r.gpu_ids, began, began + (job.planning_duration_s() or 0.0))
     for r in waiting:
         if r.state != "held":
             sched.submit(handle[r.job_id], _as_job(r, guessed), now=r.submit_s)
@@ -180,18 +180,28 @@ def _rank(rank: int | None) -> float:
     return math.inf if rank is None else rank
 
 
+def _positive(value: float | None) -> float | None:
+    return value if value is not None and value > 0 else None
+
+
 def _estimate(r: QueueRow) -> float | None:
-    return r.est_duration_s if r.est_duration_s is not None and r.est_duration_s > 0 else None
+    """What the row's job is planned to run: its estimate, else its time limit (None: neither)."""
+    est = _positive(r.est_duration_s)
+    return est if est is not None else _positive(r.time_limit_s)
 
 
 def _as_job(r: QueueRow, guessed: set[str]) -> Job:
-    est = _estimate(r)
-    if est is None:
+    """The row as the core's Job: planned on its estimate, else on its time limit (which the forecast
+    then names as such: "its time limit"), else on DEFAULT_ESTIMATE_S (in `guessed`)."""
+    est, limit = _positive(r.est_duration_s), _positive(r.time_limit_s)
+    if est is None and limit is None:
         guessed.add(r.job_id)
         est = DEFAULT_ESTIMATE_S
+    planned = est if est is not None else limit
     return Job(
-        r.job_id, r.submit_s, max(1, r.gpus), r.mem_gb, est, est_duration_s=est, user=r.user, name=r.name
-    )
+        r.job_id, r.submit_s, max(1, r.gpus), r.mem_gb, planned, est_duration_s=est, requested_s=limit,
+        user=r.user, name=r.name,
+    )  # fmt: skip
 
 
 def _as_run(

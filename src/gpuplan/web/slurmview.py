@@ -506,5 +506,5 @@ def _queue_row(r: SlurmRow, now_s: float) -> QueueRow:
     return QueueRow(
         job_id=r.job_id, state="running" if r.state == "running" else "waiting", gpus=r.gpus,
         submit_s=r.submit_s if r.submit_s is not None else now_s, name=r.name, user=r.user,
-        est_duration_s=r.time_limit_s, start_s=r.start_s,
+        time_limit_s=r.time_limit_s, start_s=r.start_s,
     )  # fmt: skip
