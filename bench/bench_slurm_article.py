@@ -3,7 +3,8 @@
 Workload per seed: the first 40 jobs of `gpuplan synth article --seed S` (1-8 GPUs, fine-tunes and
 batch inference in a mixed order), durations divided by 120 and clipped to 5-60 s, each a `sleep` on
 the test harness's cluster (tests/slurm/harness.py: 4 slurmd x 8 fake GPUs, sched/builtin +
-priority/multifactor with weights 0, so Slurm follows priorities strictly).
+priority/multifactor with the harness's non-zero Age and JobSize weights; sched/builtin starts
+jobs strictly in priority order).
 
 Per seed, run A: Slurm's own order (submission order). Its sacct history becomes a gpuplan trace
 (`gpuplan slurm history`), a rolling-median model is fit on it (`gpuplan predict fit`), and run B

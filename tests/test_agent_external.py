@@ -47,3 +47,23 @@ def test_external_readings_and_bad_specs() -> None:
         open_backend("fake:8xA100-80GB,external=0-60", set_id="x")
     with pytest.raises(GpuBackendError, match=r"GPU must be in 0..7"):
         open_backend("fake:8xA100-80GB,external=9:10", set_id="x")
+
+
+@pytest.mark.parametrize("placer", ["fgd", "fgd-pack"])
+def test_agent_places_inside_a_sharing_node_with_fgd(tmp_path: Path, placer: str) -> None:
+    """The fgd placers run the agent's GPU choice (issue #24 item 3): jobs share GPUs as memory allows."""
+    toml = tmp_path / "two.toml"
+    toml.write_text(
+        'name = "two"\nsharing = true\n[[nodes]]\nname = "n"\ngpus = 2\ngpu_model = "A100-80GB"\ngpu_mem_gb = 80\n',
+        encoding="utf-8",
+    )
+    d = Daemon(tmp_path / "home", gpus=f"fake:{toml}", sharing=True, placer=placer)
+    d.start()
+    try:
+        assert d.call("status")["placer"] == placer
+        first = d.wait_state(d.submit("sleep 30", mem_gb=50.0), "running")["gpu_ids"]
+        # 60 GB fit only on the other GPU, then 30 GB only beside the 50 GB job (20 GB left beside the 60)
+        assert d.wait_state(d.submit("sleep 30", mem_gb=60.0), "running")["gpu_ids"] == [1 - first[0]]
+        assert d.wait_state(d.submit("sleep 30", mem_gb=30.0), "running")["gpu_ids"] == first
+    finally:
+        d.stop()

@@ -113,8 +113,8 @@ jobs_st = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(spec=clusters(), jobs=jobs_st, placer=st.sampled_from(["first-fit", "best-fit", "spread", "fgd"]))
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(spec=clusters(), jobs=jobs_st, placer=st.sampled_from(placer_names()))  # every registered placer
 def test_no_placer_overbooks_any_resource(spec: ClusterSpec, jobs: list, placer: str) -> None:
     state = ClusterState(spec)
     p = get_placer(placer)
@@ -191,12 +191,22 @@ def test_arrivals_top_up_to_the_target() -> None:
     assert order == arrival_order(jobs, 10.0, 1.3, 42) != arrival_order(jobs, 10.0, 1.3, 43)
 
 
-def test_frag_experiment_on_the_fixture_cli() -> None:
+def test_frag_experiment_on_the_fixture_cli(tmp_path: Path) -> None:
+    trace = str(FIXTURE / "openb_pod_list_small.csv")
     res = CliRunner().invoke(
-        app, ["frag", str(FIXTURE / "openb_pod_list_small.csv"), "--seeds", "1-3", "--workers", "1", "--json"]
+        app, ["frag", trace, "--seeds", "1-3", "--workers", "1", "--json", "--report", str(tmp_path)]
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
+    # --report: one line per placer in DIR/frag.html, the --json curve in percent
+    page = (tmp_path / "frag.html").read_text(encoding="utf-8")
+    start = page.index('<script type="application/json" id="frag-curves-data">')
+    block = page[page.index(">", start) + 1 : page.index("</script>", start)]
+    lines = {d["name"].split(" ")[0]: d for d in json.loads(block)["data"]}
+    assert set(lines) == {p["placer"] for p in data["placers"]}
+    for p in data["placers"]:
+        assert lines[p["placer"]]["x"] == [100 * c["arrived"] for c in p["curve"]]
+        assert lines[p["placer"]]["y"] == [100 * c["allocated"] for c in p["curve"]]
     got = {p["placer"]: p for p in data["placers"]}
     assert set(got) == {n for n in placer_names() if n != "pack"}
     for p in got.values():

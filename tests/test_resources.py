@@ -23,7 +23,7 @@ def two_nodes(sharing: bool = False) -> ClusterSpec:
     )
 
 
-@pytest.mark.parametrize("placer", ["first-fit", "best-fit", "spread"])
+@pytest.mark.parametrize("placer", placer_names())
 def test_node_out_of_cpus_refuses_a_gpu_job(placer: str) -> None:
     st = ClusterState(two_nodes())
     st.place([0], None, Need(cpu_milli=7000))  # node a: 3 idle GPUs, 1000 milli-cores left

@@ -13,7 +13,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
 from gpuplan.optimize.order import FixedOrder
 from gpuplan.slurm.apply import default_state_path, target_values
-from gpuplan.slurm.parse import NodeInfo, parse_config, parse_local_time, parse_sinfo, parse_squeue
+from gpuplan.slurm.parse import NodeInfo, QueueJob, parse_config, parse_local_time, parse_sinfo, parse_squeue
 from gpuplan.slurm.planner import LiveState, Seed, cluster_from_nodes, plan_queue, simulate_queue, slurm_order
 from gpuplan.slurm.runner import SlurmCommandError, SlurmNotFoundError, SlurmPermissionError, SlurmRunner
 from gpuplan.slurm.setup import setup_warnings
@@ -297,3 +297,24 @@ def test_history_writes_the_trace_with_its_cluster(monkeypatch: pytest.MonkeyPat
     report = json.loads(audit.stdout)
     assert report["cluster"]["gpus"] == 32 and report["cluster"]["origin"] == "trace"
     assert "H200" in report["cluster"]["describe"] or "h200" in report["cluster"]["describe"]
+
+
+@pytest.mark.parametrize(("placer", "wide_start_s"), [("best-fit", 0.0), ("fgd", 0.0), ("spread", 60.0)])
+def test_the_planner_simulates_with_the_placer_asked_for(placer: str, wide_start_s: float) -> None:
+    """node1 has 4 of 8 GPUs busy for 100 s more; a 4-GPU job, then an 8-GPU one (fifo, strict). Packing
+    the 4 beside the running job (best-fit; fgd, which strands no GPU so) lets the 8 start now on node2;
+    spreading them onto node2 makes the 8 wait until that job's limit, 60 s."""
+    now = 1_000_000.0
+
+    def job(jid: str, state: str, gpus: int, limit_s: float, elapsed_s: float, nodes: str) -> QueueJob:
+        return QueueJob(jid, f"j{jid}", "u", "gpu", state, limit_s, elapsed_s, 1, gpus, 100, 0, "None",
+                        now - 200 + int(jid), None, nodes)  # fmt: skip
+
+    nodes = [NodeInfo("node1", "mixed", 8, 4, ("gpu",)), NodeInfo("node2", "idle", 8, 0, ("gpu",))]
+    jobs = [job("1", "RUNNING", 4, 200.0, 100.0, "node1"), job("2", "PENDING", 4, 60.0, 0.0, ""),
+            job("3", "PENDING", 8, 60.0, 0.0, "")]  # fmt: skip
+    state = LiveState(nodes, jobs, now, {"SchedulerType": "sched/builtin"})
+    plan = plan_queue(state, policy="fifo", placer=placer)
+    assert plan.order == ["2", "3"] and plan.planned.starts == {"2": 0.0, "3": wide_start_s}
+    with pytest.raises(GpuplanError, match="fgd"):  # an unknown placer: the valid names
+        plan_queue(state, policy="fifo", placer="nope")

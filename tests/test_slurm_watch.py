@@ -240,3 +240,40 @@ def test_apply_text_says_what_was_set_kept_and_left_out_of_order(tmp_path: Path)
         "would set SiteFactor on 0 job(s)" in text
         and "at --weight 0, 2 job(s) stay out of plan order: 10 12" in text
     )
+
+
+def test_watch_cli_serves_health_and_metrics_on_health_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpuplan slurm watch --health-port P`: the command itself serves /healthz and /metrics while it runs."""
+    from typer.testing import CliRunner
+
+    import gpuplan.commands.slurm as cmd
+    from gpuplan.cli import app
+
+    slurm = FakeSlurm([3, 2, 1])
+    monkeypatch.setattr(cmd, "_client", lambda: SlurmClient(slurm, clock=lambda: NOW))
+    with socket.socket() as s:  # a port free now, for the command to bind
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    seen: list[tuple[dict, str]] = []
+
+    def between_looks(_s: float) -> None:  # the watcher's wait after its first look: ask the service
+        base = f"http://127.0.0.1:{port}"
+        with (
+            urllib.request.urlopen(f"{base}/healthz", timeout=5) as r,
+            urllib.request.urlopen(f"{base}/metrics", timeout=5) as m,
+        ):
+            seen.append((json.loads(r.read()), m.read().decode()))
+
+    monkeypatch.setattr(cmd.time, "sleep", between_looks)
+    res = CliRunner().invoke(app, ["slurm", "watch", "--iterations", "2", "--interval", "1", "--json",
+                                   "--health-port", str(port), "--state", str(tmp_path / "s.json")])  # fmt: skip
+    assert res.exit_code == 0, (res.stdout, res.stderr)
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [e["port"] for e in events if e["event"] == "health"] == [port]
+    ((health, metrics),) = seen
+    assert health["status"] == "ok" and "gpuplan_slurm_watch_passes_total 1.0" in metrics
+    assert "gpuplan_slurm_watch_jobs_moved_total 2.0" in metrics and slurm.order() == ["12", "11", "10"]
+    with pytest.raises(urllib.error.URLError):  # stopped with the command
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)

@@ -72,7 +72,7 @@ def slurm(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 @pytest.fixture
 def slurm_backfill(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    """The same cluster restarted on sched/backfill (priority/multifactor, weights 0)."""
+    """The same cluster restarted on sched/backfill (priority/multifactor, the harness's weights)."""
     if slurm_cluster.scheduler != "backfill":
         slurm_cluster.restart_ctld("backfill")
     yield from _ready(slurm_cluster, monkeypatch)

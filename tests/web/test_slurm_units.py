@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from gpuplan.cli import app as cli_app
 from gpuplan.slurm.client import SlurmClient, live_state
+from gpuplan.slurm.fairness import fairness_lines
 from gpuplan.slurm.parse import parse_local_time
 from gpuplan.slurm.planner import SLURM_ORDER, plan_queue, slurm_order
 from gpuplan.slurm.runner import SlurmRunner
@@ -157,6 +158,10 @@ def test_page_numbers_equal_gpuplan_slurm_plan_json(
     assert s["gain"] == cli["gain"] and s["warnings"] == cli["warnings"] and s["policy"] == cli["policy"]
     assert s["estimates"] == "time limits" and s["no_limit_jobs"] == ["14"] and s["partitions"] == ["gpu"]
     assert page["running"] == 4 and page["pending"] == 7 and page["planned"] == 3 and page["unmanaged"] == 4
+    # the text form prints the same who-gains-who-loses table, per user and per account
+    text = CliRunner().invoke(cli_app, ["slurm", "plan"])
+    assert text.exit_code == 0, text.stderr
+    assert "\n".join(fairness_lines(cli["fairness"])) in text.stdout and "by account" in text.stdout
 
 
 def test_one_read_per_cache_period_and_replan_only_on_change(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.core.forecast import Forecast, forecast
+from gpuplan.core.placement import get_placer
 from gpuplan.core.policies import Policy, get_policy, policy_names
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.errors import GpuplanError
@@ -413,16 +414,20 @@ def plan_queue(
     search_s: float = 0.0,
     predictions: dict[str, float] | None = None,
     seed: int = 0,
+    placer: str = "best-fit",
 ) -> QueuePlan:
     """The plan for the pending jobs of `state` and the outcome of Slurm's own order.
 
     `policy` is a registered policy, "best" (every policy, the best makespan then mean wait) or
     SLURM_ORDER (Slurm's own order, as "best" may choose it);
-    `search_s` > 0 then improves that order by local search (swaps and moves) for that many seconds.
+    `search_s` > 0 then improves that order by local search (swaps and moves) for that many seconds;
+    `placer` is how the simulation puts jobs on GPUs (default best-fit; any registered placer, fgd
+    included).
 
     Raises:
-        GpuplanError: no usable node; UnknownNameError: an unknown policy.
+        GpuplanError: no usable node; UnknownNameError: an unknown policy or placer.
     """
+    get_placer(placer)  # an unknown name fails before Slurm's state is used
     inp = plan_inputs(state, predictions)
     pending = inp.pending
     ids = {j.id for j in pending}
@@ -430,7 +435,7 @@ def plan_queue(
     base_order = slurm_order(pending_q)
 
     def run(order_or_policy: Policy | str) -> Outcome:
-        return simulate_queue(inp.cluster, inp.seeds, pending, order_or_policy, inp.backfill)
+        return simulate_queue(inp.cluster, inp.seeds, pending, order_or_policy, inp.backfill, placer)
 
     slurm = run(FixedOrder(base_order, SLURM_ORDER))
     candidates = _candidates(policy)
