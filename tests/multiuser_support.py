@@ -74,11 +74,16 @@ class World:
     group_gid: int
 
     def run(
-        self, user: User | None, *args: str, home: Path, timeout_s: float = 60.0
+        self,
+        user: User | None,
+        *args: str,
+        home: Path,
+        timeout_s: float = 60.0,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """`gpuplan ARGS` as `user` (None: root) against the agent of `home`."""
+        """`gpuplan ARGS` as `user` (None: root) against the agent of `home`, with `env` added."""
         env = {"PATH": "/usr/bin:/bin", "GPUPLAN_HOME": str(home), "PYTHONPATH": self.pythonpath,
-               "HOME": str(user.home if user else self.root), "LANG": "C.UTF-8", "COLUMNS": "200"}  # fmt: skip
+               "HOME": str(user.home if user else self.root), "LANG": "C.UTF-8", "COLUMNS": "200", **(env or {})}  # fmt: skip
         ids: dict[str, object] = {}
         if user is not None:
             ids = {"user": user.uid, "group": user.gid, "extra_groups": os.getgrouplist(user.name, user.gid)}

@@ -28,6 +28,7 @@ def test_a_second_holder_is_refused_and_told_who_holds_it(tmp_path: Path) -> Non
     path = tmp_path / "locks" / "gpus.lock"
     first = GpuLock.acquire(path, Path("/home/a"))
     assert first is not None
+    assert path.stat().st_mode & 0o777 == 0o666, "any user's agent that holds it writes its details there"
     with pytest.raises(
         GpuLockError, match=r"already drives these GPUs: pid \d+ of user \S+ \(uid \d+\), home /home/a"
     ):
@@ -121,5 +122,58 @@ def test_clients_find_the_system_agent_when_they_run_none(tmp_path: Path) -> Non
             mine.close()
         assert client_paths(env, system) == system  # a stale socket of their own does not hide it
         assert client_paths({**env, "GPUPLAN_HOME": str(tmp_path / "h")}, system).home == tmp_path / "h"
+    finally:
+        listening.close()
+
+
+def _answer_once(listening: socket.socket, got: list[bytes]) -> None:
+    conn, _ = listening.accept()
+    with conn:
+        conn.settimeout(10)
+        data = b""
+        while chunk := conn.recv(4096):
+            data += chunk
+            if data.endswith(b"\n"):
+                conn.sendall(b'{"ok": true, "pid": 1}\n')
+        got.append(data)
+
+
+def test_a_socket_in_a_world_writable_folder_is_trusted_only_from_root_or_oneself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/run/gpuplan is 1777: another user could bind agent.sock there while the shared agent is down."""
+    import threading
+
+    import gpuplan.agent.protocol as protocol
+    from gpuplan.agent.protocol import Caller
+
+    shared = tmp_path / "run"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(shared / "agent.sock"))
+    listening.listen(2)
+    got: list[bytes] = []
+    try:
+        server = threading.Thread(target=_answer_once, args=(listening, got), daemon=True)
+        server.start()
+        assert call(shared / "agent.sock", {"op": "status"})["ok"]  # our own (or root's) agent: fine
+        server.join(10)
+        assert got == [b'{"op": "status"}\n']
+        server = threading.Thread(target=_answer_once, args=(listening, got), daemon=True)
+        server.start()
+        monkeypatch.setattr(protocol, "peer_caller", lambda conn: Caller(54321))  # as if a user bound it
+        with pytest.raises(
+            AgentError, match=r"refusing the agent at .*: it runs as uid 54321, not root"
+        ) as e:
+            call(shared / "agent.sock", {"op": "submit", "command": "true", "env": {"TOKEN": "s3cret"}})
+        assert "\n" not in str(e.value) and not isinstance(e.value, AgentNotRunningError)
+        server.join(10)
+        assert got[1] == b"", "nothing was sent to the impostor"
+        shared.chmod(0o755)  # a folder only its owner writes: the owner's agent is whoever they let in
+        server = threading.Thread(target=_answer_once, args=(listening, got), daemon=True)
+        server.start()
+        assert call(shared / "agent.sock", {"op": "status"})["ok"]
+        server.join(10)
     finally:
         listening.close()

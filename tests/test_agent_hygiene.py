@@ -128,6 +128,9 @@ def test_environment_leaves_the_store_once_no_attempt_needs_it(make_agent) -> No
     jid = _submit(agent, "sleep 60")
     row = agent.store.job(jid)
     assert row is not None and row.env["API_TOKEN"] == "s3cret", "kept until the job starts"
+    for op in ({"op": "queue"}, {"op": "show", "id": jid}):  # while the store holds it
+        for uid in (os.getuid(), 0, 4242):
+            assert "s3cret" not in json.dumps(handle(agent, op, uid)), "no reply carries the environment"
     _until(agent, jid, "running")
     row = agent.store.job(jid)
     assert row is not None and row.env == {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}, row.env

@@ -11,6 +11,7 @@ import pytest
 
 from agent_helpers import Clock, in_process_agents, wait_until
 from gpuplan.agent.daemon import Agent
+from gpuplan.agent.protocol import call
 from gpuplan.agent.requests import handle
 from gpuplan.errors import GpuplanError
 
@@ -57,6 +58,23 @@ def test_a_third_two_gpu_job_waits_on_the_quota_and_starts_when_the_first_ends(m
     refused = _ask(agent, "submit", command="true", gpus=6, cwd="/", env={})
     assert not refused["ok"] and f"{ME}'s quota is 4 GPUs" in str(refused["error"])
     assert _ask(agent, "cancel", ids=[ids[0]])["ok"]
+    wait_until(
+        lambda: (agent.step(), _jobs(agent)[ids[2]]["state"] == "running")[1], "the third job to start"
+    )
+
+
+def test_max_jobs_per_user_holds_the_third_job_and_every_queued_job_has_user_and_reason(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(max_jobs_per_user=2)
+    ids = [_submit(agent) for _ in range(3)]
+    agent.step()
+    jobs = _jobs(agent)
+    assert [jobs[i]["state"] for i in ids] == ["running", "running", "queued"]
+    assert jobs[ids[2]]["reason"] == "QOSMaxJobsPerUserLimit"  # Slurm's word, as squeue
+    assert jobs[ids[2]]["reason_detail"] == f"quota: {ME} runs 2 of 2 jobs"
+    assert agent.engine.sched.state.idle_total == 6  # GPUs are free, and still it waits
+    for job in jobs.values():  # `queue --json` carries user and reason for every job
+        assert job["user"] == ME and "reason" in job, job
+    assert _ask(agent, "cancel", ids=[ids[1]])["ok"]
     wait_until(
         lambda: (agent.step(), _jobs(agent)[ids[2]]["state"] == "running")[1], "the third job to start"
     )
@@ -148,3 +166,48 @@ def _jobs_or_final(agent: Agent, jid: int) -> str:
     row = agent.store.job(jid)
     assert row is not None
     return row.state
+
+
+def test_the_systemd_unit_starts_a_shared_agent_with_options_it_has(tmp_path: Path) -> None:
+    """contrib/systemd/gpuplan-agent.service: well-formed, its directories are the system agent's, and
+    its ExecStart parses (as root it starts a real shared agent, on fake GPUs in a temporary home)."""
+    import configparser
+    import stat
+    import subprocess
+    import sys
+
+    from gpuplan.agent.paths import SYSTEM_HOME, SYSTEM_RUN_DIR
+
+    unit = Path(__file__).resolve().parents[1] / "contrib" / "systemd" / "gpuplan-agent.service"
+    cfg = configparser.ConfigParser(strict=False, interpolation=None)
+    cfg.optionxform = str  # type: ignore[assignment,method-assign]
+    cfg.read_string(unit.read_text())
+    assert {"Unit", "Service", "Install"} <= set(cfg.sections())
+    svc = cfg["Service"]
+    assert svc["Type"] == "simple" and svc["KillMode"] == "process"  # jobs outlive a service stop
+    assert svc["ExecReload"] == "/bin/kill -HUP $MAINPID"  # SIGHUP re-reads the quota file
+    assert Path("/run", svc["RuntimeDirectory"]) == SYSTEM_RUN_DIR and svc["RuntimeDirectoryMode"] == "1777"
+    assert Path("/var/lib", svc["StateDirectory"]) == SYSTEM_HOME and svc["StateDirectoryMode"] == "0711"
+    argv = svc["ExecStart"].split()
+    assert argv[1:5] == ["agent", "start", "--foreground", "--multi-user"]
+    args = [a if a != "nvml" else "fake:8xA100-80GB" for a in argv[1:] if a != "--foreground"]
+    env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "sys")}
+    res = subprocess.run([sys.executable, "-m", "gpuplan.cli", *args], env=env, capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    if os.geteuid() != 0:
+        assert res.returncode == 2 and "--multi-user runs as root" in res.stderr, (
+            res.stderr
+        )  # every option parsed
+        return
+    try:
+        assert res.returncode == 0, res.stderr
+        status = call(tmp_path / "sys" / "agent.sock", {"op": "status"})
+        assert (status["policy"], status["backfill"], status["backend"]) == (
+            "fairshare",
+            "easy",
+            "fake:8xA100-80GB",
+        )
+        assert stat.S_IMODE((tmp_path / "sys" / "agent.sock").stat().st_mode) == 0o666  # every local user
+    finally:
+        subprocess.run([sys.executable, "-m", "gpuplan.cli", "agent", "stop"], env=env, capture_output=True,
+                       timeout=60, check=False)  # fmt: skip

@@ -54,13 +54,20 @@ def _one_line_refusal(res: object, *needles: str) -> str:
 
 def test_jobs_run_as_their_submitter_and_others_cannot_touch_them(world: World, agent: Daemon) -> None:
     u1, u2 = world.users
-    jid = _submit(world, u1, agent, "id -u > uid.txt; id -G > groups.txt; echo secret-output; sleep 300")
+    jid = _submit(world, u1, agent, 'echo "$USER $LOGNAME $HOME $LANG" > env.txt; id -u > uid.txt; '
+                  "id -G > groups.txt; echo secret-output; sleep 300")  # fmt: skip
     agent.wait_state(jid, "running")
     wait_until(
         lambda: (u1.home / "groups.txt").exists() and (u1.home / "groups.txt").read_text().strip(),
         "the job's files",
     )
-    assert int((u1.home / "uid.txt").read_text()) == u1.uid
+    assert int((u1.home / "uid.txt").read_text()) == u1.uid  # written in its submitter's working directory
+    assert (u1.home / "env.txt").read_text().split() == [
+        u1.name,
+        u1.name,
+        str(u1.home),
+        "C.UTF-8",
+    ]  # their env
     assert world.group_gid in {
         int(g) for g in (u1.home / "groups.txt").read_text().split()
     }  # supplementary group
@@ -193,3 +200,83 @@ def test_an_admin_group_member_may_steer_every_job(world: World) -> None:
         d.wait_state(theirs, "cancelled")
     finally:
         d.stop()
+
+
+def test_one_agent_per_gpus_across_users_names_the_first(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's shared agent holds the GPUs: a user's own agent on them refuses and names it; once root's
+    is gone, the user's agent takes them and root's shared agent is refused in turn."""
+    u1, _ = world.users
+    locks = Path(world.root) / f"locks-{os.urandom(3).hex()}"
+    locks.mkdir()
+    locks.chmod(0o1777)  # what systemd's RuntimeDirectoryMode (or the first agent) makes of /run/gpuplan
+    gpus = f"fake:8xA100-80GB,set=lab-{os.urandom(3).hex()}"
+    monkeypatch.setenv("GPUPLAN_LOCK_DIR", str(locks))
+    lock_env = {"GPUPLAN_LOCK_DIR": str(locks)}
+    root_agent = Daemon(Path(world.root) / f"sys-{os.urandom(3).hex()}", multi_user=True, gpus=gpus).start()
+    own = u1.home / "own"
+    try:
+        pid = root_agent.call("status")["pid"]
+        res = world.run(u1, "agent", "start", "--gpus", gpus, home=own, env=lock_env)
+        line = _one_line_refusal(
+            res, "another gpuplan agent already drives these GPUs", f"pid {pid} of user root"
+        )
+        assert str(root_agent.home) in line
+    finally:
+        root_agent.stop()
+    res = world.run(u1, "agent", "start", "--gpus", gpus, home=own, env=lock_env)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    try:
+        res = world.run(
+            None, "agent", "start", "--multi-user", "--gpus", gpus, home=root_agent.home, env=lock_env
+        )
+        _one_line_refusal(
+            res, "another gpuplan agent already drives these GPUs", f"of user {u1.name} (uid {u1.uid})"
+        )
+    finally:
+        world.run(u1, "agent", "stop", home=own)
+
+
+IMPOSTOR = """import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1] + "/agent.sock")
+__import__("os").chmod(sys.argv[1] + "/agent.sock", 0o666)  # as the shared agent's socket
+s.listen(4)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.settimeout(5)
+    data = b""
+    try:
+        while chunk := c.recv(65536):
+            data += chunk
+            c.sendall(b'{"ok": true, "id": 1, "jobs": []}\\n')
+    except OSError:
+        pass
+    open(sys.argv[1] + "/heard", "ab").write(data)
+    c.close()
+"""
+
+
+def test_a_user_posing_as_the_shared_agent_is_refused_before_anything_is_sent(world: World) -> None:
+    """The shared agent's folder is 1777: while root's agent is down, another user can bind its socket."""
+    import subprocess
+
+    u1, u2 = world.users
+    run = Path(world.root) / f"run-{os.urandom(3).hex()}"
+    run.mkdir()
+    run.chmod(0o1777)
+    fake = subprocess.Popen(["/usr/bin/python3", "-c", IMPOSTOR, str(run)], stdout=subprocess.PIPE, text=True,
+                            user=u2.uid, group=u2.gid, cwd=str(u2.home))  # fmt: skip
+    try:
+        assert fake.stdout is not None and fake.stdout.readline().strip() == "ready"
+        res = world.run(u1, "submit", "--", "echo", "$SECRET", home=run, env={"SECRET": "s3cret"})
+        _one_line_refusal(
+            res, f"refusing the agent at {run / 'agent.sock'}: it runs as uid {u2.uid}, not root"
+        )
+        assert not (run / "heard").exists() or b"s3cret" not in (run / "heard").read_bytes()
+        assert world.raw(u2, run, {"op": "status"})["ok"] is True, "its own user may talk to it"
+    finally:
+        fake.kill()
+        fake.communicate()

@@ -3,10 +3,10 @@
 The lock file is `$GPUPLAN_LOCK_DIR/gpus.lock` (default `/run/gpuplan`, tests point the variable at a
 temporary folder); a named fake device set (`fake:...,set=NAME`, GPUs that several agents could drive)
 locks `gpus-fake-NAME.lock`. A fake set without a name is private to its home: nobody else can drive
-it, so it takes no lock. The holder writes its pid, uid, user and home into the file, so the agent
-that is refused names the first one. The folder is made world-writable and sticky (as /tmp) when
-gpuplan creates it, so every user's agent can take the lock while no agent of root runs; `flock`
-releases it when the holder dies, even on kill -9.
+it, so it takes no lock. The holder writes its pid, uid, user and home into the file (mode 0666, so
+an agent of any user can), so the agent that is refused names the live holder. The folder is made
+world-writable and sticky (as /tmp) when gpuplan creates it, so every user's agent can take the lock
+while no agent of root runs; `flock` releases it when the holder dies, even on kill -9.
 """
 
 from __future__ import annotations
@@ -97,15 +97,24 @@ def _ensure_dir(path: Path) -> None:
 
 
 def _open(path: Path) -> int:
-    """The lock file, readable by every user (their agents must see who holds it)."""
-    old = os.umask(0o022)
+    """The lock file, readable and writable by every user: whichever agent holds it writes its own
+    details there, so the one refused names the live holder (not the last one that could write it)."""
     try:
+        fd = os.open(path, os.O_RDWR)  # no O_CREAT: fs.protected_regular refuses it on another user's file
+    except FileNotFoundError:
+        old = os.umask(0)
         try:
-            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except PermissionError:
-            return os.open(path, os.O_RDONLY)  # another user's file: lock it all the same
-    finally:
-        os.umask(old)
+            return os.open(path, os.O_RDONLY)
+        finally:
+            os.umask(old)
+    except PermissionError:  # a 0644 file of another user (an older gpuplan's): lock it all the same
+        return os.open(path, os.O_RDONLY)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o666)  # heals a file an older gpuplan made 0644
+    return fd
 
 
 def _read_holder(fd: int) -> str:

@@ -5,7 +5,8 @@ Request: `{"op": "submit", ...}` + newline. Reply: `{"ok": true, ...}` or `{"ok"
 closes after the client's end of file. Every field is checked by `gpuplan.agent.schema` before a
 handler sees it. The socket file has mode 0600 in `$GPUPLAN_HOME`; the agent reads the caller's
 uid, gid and pid with SO_PEERCRED (`Caller`) and logs it with every mutating call and every refused
-request. There is no network listener.
+request. There is no network listener. A client talks to a socket in a folder every user may write
+(the shared agent's /run/gpuplan) only when root or the caller runs the agent behind it.
 
 Client errors are `AgentError`s with one line each: `AgentNotRunningError` (no socket, nobody
 listens, a stale socket file), `AgentConnectionLost` (reset, closed or timed out before the reply:
@@ -19,6 +20,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ __all__ = [
     "Caller",
     "bind_socket",
     "call",
+    "check_agent_peer",
     "decode_request",
     "encode",
     "peer_caller",
@@ -94,6 +97,29 @@ def peer_caller(conn: socket.socket) -> Caller:
     return Caller(int(uid), int(gid), int(pid))
 
 
+def check_agent_peer(conn: socket.socket, sock_path: Path) -> None:
+    """Refuse an agent that another user may have put there. In a folder every user may write (the
+    system agent's /run/gpuplan is 1777), anyone could bind the socket while the system agent is
+    down and read what clients send (commands, environments): there, talk only to an agent of root
+    or of the caller, by the uid the kernel reports for the listening process (SO_PEERCRED).
+
+    Raises:
+        AgentError: the socket's agent runs as another user (the message names its uid and the fix).
+    """
+    try:
+        world_writable = bool(os.stat(sock_path.parent).st_mode & stat.S_IWOTH)
+    except OSError:
+        return
+    peer = peer_caller(conn).uid
+    if world_writable and peer not in (0, os.getuid()):
+        who = f"uid {peer}" if peer >= 0 else "a process whose uid the socket does not tell"
+        raise AgentError(
+            f"refusing the agent at {sock_path}: it runs as {who}, not root, in a folder every user may "
+            "write (someone else's process may pose as the shared agent); nothing was sent. Ask root to "
+            "start the shared agent (systemctl start gpuplan-agent), or set GPUPLAN_HOME to your own agent"
+        )
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line."""
     return json.dumps(obj, allow_nan=False, default=str).encode() + b"\n"
@@ -142,6 +168,11 @@ class AgentConnection:
         except OSError as e:
             self.sock.close()
             raise AgentError(f"cannot connect to the agent at {sock_path}: {_why(e)}") from None
+        try:
+            check_agent_peer(self.sock, sock_path)
+        except AgentError:
+            self.sock.close()
+            raise
 
     def send_raw(self, data: bytes) -> None:
         """Send bytes as they are (tests send broken requests with it)."""
