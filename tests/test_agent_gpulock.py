@@ -177,3 +177,20 @@ def test_a_socket_in_a_world_writable_folder_is_trusted_only_from_root_or_onesel
         server.join(10)
     finally:
         listening.close()
+
+
+def test_the_shared_agents_default_paths_and_gpuplan_home() -> None:
+    from gpuplan.agent.paths import AgentPaths
+
+    system = AgentPaths.system({})
+    assert (system.home, system.socket, system.db) == (
+        Path("/var/lib/gpuplan"),
+        Path("/run/gpuplan/agent.sock"),
+        Path("/var/lib/gpuplan/agent.db"),
+    )
+    there = AgentPaths.system({"GPUPLAN_HOME": "/srv/gp"})
+    assert (there.home, there.socket) == (
+        Path("/srv/gp"),
+        Path("/srv/gp/agent.sock"),
+    )  # agent and clients alike
+    assert AgentPaths.from_env("/srv/gp").socket == there.socket
