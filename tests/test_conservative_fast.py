@@ -150,6 +150,7 @@ def test_the_fast_planner_decides_as_the_plain_one_under_live_events(
     assert isinstance(backfill, Conservative)
     event(f"sharing={case.cluster.sharing}, depth={'small' if depth < 500 else 500}")
     event("a pass was skipped" if backfill.skipped else "no pass skipped")
+    event("a pass kept the last one's reservations" if backfill.kept_passes else "no pass kept reservations")
 
 
 @INVARIANTS(300)
@@ -204,6 +205,9 @@ def test_long_queues_of_few_shapes_beyond_a_small_depth(
     for _ in range(2 * len(jobs) + 4):
         pair.apply(("tick", True))
     assert not pair.fast.waiting_count, "every job started"
+    backfill = pair.fast.backfill
+    assert isinstance(backfill, Conservative)
+    event("a pass kept the last one's reservations" if backfill.kept_passes else "no pass kept reservations")
 
 
 def test_a_job_beyond_the_depth_starts_now_though_a_longer_one_of_its_shape_could_not() -> None:

@@ -19,10 +19,11 @@ import math
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from mypy_extensions import mypyc_attr
 
-from gpuplan.core.count_plan import CountPlan
+from gpuplan.core.count_plan import CountPlan, booked_end
 from gpuplan.core.gpu_plan import GpuPlan
 from gpuplan.core.gpu_profile import GpuProfile
 from gpuplan.core.params import Configurable, Param, build, register_in
@@ -365,6 +366,13 @@ class Conservative(Backfill):
     [then, then + d) covered, which did not fit then (or the job would have started); and each
     reservation note points where that pass booked the job, which is again its earliest place, so a
     kept note changes nothing. tests/test_conservative_fast.py checks it against the plain planner.
+
+    On an exclusive cluster a pass keeps the last pass's reservations instead of planning them again
+    when since then only running jobs ended, each at its planned end (`_kept_books` says why that
+    pass would book each one again where it is): it starts the jobs whose reservation is now and plans
+    only the jobs that pass did not reach. A forecast (every job ends as planned) and the simulator with
+    exact estimates make nearly every pass such a pass: the forecast of 2,000 waiting jobs on one 8-GPU
+    node went from 8.3 s to 1.0 s.
     """
 
     name = "conservative"
@@ -383,6 +391,10 @@ class Conservative(Backfill):
         reference: a scheduler holds its backfill mode, and a run makes no reference cycles)."""
         self._profile: tuple[weakref.ref[SchedulerView], CountProfile | GpuProfile] | None = None
         """The availability profile and the view it follows (core/profile.py, core/gpu_profile.py)."""
+        self._kept: _KeptPass | None = None
+        """The last pass's reservations, where the next pass may keep them (`_kept_books`)."""
+        self.kept_passes = 0
+        """Passes that kept the last pass's reservations (tests and benchmarks read it)."""
 
     def _profile_of(self, s: SchedulerView) -> CountProfile | GpuProfile:
         """The profile of `s`, kept current by its notifications; built afresh for a new view (a
@@ -424,10 +436,31 @@ class Conservative(Backfill):
         reserved: dict[int, float] = {}
         self.reserved = reserved
         profile = self._profile_of(s)
-        plan = GpuPlan(s, now, profile) if isinstance(profile, GpuProfile) else CountPlan(s, now, profile)
+        plan: CountPlan | GpuPlan
+        books: dict[int, tuple[float, float, dict[int, int]]] = {}
+        if isinstance(profile, GpuProfile):
+            plan = GpuPlan(s, now, profile)
+        else:
+            kept = self._kept_books(s, now, profile)
+            if kept is not None:
+                books = kept
+                self.kept_passes += 1
+            plan = CountPlan(s, now, profile, keep=kept is not None)
+        # the next pass may keep this one's reservations where the queue is in plain order (no quota,
+        # fair-share or preemptive order) and no job here needs more than GPUs or spans nodes
+        keep = isinstance(plan, CountPlan) and s.waiting_shapes() is not None
+        booked: dict[int, tuple[float, float, dict[int, int]]] = {}
         for i, slot in enumerate(s.waiting()):
             if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
                 break
+            book = books.pop(slot.jid, None) if books else None
+            if book is not None:
+                if book[0] > now:  # its reservation stands (the last pass's, where it is again earliest)
+                    reserved[slot.jid] = book[0]
+                    booked[slot.jid] = book
+                    continue
+                assert isinstance(profile, CountProfile)  # books come from count plans only
+                profile.unreserve(*book)  # it starts now
             t, where = plan.earliest(slot, only_now=i >= self.depth)
             if t == _INF and i < self.depth:
                 break  # no known start (it needs GPUs a job without an estimate holds): as EASY's head, it blocks the rest
@@ -436,15 +469,64 @@ class Conservative(Backfill):
             if t <= now:
                 gpus = plan.gpus_now(slot, where)
                 if slot.need is not None and not s.state.fits_need(gpus, slot.mem_gb, slot.need):
+                    keep = False
                     continue  # the plan counts GPUs only: CPU, host memory or a GPU share is short there now
                 s.start(slot, gpus, now, started)
                 plan.book_started(slot, gpus)
             else:
                 slot.reservation = plan.book(slot, t, where)  # kept there by later passes
                 reserved[slot.jid] = t
+                if isinstance(slot.reservation, dict) and not slot.may_span:
+                    booked[slot.jid] = (t, booked_end(t, slot.plan_s), slot.reservation)
+                else:
+                    keep = False
+        for book in books.values():  # kept for jobs this pass did not reach: not this pass's
+            assert isinstance(profile, CountProfile)
+            profile.unreserve(*book)
+            keep = False
         if not started:
             self._idle_until = (weakref.ref(s), version, self.depth, now, plan.horizon_s)
+        if keep and isinstance(profile, CountProfile):
+            self._kept = _KeptPass(weakref.ref(s), s.version, self.depth, now, profile, booked)
+            profile.arm()
         return started
+
+    def _kept_books(
+        self, s: SchedulerView, now: float, profile: CountProfile
+    ) -> dict[int, tuple[float, float, dict[int, int]]] | None:
+        """The last pass's reservations when this pass would book each of them again where it is:
+        since that pass nothing changed but running jobs ending at or before now at their planned
+        ends (after that pass's now), none runs past its planned end, and none of them starts before
+        now. Then the profile from now on is the one that pass planned on, so in queue order each job
+        it reserved finds the same earliest start on the same node again (its reservation note picks
+        the node among equals), jobs it did not reach plan after them as in a full pass, and a job
+        whose reservation is now starts as a full pass starts it. None: plan afresh.
+        tests/test_conservative_fast.py checks it against the plain planner."""
+        kept, self._kept = self._kept, None
+        log = profile.disarm()
+        if kept is None or log is None or kept.view() is not s or kept.profile is not profile:
+            return None
+        if kept.depth != self.depth or not now > kept.now or s.version != kept.version + len(log):
+            return None
+        if any(not kept.now < e <= now for e in log):
+            return None
+        first = next(iter(s.running()), None)
+        if first is not None and first.expected_end_s <= now:
+            return None
+        if any(book[0] < now for book in kept.books.values()):
+            return None
+        return dict(kept.books)
+
+
+class _KeptPass(NamedTuple):
+    """A conservative pass's reservations (job -> start, GPUs per node), with what they rest on."""
+
+    view: weakref.ref[SchedulerView]
+    version: int
+    depth: int
+    now: float
+    profile: CountProfile
+    books: dict[int, tuple[float, float, dict[int, int]]]
 
 
 _BACKFILLS: dict[str, type[Backfill]] = {}

@@ -26,11 +26,12 @@ _INF = math.inf
 class CountPlan:
     """One pass over the profile: earliest fits, starts now and reservations (booked on the profile)."""
 
-    def __init__(self, s: SchedulerView, now: float, profile: CountProfile) -> None:
+    def __init__(self, s: SchedulerView, now: float, profile: CountProfile, keep: bool = False) -> None:
         self.s = s
         self.now = now
         self.p = profile
-        profile.drop_reservations()
+        if not keep:  # `keep`: the last pass's reservations stand (`Conservative`'s kept pass)
+            profile.drop_reservations()
         self.caps = s.state.node_cap_gb
         # jobs beyond the depth only ask "does it start now?": shapes that did not, with the shortest
         # duration that did not (the plan only fills up during a pass, and a longer job needs a

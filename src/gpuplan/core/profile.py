@@ -359,15 +359,31 @@ class CountProfile:
     # -- kept current by the scheduler (core/view.py's RunningObserver) ---------------------------
     stale: bool = False
     """Set when the cluster's holds changed: the owner rebuilds the profile before its next pass."""
+    ends_log: list[float] | None = None
+    """While armed (`arm`): the planned ends of the running jobs that stopped since, or None once
+    anything else changed the running jobs (a start, a moved end) or nobody armed it."""
+
+    def arm(self) -> None:
+        """Start recording which planned ends the running jobs stop at (`ends_log`)."""
+        self.ends_log = []
+
+    def disarm(self) -> list[float] | None:
+        """The planned ends of the jobs stopped since `arm` (None: something else changed); stops."""
+        log, self.ends_log = self.ends_log, None
+        return log
 
     def job_started(self, slot: JobSlot) -> None:
+        self.ends_log = None
         self.start(slot.jid, slot.expected_end_s, slot.alloc)
 
     def job_stopped(self, slot: JobSlot) -> None:
+        if self.ends_log is not None:
+            self.ends_log.append(slot.expected_end_s if slot.jid in self.jobs else -_INF)
         if slot.jid in self.jobs:
             self.stop(slot.jid)
 
     def end_moved(self, slot: JobSlot) -> None:
+        self.ends_log = None
         if slot.jid in self.jobs:
             self.move(slot.jid, slot.expected_end_s)
 
