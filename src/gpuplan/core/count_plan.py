@@ -1,7 +1,8 @@
 """Conservative backfill's pass on exclusive clusters: each waiting job's earliest fit on the kept
 availability profile (core/profile.py: free GPUs per node over time).
 
-A pass drops the last pass's reservations and books its own, job by job in queue order; the running
+A pass drops the last pass's reservations and books its own, job by job in queue order (or keeps them,
+`keep`, where core/backfill.py's `Conservative._kept_books` shows it would book them again); the running
 jobs' layer is not rebuilt: the scheduler tells the profile of every start, end and moved end
 (`SchedulerView.observe`). A job's earliest start is found per node on the node's own breakpoints; a
 node without reservations needs no scan (it only gains GPUs over time).
