@@ -450,9 +450,18 @@ class Conservative(Backfill):
         # fair-share or preemptive order) and no job here needs more than GPUs or spans nodes
         keep = isinstance(plan, CountPlan) and s.waiting_shapes() is not None
         booked: dict[int, tuple[float, float, dict[int, int]]] = {}
+        state = s.state
+        most_idle = -1  # beyond the depth on an exclusive cluster: the most idle GPUs of a node now
         for i, slot in enumerate(s.waiting()):
-            if i >= self.depth and not s.state.sharing and s.state.idle_total == 0:
-                break
+            if i >= self.depth and not state.sharing:
+                if state.idle_total == 0:
+                    break
+                if most_idle < 0:
+                    most_idle = max(state.node_idle)
+                if slot.gpus > (state.idle_total if slot.may_span else most_idle):
+                    continue  # it cannot start now on any node (and idle GPUs only go in this pass)
+                if isinstance(plan, CountPlan) and not plan.may_start_now(slot):
+                    continue
             book = books.pop(slot.jid, None) if books else None
             if book is not None:
                 if book[0] > now:  # its reservation stands (the last pass's, where it is again earliest)
@@ -473,6 +482,7 @@ class Conservative(Backfill):
                     continue  # the plan counts GPUs only: CPU, host memory or a GPU share is short there now
                 s.start(slot, gpus, now, started)
                 plan.book_started(slot, gpus)
+                most_idle = -1
             else:
                 slot.reservation = plan.book(slot, t, where)  # kept there by later passes
                 reserved[slot.jid] = t

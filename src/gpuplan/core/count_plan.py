@@ -126,6 +126,12 @@ class CountPlan:
                 return t
         return _INF
 
+    def may_start_now(self, slot: JobSlot) -> bool:
+        """False when a job of its shape that ran no longer already could not start now in this pass
+        (`earliest(slot, only_now=True)` would answer (inf, None) from that alone)."""
+        missed = self._no_start.get((slot.gpus, slot.mem_gb, slot.may_span))
+        return missed is None or slot.plan_s < missed
+
     def _now_only(self, slot: JobSlot, nodes: list[int]) -> tuple[float, list[int] | None]:
         """`earliest` for a job beyond the depth: the nodes a run from now fits on, or (inf, None)."""
         g, d = slot.gpus, slot.plan_s
