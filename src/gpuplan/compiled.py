@@ -27,12 +27,15 @@ COMPILED_MODULES = (
     "gpuplan.core.state",
     "gpuplan.core.view",
     "gpuplan.core.shapes",
+    "gpuplan.core.placement",
+    "gpuplan.core.backfill",
     "gpuplan.core.scheduler",
     "gpuplan.core.clock",
     "gpuplan.core.forecast",
     "gpuplan.sim.engine",
 )
-"""The modules setup.py compiles (the simulator's and the forecast's hot path: every clock's pass)."""
+"""The modules setup.py compiles (the simulator's and the forecast's hot path: every clock's pass,
+the placers' and backfill modes' built-ins among them)."""
 
 LIBRARY = "gpuplan_core__mypyc"
 """The shared library the compiled modules load (setup.py's group_name plus mypyc's suffix), beside
