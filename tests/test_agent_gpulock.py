@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import Daemon
-from gpuplan.agent.gpulock import GpuLock, GpuLockError, lock_path
+from gpuplan.agent.gpulock import GpuLock, GpuLockError, fallback_lock_path, lock_path
 from gpuplan.agent.protocol import AgentError, AgentNotRunningError, call
 
 
@@ -37,6 +38,116 @@ def test_a_second_holder_is_refused_and_told_who_holds_it(tmp_path: Path) -> Non
     again = GpuLock.acquire(path, Path("/home/b"))  # released: the next one takes it
     assert again is not None
     again.close()
+
+
+def test_the_fallback_lock_paths() -> None:
+    env = {"GPUPLAN_LOCK_FALLBACK_DIR": "/y"}
+    assert fallback_lock_path("nvml", env) == Path("/y/gpuplan-gpus.lock")
+    assert fallback_lock_path("fake:8xA100-80GB,set=lab one", env) == Path(
+        "/y/gpuplan-gpus-fake-lab_one.lock"
+    )
+    assert fallback_lock_path("fake:8xA100-80GB", env) is None
+    assert fallback_lock_path("nvml", {}) == Path("/tmp/gpuplan-gpus.lock")
+
+
+def _shared_folder(path: Path) -> Path:
+    path.mkdir()
+    path.chmod(0o1777)  # as /tmp
+    return path
+
+
+def test_with_no_lock_folder_the_fallback_still_refuses_the_next_agent(tmp_path: Path) -> None:
+    """The gap of #23: an agent that cannot make /run/gpuplan ran unlocked, and the next was let in."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")  # its lock folder cannot be made, even by root
+    fallback = _shared_folder(tmp_path / "tmp") / "gpuplan-gpus.lock"
+    old = os.umask(0o077)  # the agent's own umask
+    try:
+        first = GpuLock.acquire(blocked / "run" / "gpus.lock", Path("/home/a"), fallback=fallback)
+    finally:
+        os.umask(old)
+    assert first is not None
+    assert fallback.stat().st_mode & 0o777 == 0o666, "every user's agent writes its details there"
+    run = tmp_path / "run" / "gpus.lock"  # later, /run/gpuplan can be made (root's agent)
+    with pytest.raises(
+        GpuLockError, match=rf"pid {os.getpid()} .*home /home/a \(lock {re.escape(str(fallback))}\)"
+    ):
+        GpuLock.acquire(run, Path("/home/b"), fallback=fallback)
+    first.close()
+    both = GpuLock.acquire(run, Path("/home/b"), fallback=fallback)
+    assert both is not None
+    try:
+        with pytest.raises(GpuLockError, match=r"home /home/b \(lock .*/run/gpus.lock\)"):
+            GpuLock.acquire(run, Path("/home/c"))  # an older agent, which takes /run/gpuplan's alone
+        with pytest.raises(GpuLockError, match="home /home/b"):
+            GpuLock.acquire(blocked / "run" / "gpus.lock", Path("/home/c"), fallback=fallback)
+    finally:
+        both.close()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo", "folder"])
+def test_an_unusable_fallback_file_stops_the_agent_naming_it(tmp_path: Path, kind: str) -> None:
+    """The fallback lies in a folder every user may write: another user may have put anything there."""
+    precious = tmp_path / "precious"
+    precious.write_text("keep me\n")
+    fallback = _shared_folder(tmp_path / "tmp") / "gpuplan-gpus.lock"
+    make = {"symlink": lambda: fallback.symlink_to(precious), "hardlink": lambda: os.link(precious, fallback),
+            "fifo": lambda: os.mkfifo(fallback), "folder": fallback.mkdir}  # fmt: skip
+    make[kind]()
+    with pytest.raises(GpuLockError) as e:
+        GpuLock.acquire(tmp_path / "run" / "gpus.lock", Path("/home/a"), fallback=fallback)
+    msg = str(e.value)
+    assert f"the GPU lock file {fallback} cannot be used" in msg and f"sudo rm {fallback}" in msg, msg
+    assert "\n" not in msg
+    assert precious.read_text() == "keep me\n" and precious.stat().st_mode & 0o777 != 0o666
+    assert not (tmp_path / "run" / "gpus.lock").exists(), "refused before it took anything"
+
+
+def test_a_missing_fallback_folder_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(
+        GpuLockError, match=r"the GPU lock folder .*/gone does not exist: make it \(mode 1777"
+    ):
+        GpuLock.acquire(
+            tmp_path / "run" / "gpus.lock", Path("/home/a"), fallback=tmp_path / "gone" / "x.lock"
+        )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_another_users_fallback_file_is_used_only_when_every_agent_may_write_it(tmp_path: Path) -> None:
+    fallback = _shared_folder(tmp_path / "tmp") / "gpuplan-gpus.lock"
+    fallback.write_text("")
+    os.chown(fallback, 65534, 65534)
+    fallback.chmod(0o644)
+    with pytest.raises(GpuLockError, match=r"cannot be used \(uid 65534's, mode 0644, not 0666\)"):
+        GpuLock.acquire(tmp_path / "run" / "gpus.lock", Path("/home/a"), fallback=fallback)
+    fallback.chmod(0o666)
+    lock = GpuLock.acquire(tmp_path / "run" / "gpus.lock", Path("/home/a"), fallback=fallback)
+    assert lock is not None
+    lock.close()
+    assert fallback.stat().st_uid == 65534 and "/home/a" in fallback.read_text()
+
+
+def test_an_agent_with_no_lock_folder_still_refuses_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the CLI: the first agent cannot make its lock folder; the second can, and is refused."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("GPUPLAN_LOCK_DIR", str(blocked / "run"))
+    gpus = "fake:8xA100-80GB,set=early"
+    first = Daemon(tmp_path / "one", gpus=gpus).start()
+    env = {**os.environ, "GPUPLAN_HOME": str(tmp_path / "two"), "GPUPLAN_LOCK_DIR": str(tmp_path / "run")}
+    try:
+        pid = first.call("status")["pid"]
+        cmd = [sys.executable, "-m", "gpuplan.cli", "agent", "start", "--gpus", gpus]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 2, (res.stdout, res.stderr)
+        (line,) = res.stderr.strip().splitlines()
+        assert f"already drives these GPUs: pid {pid}" in line and str(first.home) in line, line
+        assert str(fallback_lock_path(gpus)) in line
+    finally:
+        first.stop()
+        Daemon(tmp_path / "two").stop_by_pidfile()
 
 
 @pytest.fixture
@@ -194,3 +305,47 @@ def test_the_shared_agents_default_paths_and_gpuplan_home() -> None:
         Path("/srv/gp/agent.sock"),
     )  # agent and clients alike
     assert AgentPaths.from_env("/srv/gp").socket == there.socket
+
+
+def _answer_with(listening: socket.socket, reply: bytes) -> None:
+    conn, _ = listening.accept()
+    with conn:
+        conn.settimeout(10)
+        data = b""
+        while not data.endswith(b"\n"):
+            data += conn.recv(4096)
+        conn.sendall(reply)
+
+
+def test_a_reply_missing_a_key_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A broken agent (or another program on the socket) answers ok without the keys `queue` reads."""
+    import threading
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(home / "agent.sock"))
+    listening.listen(2)
+    try:
+        server = threading.Thread(
+            target=_answer_with, args=(listening, b'{"ok": true, "jobs": []}\n'), daemon=True
+        )
+        server.start()
+        env = {**os.environ, "GPUPLAN_HOME": str(home)}
+        cmd = [sys.executable, "-m", "gpuplan.cli", "queue"]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+        server.join(10)
+        assert res.returncode == 2, (res.stdout, res.stderr)
+        (line,) = res.stderr.strip().splitlines()
+        assert f"the agent at {home / 'agent.sock'} sent a reply without 'now_s'" in line, line
+        server = threading.Thread(
+            target=_answer_with, args=(listening, b'{"ok": true, "job": {"id": 1}}\n'), daemon=True
+        )
+        server.start()
+        reply = call(home / "agent.sock", {"op": "show", "id": 1})
+        server.join(10)
+        with pytest.raises(AgentError, match="sent a reply without 'state'"):
+            reply["job"]["state"]  # nested objects too
+        assert reply["job"] == {"id": 1} and reply.get("none") is None
+    finally:
+        listening.close()

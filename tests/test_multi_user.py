@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -213,7 +214,10 @@ def test_one_agent_per_gpus_across_users_names_the_first(
     locks.chmod(0o1777)  # what systemd's RuntimeDirectoryMode (or the first agent) makes of /run/gpuplan
     gpus = f"fake:8xA100-80GB,set=lab-{os.urandom(3).hex()}"
     monkeypatch.setenv("GPUPLAN_LOCK_DIR", str(locks))
-    lock_env = {"GPUPLAN_LOCK_DIR": str(locks)}
+    lock_env = {
+        "GPUPLAN_LOCK_DIR": str(locks),
+        "GPUPLAN_LOCK_FALLBACK_DIR": os.environ["GPUPLAN_LOCK_FALLBACK_DIR"],
+    }
     root_agent = Daemon(Path(world.root) / f"sys-{os.urandom(3).hex()}", multi_user=True, gpus=gpus).start()
     own = u1.home / "own"
     try:
@@ -236,6 +240,71 @@ def test_one_agent_per_gpus_across_users_names_the_first(
         )
     finally:
         world.run(u1, "agent", "stop", home=own)
+
+
+def test_a_users_agent_started_before_the_lock_folder_exists_refuses_roots(world: World) -> None:
+    """The gap of #23: a user's agent on the GPUs before /run/gpuplan exists (no shared agent since
+    boot) could not make the lock folder and ran unlocked; root's agent, started later, was let in."""
+    u1, _ = world.users
+    tag = os.urandom(3).hex()
+    locks = Path(world.root) / f"run-{tag}"  # missing, in root's 0755 folder: the user cannot make it
+    tmp = Path(world.root) / f"tmp-{tag}"
+    tmp.mkdir()
+    tmp.chmod(0o1777)  # as /tmp
+    gpus = f"fake:8xA100-80GB,set=early-{tag}"
+    lock_env = {"GPUPLAN_LOCK_DIR": str(locks), "GPUPLAN_LOCK_FALLBACK_DIR": str(tmp)}
+    own, system = u1.home / "own", Path(world.root) / f"sys-{tag}"
+    res = world.run(u1, "agent", "start", "--gpus", gpus, home=own, env=lock_env)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    try:
+        spare = tmp / f"gpuplan-gpus-fake-early-{tag}.lock"
+        assert not locks.exists()
+        res = world.run(None, "agent", "start", "--multi-user", "--gpus", gpus, home=system, env=lock_env)
+        line = _one_line_refusal(
+            res, "another gpuplan agent already drives these GPUs", f"of user {u1.name} (uid {u1.uid})"
+        )
+        assert f"home {own} (lock {spare})" in line
+        assert (spare.stat().st_uid, stat.S_IMODE(spare.stat().st_mode)) == (u1.uid, 0o666)
+    finally:
+        world.run(u1, "agent", "stop", home=own)
+        Daemon(system).stop_by_pidfile()  # the old code let it start
+    res = world.run(None, "agent", "start", "--multi-user", "--gpus", gpus, home=system, env=lock_env)
+    assert res.returncode == 0, (res.stdout, res.stderr)  # the user's agent gone: root's takes both locks
+    try:
+        res = world.run(u1, "agent", "start", "--gpus", gpus, home=own, env=lock_env)
+        _one_line_refusal(res, "another gpuplan agent already drives these GPUs", "of user root (uid 0)")
+    finally:
+        Daemon(system).stop_by_pidfile()
+
+
+def test_a_fallback_lock_file_another_user_planted_stops_roots_agent(world: World) -> None:
+    """The fallback folder is every user's: a symlink or a private file planted there is refused
+    with the fix, and root's agent writes nothing through it."""
+    _, u2 = world.users
+    tag = os.urandom(3).hex()
+    tmp = Path(world.root) / f"tmp-{tag}"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    precious = Path(world.root) / f"precious-{tag}"
+    precious.write_text("root's\n")
+    gpus = f"fake:8xA100-80GB,set=planted-{tag}"
+    spare = tmp / f"gpuplan-gpus-fake-planted-{tag}.lock"
+    lock_env = {
+        "GPUPLAN_LOCK_DIR": str(Path(world.root) / f"run-{tag}"),
+        "GPUPLAN_LOCK_FALLBACK_DIR": str(tmp),
+    }
+    system = Path(world.root) / f"sys-{tag}"
+    for plant in (f"import os; os.symlink({str(precious)!r}, {str(spare)!r})",
+                  f"import os; os.remove({str(spare)!r}); os.close(os.open({str(spare)!r}, os.O_CREAT | os.O_WRONLY, 0o600))"):  # fmt: skip
+        subprocess.run(
+            ["/usr/bin/python3", "-c", plant], check=True, user=u2.uid, group=u2.gid, cwd=str(u2.home)
+        )
+        try:
+            res = world.run(None, "agent", "start", "--multi-user", "--gpus", gpus, home=system, env=lock_env)
+            _one_line_refusal(res, f"the GPU lock file {spare} cannot be used", f"sudo rm {spare}")
+        finally:
+            Daemon(system).stop_by_pidfile()
+        assert precious.read_text() == "root's\n"
 
 
 IMPOSTOR = """import socket, sys
@@ -261,7 +330,6 @@ while True:
 
 def test_a_user_posing_as_the_shared_agent_is_refused_before_anything_is_sent(world: World) -> None:
     """The shared agent's folder is 1777: while root's agent is down, another user can bind its socket."""
-    import subprocess
 
     u1, u2 = world.users
     run = Path(world.root) / f"run-{os.urandom(3).hex()}"

@@ -272,7 +272,7 @@ def check_multi_user(config: AgentConfig) -> None:
 
 def run_agent(config: AgentConfig) -> None:
     """Run an agent in this process until it is stopped (`gpuplan agent start --foreground`)."""
-    from gpuplan.agent.gpulock import GpuLock, lock_path
+    from gpuplan.agent.gpulock import GpuLock, fallback_lock_path, lock_path
 
     check_multi_user(config)
     os.umask(0o077)  # the store, logs and job outputs are the owner's only
@@ -282,7 +282,8 @@ def run_agent(config: AgentConfig) -> None:
     gpu_lock = None
     try:
         where = lock_path(config.gpus)
-        gpu_lock = None if where is None else GpuLock.acquire(where, paths.home)
+        spare = fallback_lock_path(config.gpus)  # one every agent can make, /run/gpuplan or not
+        gpu_lock = None if where is None else GpuLock.acquire(where, paths.home, fallback=spare)
         agent = Agent(config)
         try:
             serve(agent)

@@ -56,7 +56,9 @@ def ask_or_store(op: str, **fields: Any) -> dict[str, Any]:
     from gpuplan.agent.protocol import AgentNotRunningError
 
     try:
-        return {**agent_call(op, **fields), "agent_running": True}
+        reply = agent_call(op, **fields)  # kept a Reply: a key it lacks is one line, not a traceback
+        reply["agent_running"] = True
+        return reply
     except AgentNotRunningError as e:
         reply = _from_store(op, fields, e)
     sys.stderr.write(
