@@ -98,8 +98,13 @@ def test_cli_apply_plan_and_other_home_is_separate(home: Path, tmp_path: Path) -
         "jobs": [{"id": "b", "position": 0, "submit_s": 0, "start_s": 0, "end_s": 1, "gpus": 1, "gpu_labels": [], "node": "n"},
                  {"id": "a", "position": 1, "submit_s": 0, "start_s": 1, "end_s": 2, "gpus": 1, "gpu_labels": [], "node": "n"}],
     }))  # fmt: skip
-    applied = _ok(home, "apply", str(plan))
-    assert applied == {"ok": True, "matched": [ids[1], ids[0]], "unmatched": []}
+    applied = _gp(home, "apply", str(plan), "--json")  # a file without a placer: first-fit, the agent's
+    assert applied.returncode == 0 and applied.stderr == "", applied.stderr
+    assert json.loads(applied.stdout) == {"ok": True, "matched": [ids[1], ids[0]], "unmatched": []}
+    plan.write_text(plan.read_text().replace('"backfill": "easy"', '"backfill": "easy", "placer": "fgd"'))
+    other_placer = _gp(home, "apply", str(plan))
+    assert other_placer.returncode == 0 and other_placer.stderr.count("\n") == 1
+    assert "planned with placer fgd; this agent places with first-fit" in other_placer.stderr
     queue = _ok(home, "queue")
     assert [j["id"] for j in queue["jobs"]] == [blocker["id"], ids[1], ids[0]]  # type: ignore[index]
     other = tmp_path / "other"

@@ -164,6 +164,32 @@ def test_underestimated_memory_never_beats_the_bound() -> None:
     assert res.metrics.makespan_s >= bound.value_s
 
 
+def test_gpu_shares_without_memory_share_a_gpu() -> None:
+    # One 80 GB GPU, sharing. Three jobs of half a GPU each (gpu_share 0.5, memory unknown), 100 s.
+    # They book no memory (their share binds them): two run at once, then the third: makespan 200.
+    # memory-area and exclusive-area: 0 (counting them as whole GPUs gave 300 > 200: no bound);
+    # share-area: 3 * 0.5 * 100 / 1 = 150.
+    cluster = _cluster(1, sharing=True)
+    jobs = [Job(f"s{i}", 0.0, 1, duration_s=100.0, gpu_share=0.5) for i in range(3)]
+    bound = lower_bound(jobs, cluster)
+    assert bound.parts == pytest.approx(
+        {"longest-job": 100.0, "memory-area": 0.0, "exclusive-area": 0.0, "share-area": 150.0}
+    )
+    assert simulate(jobs, cluster, interference=_Model(0)).metrics.makespan_s == 200.0
+
+
+def test_cpsat_bound_on_gpu_shares_holds() -> None:
+    from gpuplan.optimize.cpsat import solve_exact
+
+    cluster = _cluster(1, sharing=True)
+    two = [Job(f"s{i}", 0.0, 1, duration_s=100.0, gpu_share=0.5) for i in range(2)]
+    exact = solve_exact(two, cluster, "makespan", 2.0, deterministic=True)
+    assert exact.bound_s <= 100.0 == simulate(two, cluster, interference=_Model(0)).metrics.makespan_s
+    three = [*two, Job("s2", 0.0, 1, duration_s=100.0, gpu_share=0.75)]  # 0.75 shares with no 0.5
+    exact = solve_exact(three, cluster, "makespan", 2.0, deterministic=True)
+    assert 175.0 <= exact.bound_s <= 200.0  # share cumulative: (0.5 + 0.5 + 0.75) * 100
+
+
 # ---- property: no run beats any bound -----------------------------------------------------------------
 
 
@@ -187,6 +213,7 @@ def _instances(draw: st.DrawFn) -> tuple[ClusterSpec, list[Job]]:
             else draw(st.one_of(st.none(), st.integers(int(mem), int(min_cap)).map(float)))
         )
         dur = float(draw(st.integers(0, 100)))
+        share = draw(st.one_of(st.none(), st.sampled_from([0.25, 0.5, 0.75, 1.0]))) if gpus == 1 else None
         jobs.append(
             Job(
                 f"j{i}",
@@ -199,13 +226,14 @@ def _instances(draw: st.DrawFn) -> tuple[ClusterSpec, list[Job]]:
                 requested_s=draw(st.one_of(st.none(), st.integers(1, 300).map(float))),
                 gpu_util_pct=draw(st.one_of(st.none(), st.integers(1, 100).map(float))),
                 may_span_nodes=span,
+                gpu_share=share,
             )
         )
     return cluster, jobs
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(_instances(), st.sampled_from(["first-fit", "best-fit", "spread"]))
+@given(_instances(), st.sampled_from(["first-fit", "best-fit", "spread", "fgd"]))
 def test_no_policy_or_backfill_beats_any_bound(instance: tuple[ClusterSpec, list[Job]], placer: str) -> None:
     cluster, jobs = instance
     bound = lower_bound(jobs, cluster)

@@ -318,3 +318,30 @@ def test_the_planner_simulates_with_the_placer_asked_for(placer: str, wide_start
     assert plan.order == ["2", "3"] and plan.planned.starts == {"2": 0.0, "3": wide_start_s}
     with pytest.raises(GpuplanError, match="fgd"):  # an unknown placer: the valid names
         plan_queue(state, policy="fifo", placer="nope")
+
+
+def test_the_dashboard_plans_with_its_placer() -> None:
+    """`serve --slurm --placer`: SlurmSource's plan (every pending job, or a policy chosen on a sample)."""
+    from gpuplan.web.slurmview import plan_every_pending
+
+    state = _live_state()
+    assert plan_every_pending(state, "fifo", None)[0].placer == "best-fit"
+    assert plan_every_pending(state, "fifo", None, placer="fgd")[0].placer == "fgd"
+    sampled, choice = plan_every_pending(state, "best", None, choose_on=1, placer="spread")
+    assert choice is not None and sampled.placer == "spread"
+
+
+def test_serve_takes_placer_only_with_slurm() -> None:
+    from typer.testing import CliRunner
+
+    from gpuplan.cli import app
+
+    r = CliRunner().invoke(app, ["serve", "--placer", "fgd"])
+    assert (
+        r.exit_code == 2
+        and "--placer shapes the forecast of a Slurm cluster's queue: add --slurm" in r.stderr
+    )
+    r = CliRunner().invoke(app, ["serve", "--slurm", "--placer", "nope"])
+    assert (
+        r.exit_code == 2 and "unknown placer 'nope'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    )

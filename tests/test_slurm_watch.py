@@ -277,3 +277,52 @@ def test_watch_cli_serves_health_and_metrics_on_health_port(
     assert "gpuplan_slurm_watch_jobs_moved_total 2.0" in metrics and slurm.order() == ["12", "11", "10"]
     with pytest.raises(urllib.error.URLError):  # stopped with the command
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+
+
+def test_slurm_plan_takes_a_placer_and_says_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--placer` reaches the planner (its plan records it); an unknown one, or one with a preemptive
+    policy, is one line before Slurm is asked."""
+    from typer.testing import CliRunner
+
+    import gpuplan.commands.slurm as cmd
+    from gpuplan.cli import app
+
+    slurm = FakeSlurm([3, 2, 1])
+    monkeypatch.setattr(cmd, "_client", lambda: SlurmClient(slurm, clock=lambda: NOW))
+    run = CliRunner().invoke
+    default = run(app, ["slurm", "plan", "--policy", "sjf", "--json"])
+    assert default.exit_code == 0, default.stderr
+    assert json.loads(default.stdout)["placer"] == "best-fit"
+    fgd = run(app, ["slurm", "plan", "--policy", "sjf", "--placer", "fgd", "--json"])
+    assert fgd.exit_code == 0, fgd.stderr
+    assert json.loads(fgd.stdout)["placer"] == "fgd"
+    text = run(app, ["slurm", "plan", "--policy", "sjf", "--placer", "spread"])
+    assert text.exit_code == 0 and "placer=spread" in text.stdout
+    slurm.calls.clear()
+    for args, needle in [
+        (["plan", "--placer", "nope"], "unknown placer 'nope'"),
+        (["apply", "--placer", "nope", "--dry-run"], "unknown placer 'nope'"),
+        (["watch", "--placer", "nope", "--iterations", "1"], "unknown placer 'nope'"),
+        (["plan", "--placer", "fgd", "--policy", "las"], "does not use the placer"),
+    ]:
+        bad = run(app, ["slurm", *args])
+        assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1 and needle in bad.stderr
+    assert slurm.calls == []
+
+
+def test_apply_and_watch_plan_with_the_placer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import gpuplan.commands.slurm as cmd
+    from gpuplan.cli import app
+
+    slurm = FakeSlurm([3, 2, 1])
+    monkeypatch.setattr(cmd, "_client", lambda: SlurmClient(slurm, clock=lambda: NOW))
+    res = CliRunner().invoke(app, ["slurm", "apply", "--placer", "fgd", "--dry-run", "--json",
+                                   "--state", str(tmp_path / "s.json")])  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["plan"]["placer"] == "fgd"
+    opts = WatchOptions(policy="sjf", state_path=tmp_path / "applied.json", placer="fgd")
+    watcher = Watcher(SlurmClient(slurm, clock=lambda: NOW), opts, [].append, [].append, Metrics(lambda: NOW))
+    watcher.look()
+    assert watcher.plan is not None and watcher.plan.placer == "fgd"

@@ -487,11 +487,22 @@ def apply_cmd(
     plan: Annotated[Path, typer.Argument(help="plan.json written by `gpuplan plan --out`.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Give waiting jobs the order of a plan (plan ids match job ids, else unique job names)."""
+    """Give waiting jobs the order of a plan (plan ids match job ids, else unique job names). The agent
+    keeps its own placer: a plan made with another (`gpuplan plan --placer`) gets a warning."""
     with _errors():
+        from gpuplan.core.placement import get_placer
         from gpuplan.optimize.planfile import read_plan
 
-        order = read_plan(plan)["order"]
+        data = read_plan(plan)
+        order = data["order"]
         reply = _call("apply", order=[str(x) for x in order])
+        agent_placer = get_placer(str(_call("status")["placer"])).spec
+        if agent_placer != data["placer"]:
+            typer.echo(
+                f"gpuplan: warning: {plan} was planned with placer {data['placer']}; this agent places with "
+                f"{agent_placer}: its placements may differ from the plan's (restart the agent with "
+                f"--placer {data['placer']} to follow them)",
+                err=True,
+            )
         text = f"{len(reply['matched'])} job(s) take the plan's order; {len(reply['unmatched'])} plan id(s) match no waiting job"
         _emit(as_json, reply, text)

@@ -33,6 +33,7 @@ def plan(
     objective: Annotated[str, typer.Option("--objective", help="makespan, mean-jct or weighted (GPU-weighted mean JCT).")] = "makespan",
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.0, help="Wall-clock cap in seconds for the whole search (default 300); reported when it cuts the search (the plan then depends on the machine).")] = None,
     backfill: Annotated[str, typer.Option("--backfill", "-b", help="Backfill mode the plan is applied with: none (strict order), easy, conservative.")] = "easy",
+    placer: Annotated[str, typer.Option("--placer", help="GPU placer every simulation uses, recorded in the plan: first-fit, best-fit (pack), spread, fgd or fgd-pack, with parameters if any (fgd:step=0.1; docs/fragmentation.md).")] = "first-fit",
     seed: Annotated[int, typer.Option(help="Random seed of the search.")] = 0,
     max_evals: Annotated[int | None, typer.Option("--max-evals", min=1, help="Simulations the search runs (default 5000): the same trace, options and seed give the same plan on any machine.")] = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="The scheduler's decisions (backfill) see true durations.")] = False,
@@ -57,6 +58,7 @@ def plan(
     with _errors():
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import get_backfill
+        from gpuplan.core.placement import get_placer
         from gpuplan.errors import GpuplanError
         from gpuplan.optimize.evaluate import check_objective
         from gpuplan.optimize.search import DEFAULT_MAX_EVALS, DEFAULT_TIME_LIMIT_S, plan_order
@@ -66,6 +68,7 @@ def plan(
             load_cluster(cluster)  # a bad --cluster fails before a long read
         check_objective(objective)
         get_backfill(backfill)
+        placer = get_placer(placer).spec  # an unknown name: one line with the valid ones, before the read
         read = _load_trace(trace, fmt, column_map, skip_bad, time_unit)
         # a job that never ran has nothing to plan on, unless the plan is on estimates (a pending queue)
         if not forecast and all(j.duration_s is None for j in read.jobs):
@@ -85,7 +88,7 @@ def plan(
             result = plan_order(
                 jobs, spec, objective, backfill, DEFAULT_TIME_LIMIT_S if time_limit is None else time_limit,
                 seed, tick, oracle=oracle, forecast=forecast,
-                max_evals=DEFAULT_MAX_EVALS if max_evals is None else max_evals,
+                max_evals=DEFAULT_MAX_EVALS if max_evals is None else max_evals, placer=placer,
             )  # fmt: skip
         shown = _compared(result)
         notes = _notes(result)
@@ -210,7 +213,7 @@ def _notes(result: PlanResult) -> list[str]:
     notes.append(
         f"plan: {result.objective} {result.value_s / 3600:.3f} h, {verdict} ({result.bound.name} "
         f"{result.bound.value_s / 3600:.3f} h); {result.gain_s / 3600:+.3f} h vs {result.start_policy}, "
-        f"{result.gain_vs_fifo_s / 3600:+.3f} h vs fifo+none; {result.evaluations} simulations in "
+        f"{result.gain_vs_fifo_s / 3600:+.3f} h vs fifo+none; placer {result.placer}; {result.evaluations} simulations in "
         f"{result.seconds:.1f} s, stopped: {result.stop_reason}{cp}."
     )
     return notes

@@ -94,6 +94,7 @@ def serve(
     slurm: Annotated[bool, typer.Option("--slurm", help="Show the Slurm cluster that squeue/sinfo on PATH reach (SLURM_CONF), read-only, instead of this node.")] = False,
     partition: Annotated[list[str] | None, typer.Option("--partition", "-p", help="With --slurm: only this partition (repeatable or comma-separated); default: all.")] = None,
     predict: Annotated[Path | None, typer.Option("--predict", help="With --slurm: a duration model from `gpuplan predict fit`, used instead of the time limits.")] = None,
+    placer: Annotated[str | None, typer.Option("--placer", help="With --slurm: the GPU placer of the plan's forecast (default best-fit; fgd, spread, first-fit, ...), as `gpuplan slurm plan --placer`. Slurm places jobs itself: the placer only shapes the forecast and the order.")] = None,
     slurm_cache_s: Annotated[float, typer.Option("--slurm-cache-seconds", help="With --slurm: one read of Slurm serves every viewer for this long.")] = 5.0,
     traces: Annotated[Path, typer.Option("--traces", help="What-if paths must lie under this folder.")] = Path("."),
     price: Annotated[list[str] | None, typer.Option("--price", help="USD per GPU-hour of a model, MODEL=USD (repeat).")] = None,
@@ -122,10 +123,14 @@ def serve(
 
         paths = AgentPaths.from_env()
         if slurm:
-            source: LiveSource = _slurm_source(gpus, policy, backfill, partition, predict, slurm_cache_s)
+            source: LiveSource = _slurm_source(
+                gpus, policy, backfill, partition, predict, slurm_cache_s, placer
+            )
         else:
             if partition or predict is not None:
                 raise GpuplanError("--partition and --predict read a Slurm cluster: add --slurm")
+            if placer is not None:
+                raise GpuplanError("--placer shapes the forecast of a Slurm cluster's queue: add --slurm")
             source = _source(gpus, paths, policy, backfill)
         token = _token_file(token_file) if token_file is not None else None if slurm else _token(paths)
         config = ServeConfig(
@@ -146,11 +151,12 @@ def serve(
 
 
 def _slurm_source(gpus: str | None, policy: str | None, backfill: str | None, partition: list[str] | None,
-                  predict: Path | None, cache_s: float) -> LiveSource:  # fmt: skip
+                  predict: Path | None, cache_s: float, placer: str | None = None) -> LiveSource:  # fmt: skip
     """The Slurm cluster, read-only: its runner retries nothing (the next read, `cache_s` later, does)."""
     from gpuplan.commands.common import parse_partitions
+    from gpuplan.core.placement import get_placer
     from gpuplan.slurm.client import SlurmClient
-    from gpuplan.slurm.planner import static_policy
+    from gpuplan.slurm.planner import DEFAULT_PLACER, static_policy
     from gpuplan.slurm.runner import SlurmRunner
     from gpuplan.web.slurmview import SlurmSource
 
@@ -166,8 +172,9 @@ def _slurm_source(gpus: str | None, policy: str | None, backfill: str | None, pa
     policy = policy or "best"
     if policy != "best":
         policy = static_policy(policy)
+    spec = get_placer(placer or DEFAULT_PLACER).spec  # an unknown name: one line, before serving
     client = SlurmClient(SlurmRunner(timeout_s=10.0, retries=0))
-    return SlurmSource(client, parse_partitions(partition), policy, predict, cache_s)
+    return SlurmSource(client, parse_partitions(partition), policy, predict, cache_s, placer=spec)
 
 
 def _announce(host: str, port: int, label: str, has_token: bool, as_json: bool, slurm: bool = False) -> None:

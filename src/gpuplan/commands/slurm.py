@@ -71,6 +71,15 @@ PredictOpt = Annotated[
         "--predict", help="A duration model from `gpuplan predict fit`: used instead of the time limits."
     ),
 ]
+PlacerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--placer",
+        help="GPU placer of gpuplan's simulation (default best-fit): first-fit, best-fit (pack), spread, "
+        "fgd, fgd-pack, with parameters if any (docs/fragmentation.md). Slurm places the jobs itself: the "
+        "placer only shapes the forecast and so the order gpuplan plans. Not with a preemptive policy.",
+    ),
+]
 StateOpt = Annotated[
     Path | None,
     typer.Option(
@@ -220,15 +229,39 @@ def history(
 
 
 def _make_plan(client: SlurmClient, partitions: tuple[str, ...], policy: str, search: float,
-               predict: Path | None, mode: str = "site-factor") -> tuple[LiveState, QueuePlan, list[str]]:  # fmt: skip
+               predict: Path | None, mode: str = "site-factor", placer: str | None = None,
+               ) -> tuple[LiveState, QueuePlan, list[str]]:  # fmt: skip
     from gpuplan.slurm.client import live_state
-    from gpuplan.slurm.planner import plan_queue, predicted_durations
+    from gpuplan.slurm.planner import DEFAULT_PLACER, plan_queue, predicted_durations
     from gpuplan.slurm.setup import setup_warnings
 
     state = live_state(client, partitions)
     preds = predicted_durations(state, predict)
-    plan = plan_queue(state, policy=policy, search_s=search, predictions=preds)
+    plan = plan_queue(
+        state, policy=policy, search_s=search, predictions=preds, placer=placer or DEFAULT_PLACER
+    )
     return state, plan, setup_warnings(state.config, mode)
+
+
+def check_placer(placer: str | None, policy: str) -> str:
+    """The placer spec of --placer (default best-fit); an unknown one, or one given with a preemptive
+    policy (whose pass does not use it), fails before Slurm is asked.
+
+    Raises:
+        GpuplanError: as above, with the valid names.
+    """
+    from gpuplan.core.placement import get_placer
+    from gpuplan.errors import GpuplanError
+    from gpuplan.slurm.planner import DEFAULT_PLACER
+    from gpuplan.slurm.preempt import is_preemptive
+
+    spec = get_placer(placer or DEFAULT_PLACER).spec
+    if placer is not None and is_preemptive(policy):
+        raise GpuplanError(
+            f"--placer {placer}: a preemptive policy's pass ({policy}) does not use the placer; "
+            "leave --placer out, or plan with a non-preemptive policy"
+        )
+    return spec
 
 
 def _fmt_s(v: float | None) -> str:
@@ -241,6 +274,7 @@ def plan(
     policy: PolicyOpt = "best",
     search: SearchOpt = 0.0,
     predict: PredictOpt = None,
+    placer: PlacerOpt = None,
     max_requeues: MaxRequeuesOpt = 1,
     quantum_gpu_s: QuantumOpt = None,
     as_json: JsonOpt = False,
@@ -252,12 +286,13 @@ def plan(
         from gpuplan.slurm.fairness import fairness_lines, fairness_table
         from gpuplan.slurm.preempt import is_preemptive
 
+        placer = check_placer(placer, policy)
         if is_preemptive(policy):
             _preempt_pass(
                 policy, quantum_gpu_s, max_requeues, _parts(partition), "priority", None, True, as_json
             )
             return
-        state, p, setup = _make_plan(_client(), _parts(partition), policy, search, predict)
+        state, p, setup = _make_plan(_client(), _parts(partition), policy, search, predict, placer=placer)
         table = fairness_table(p, state.jobs)
         if as_json:
             _emit({**p.as_dict(), "fairness": table, "setup_warnings": setup})
@@ -271,7 +306,7 @@ def plan(
 def _print_plan(p: QueuePlan) -> None:
     g = p.gain()
     typer.echo(f"{len(p.order)} pending job(s), {p.running} running on {p.cluster.describe()}; "
-               f"policy {p.policy}, simulated as backfill={p.backfill}")  # fmt: skip
+               f"policy {p.policy}, simulated as backfill={p.backfill}, placer={p.placer}")  # fmt: skip
     typer.echo(
         f"  Slurm's order : makespan {_fmt_s(p.slurm.makespan_s)}, mean wait {_fmt_s(p.slurm.mean_wait_s)}"
     )
@@ -291,6 +326,7 @@ def apply(
     policy: PolicyOpt = "best",
     search: SearchOpt = 0.0,
     predict: PredictOpt = None,
+    placer: PlacerOpt = None,
     mode: ModeOpt = "site-factor",
     weight: WeightOpt = 1.0,
     horizon_s: HorizonOpt = 3600.0,
@@ -310,13 +346,14 @@ def apply(
         from gpuplan.slurm.watch import writer_lock
 
         check_mode(mode)
+        placer = check_placer(placer, policy)
         if is_preemptive(policy):
             _preempt_pass(policy, quantum_gpu_s, max_requeues, _parts(partition), mode, state_file, dry_run,
                           as_json)  # fmt: skip
             return
         client = _client()
         parts = _parts(partition)
-        state, p, setup = _make_plan(client, parts, policy, search, predict, mode)
+        state, p, setup = _make_plan(client, parts, policy, search, predict, mode, placer)
         lock = (
             contextlib.nullcontext()
             if dry_run
@@ -460,6 +497,7 @@ def watch(
     partition: PartitionOpt = None,
     policy: PolicyOpt = "best",
     predict: PredictOpt = None,
+    placer: PlacerOpt = None,
     mode: ModeOpt = "site-factor",
     weight: WeightOpt = 1.0,
     horizon_s: HorizonOpt = 3600.0,
@@ -484,11 +522,12 @@ def watch(
         from gpuplan.slurm.watch import Metrics, Watcher, WatchOptions, writer_lock
 
         check_mode(mode)
+        placer = check_placer(placer, policy)
         client = _client()
         log = _watch_log(as_json, client)
         metrics = Metrics(client.clock)
         opts = WatchOptions(_parts(partition), policy, predict, mode, weight, horizon_s, state_file, interval,
-                            max_backoff_s)  # fmt: skip
+                            max_backoff_s, placer)  # fmt: skip
         watcher = Watcher(client, opts, log, time.sleep, metrics)
         cluster = _wait_for_cluster_name(watcher)
         with (

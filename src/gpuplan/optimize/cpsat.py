@@ -32,7 +32,7 @@ from typing import Any
 from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.optimize.evaluate import check_objective
-from gpuplan.sim.bounds import Bound, lower_bound
+from gpuplan.sim.bounds import Bound, least_gpu_share, least_mem_gb, lower_bound
 
 __all__ = [
     "MAX_JOBS",
@@ -272,16 +272,21 @@ def _capacity(m, jobs, cluster, starts, intervals, data, max_pairs):  # type: ig
 
 
 def _sharing_relaxation(m, jobs, cluster, intervals) -> None:  # type: ignore[no-untyped-def]
-    """Shared GPUs: memory cannot be shared, a GPU holds at most max_jobs_per_gpu jobs, and jobs using
-    more than half of the largest GPU never share one with each other."""
+    """Shared GPUs: memory cannot be shared, a GPU holds at most max_jobs_per_gpu jobs, GPU shares on
+    one GPU add up to at most 1, and jobs using more than half of the largest GPU (or all of it) never
+    share one with each other. Each job takes the least any run books (sim.bounds)."""
     smallest = min(n.gpu.mem_gb for n in cluster.nodes)
     largest = max(n.gpu.mem_gb for n in cluster.nodes)
+    mems = [least_mem_gb(j) for j in jobs]
     tenths = [
-        math.floor(10 * j.gpus * min(_mem(j) if _mem(j) is not None else smallest, smallest)) for j in jobs
+        math.floor(10 * j.gpus * min(smallest if x is None else x, smallest)) for j, x in zip(jobs, mems)
     ]
     m.add_cumulative(intervals, tenths, math.ceil(10 * cluster.total_mem_gb))
     m.add_cumulative(intervals, [j.gpus for j in jobs], cluster.total_gpus * cluster.max_jobs_per_gpu)
-    big = [i for i, j in enumerate(jobs) if _mem(j) is None or 2 * (_mem(j) or 0.0) > largest]
+    milli = [math.floor(1000 * least_gpu_share(j)) for j in jobs]
+    if any(milli):
+        m.add_cumulative(intervals, milli, 1000 * cluster.total_gpus)
+    big = [i for i, x in enumerate(mems) if x is None or 2 * x > largest]
     if big:
         m.add_cumulative([intervals[i] for i in big], [jobs[i].gpus for i in big], cluster.total_gpus)
 

@@ -69,7 +69,10 @@ class Evaluator:
     Args:
         jobs: the trace; each job needs a true duration (the outcome is the simulated one).
         cluster: where it runs.
-        backfill, placer: as for `simulate`.
+        backfill, placer: as for `simulate`. A placer given by name (spec) is built afresh for every
+            run, as a fresh `simulate` builds it, so a placer that learns the workload from the jobs
+            submitted (fgd) scores each order the way a replay of it does; a Placer object is shared
+            by every run as given.
         oracle: the scheduler's decisions (backfill reservations, memory for placement) use the true
             durations and memory instead of the estimates.
         interference: the sharing model (sharing clusters only; default as in `simulate`).
@@ -96,6 +99,7 @@ class Evaluator:
         self.cluster = cluster
         self.backfill = get_backfill(backfill) if isinstance(backfill, str) else backfill
         self.placer = get_placer(placer) if isinstance(placer, str) else placer
+        self._run_placer: Placer | str = self.placer.spec if isinstance(placer, str) else placer
         self.oracle = oracle
         self.interference = interference
         t0 = min(j.submit_s for j in jobs)
@@ -130,7 +134,8 @@ class Evaluator:
 
     # -- paths ------------------------------------------------------------------------------------
     def _check_fits(self) -> None:
-        probe = Scheduler(self.cluster, "fifo", self.backfill, self.placer, oracle=self.oracle)
+        # by name, a placer of its own: submitting teaches a learning placer the workload (no run may inherit it)
+        probe = Scheduler(self.cluster, "fifo", self.backfill, self._run_placer, oracle=self.oracle)
         for i, job in enumerate(self.jobs):  # raises JobNeverFitsError with the simulator's own message
             probe.submit(i, job, book_mem_gb=booked_mem_gb(job, self.oracle))
 
@@ -138,7 +143,7 @@ class Evaluator:
         from gpuplan.sim.engine import simulate
 
         result = simulate(
-            self.jobs, self.cluster, _IndexOrder(position), self.backfill, self.placer,
+            self.jobs, self.cluster, _IndexOrder(position), self.backfill, self._run_placer,
             oracle=self.oracle, interference=self.interference,
         )  # fmt: skip
         index = {j.id: i for i, j in enumerate(self.jobs)}

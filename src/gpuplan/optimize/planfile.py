@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import InputError
+from gpuplan.errors import GpuplanError, InputError
 from gpuplan.optimize.search import PlanResult
 
-__all__ = ["PLAN_SCHEMA", "json_safe", "plan_to_dict", "read_plan", "write_plan"]
+if TYPE_CHECKING:
+    from gpuplan.model import ClusterSpec, Job
+    from gpuplan.sim.result import SimResult
+
+__all__ = [
+    "DEFAULT_PLAN_PLACER",
+    "PLAN_SCHEMA",
+    "json_safe",
+    "plan_to_dict",
+    "read_plan",
+    "replay_plan",
+    "write_plan",
+]
 
 PLAN_SCHEMA = "gpuplan.plan/1"
 _JOB_KEYS = ("id", "position", "submit_s", "start_s", "end_s", "gpus", "gpu_labels", "node")
+DEFAULT_PLAN_PLACER = "first-fit"
+"""The placer of a plan file written before plans recorded theirs (every plan then used first-fit)."""
 _TOP_KEYS = ("schema", "objective", "backfill", "oracle", "uses_true_outcome", "cluster", "order", "jobs")
 
 
@@ -40,6 +55,7 @@ def plan_to_dict(plan: PlanResult, trace: str | None = None) -> dict[str, Any]:
             "trace": trace,
             "objective": plan.objective,
             "backfill": plan.backfill,
+            "placer": plan.placer,
             "oracle": plan.oracle,
             "uses_true_outcome": plan.uses_true_outcome,
             "cluster": {
@@ -108,10 +124,12 @@ def write_plan(plan: PlanResult, path: str | Path, trace: str | None = None) -> 
 
 
 def read_plan(path: str | Path) -> dict[str, Any]:
-    """Read and check a plan.json; returns its object (apply it with `FixedOrder(data["order"])`).
+    """Read and check a plan.json; returns its object (apply it with `FixedOrder(data["order"])`, its
+    `backfill` and its `placer`: `replay_plan`). A file without `placer` reads as first-fit.
 
     Raises:
-        InputError: not JSON, another schema, a missing key, or jobs that disagree with the order.
+        InputError: not JSON, another schema, a missing key, an unknown placer, or jobs that disagree
+            with the order.
     """
     p = Path(path)
     try:
@@ -126,6 +144,7 @@ def read_plan(path: str | Path) -> dict[str, Any]:
     for key in _TOP_KEYS:
         if key not in data:
             raise InputError(str(p), None, key, None, f"key {key!r} (see docs/plan.md)", reason="missing")
+    data["placer"] = _placer_of(p, data.get("placer", DEFAULT_PLAN_PLACER))
     order, jobs = data["order"], data["jobs"]
     if len(set(order)) != len(order):
         raise InputError(str(p), None, "order", order, "each job id once")
@@ -140,3 +159,29 @@ def read_plan(path: str | Path) -> dict[str, Any]:
                 str(p), None, f"jobs[{i}].position", job["position"], f"the index of {job['id']!r} in order"
             )
     return data
+
+
+def _placer_of(path: Path, spec: Any) -> str:
+    from gpuplan.core.placement import get_placer, placer_names
+
+    if not isinstance(spec, str):
+        raise InputError(str(path), None, "placer", spec, f"a placer name: {', '.join(placer_names())}")
+    try:
+        return get_placer(spec).spec
+    except GpuplanError as e:
+        raise InputError(str(path), None, "placer", spec, f"a placer spec: {e}") from e
+
+
+def replay_plan(data: dict[str, Any], jobs: Sequence[Job], cluster: ClusterSpec) -> SimResult:
+    """Simulate `jobs` on `cluster` in the plan's order, with its backfill mode, placer and oracle
+    switch (`data` from `read_plan`): on the trace and cluster it was made for, the plan's own run.
+
+    Raises:
+        GpuplanError: as `simulate` (a job without a duration, a job that never fits).
+    """
+    from gpuplan.optimize.order import FixedOrder
+    from gpuplan.sim.engine import simulate
+
+    order = FixedOrder([str(x) for x in data["order"]], name="plan")
+    placer = data.get("placer", DEFAULT_PLAN_PLACER)
+    return simulate(jobs, cluster, order, data["backfill"], placer, oracle=bool(data["oracle"]))

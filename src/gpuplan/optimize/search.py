@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.core.backfill import backfill_names
+from gpuplan.core.placement import get_placer
 from gpuplan.core.policies import policy_names
 from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, Job
@@ -83,6 +84,8 @@ class PlanResult:
 
     Attributes:
         objective: makespan, mean-jct or weighted; `value_s` is the plan's value of it.
+        placer: the placer spec every simulation used (baselines, search, the plan's run); apply the
+            plan with it, as its `backfill`.
         backfill: the backfill mode the order is applied with.
         oracle: the scheduler's decisions saw true durations (else estimates).
         uses_true_outcome: the search scored orders by the outcome with the true durations (a what-if
@@ -124,6 +127,7 @@ class PlanResult:
     seed: int
     baselines: list[SimResult] = field(default_factory=list)
     time_cut: bool = False
+    placer: str = "first-fit"
 
     @property
     def gain_s(self) -> float:
@@ -148,6 +152,7 @@ class PlanResult:
         return {
             "objective": self.objective,
             "backfill": self.backfill,
+            "placer": self.placer,
             "oracle": self.oracle,
             "uses_true_outcome": self.uses_true_outcome,
             "value_s": self.value_s,
@@ -183,6 +188,7 @@ def plan_order(
     forecast: bool = False,
     max_evals: int | None = DEFAULT_MAX_EVALS,
     cpsat_time_s: float | None = None,
+    placer: str = "first-fit",
 ) -> PlanResult:
     """Search for the order of `jobs` that minimises `objective` on `cluster` under `backfill`.
 
@@ -202,24 +208,29 @@ def plan_order(
             time limit not reached, the same trace, options and seed give the same plan on any machine
             (every baseline runs, CP-SAT runs in its deterministic mode). None: search until the time
             limit (the result then depends on the machine's speed).
+        placer: the placer spec (a registered name, parameters if any: fgd, best-fit, fgd:step=0.1) every
+            simulation uses, baselines and the plan's run included; each run starts a fresh placer, so
+            one that learns the workload (fgd) learns it from that run alone. The lower bounds hold for
+            every placer.
         cpsat_time_s: CP-SAT's budget (0: none): with `max_evals`, its deterministic time (units of
             about a second on a fast machine); without, wall seconds. None: on traces of at most
             MAX_JOBS jobs, CPSAT_DETERMINISTIC_S for the makespan and a tenth of it for the other
             objectives (without `max_evals`: a quarter of the time limit up to 10 s, a tenth up to 3 s).
 
     Raises:
-        GpuplanError: an unknown objective or backfill mode, duplicate job ids, a job without a
-            duration, or a job that never fits.
+        GpuplanError: an unknown objective, backfill mode or placer, duplicate job ids, a job without
+            a duration, or a job that never fits.
     """
     t_start = time.perf_counter()
     deadline = t_start + time_limit_s
     objective = check_objective(objective)
+    placer = get_placer(placer).spec  # an unknown name fails before any simulation
     jobs = _prepared(jobs, forecast)
-    ev = Evaluator(jobs, cluster, backfill, oracle=oracle)
+    ev = Evaluator(jobs, cluster, backfill, placer, oracle=oracle)
     ticker = _Ticker(progress, t_start, time_limit_s, max_evals)
     # bounded by evaluations, every baseline runs unless the cap is reached; by time, half of it
     stop_at = deadline if max_evals is not None else t_start + time_limit_s / 2
-    baselines, baselines_cut = _baselines(jobs, cluster, ev.backfill.name, oracle, stop_at, ticker)
+    baselines, baselines_cut = _baselines(jobs, cluster, ev.backfill.name, placer, oracle, stop_at, ticker)
     index = {j.id: i for i, j in enumerate(jobs)}
     # ties on the objective go to the lower mean JCT, as `simulate` ranks runs (then the label)
     scored = sorted(
@@ -245,7 +256,7 @@ def plan_order(
         reason = "time"
     ticker("simulating the plan", force=True)
     plan_ids = [jobs[i].id for i in order]
-    result = _simulate(jobs, cluster, FixedOrder(plan_ids, name="plan"), backfill, oracle)
+    result = _simulate(jobs, cluster, FixedOrder(plan_ids, name="plan"), backfill, placer, oracle)
     value = ev.value(objective, _ends(result, index))
     return PlanResult(
         objective=objective, backfill=result.backfill, oracle=oracle, uses_true_outcome=not forecast,
@@ -254,7 +265,7 @@ def plan_order(
         fifo_value_s=ev.value(objective, _ends(fifo, index)), fifo_metrics=fifo.metrics, bound=bound,
         exact=exact, evaluations=ev.count, seconds=time.perf_counter() - t_start,
         stop_reason=_stop_reason(value, bound.value_s, target, reason), seed=seed, baselines=baselines,
-        time_cut=time_cut,
+        time_cut=time_cut, placer=placer,
     )  # fmt: skip
 
 
@@ -301,15 +312,21 @@ class _Ticker:
 
 
 def _simulate(
-    jobs: Sequence[Job], cluster: ClusterSpec, policy: Any, backfill: str, oracle: bool
+    jobs: Sequence[Job], cluster: ClusterSpec, policy: Any, backfill: str, placer: str, oracle: bool
 ) -> SimResult:
     from gpuplan.sim.engine import simulate
 
-    return simulate(jobs, cluster, policy, backfill, oracle=oracle)
+    return simulate(jobs, cluster, policy, backfill, placer, oracle=oracle)
 
 
 def _baselines(
-    jobs: Sequence[Job], cluster: ClusterSpec, backfill: str, oracle: bool, stop_at: float, ticker: _Ticker
+    jobs: Sequence[Job],
+    cluster: ClusterSpec,
+    backfill: str,
+    placer: str,
+    oracle: bool,
+    stop_at: float,
+    ticker: _Ticker,
 ) -> tuple[list[SimResult], bool]:
     """fifo+none, then every policy under the plan's backfill mode, then under the other modes; later
     ones are skipped once `stop_at` has passed, so a huge trace still gets a search. Returns the runs
@@ -322,7 +339,7 @@ def _baselines(
         if out and time.perf_counter() >= stop_at:
             return out, True
         ticker(f"simulating {p}+{b}")
-        out.append(_simulate(jobs, cluster, p, b, oracle))
+        out.append(_simulate(jobs, cluster, p, b, placer, oracle))
     return out, False
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpuplan.model import ClusterSpec, Job
 
-__all__ = ["Bound", "lower_bound"]
+__all__ = ["Bound", "least_gpu_share", "least_mem_gb", "lower_bound"]
 
 
 @dataclass(slots=True)
@@ -44,6 +44,9 @@ def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
         parts["memory-area"] = _area_bound(rel, gpus * mem * dur, cluster.total_mem_gb)
         alone = np.fromiter((_cannot_share(jobs[i], cluster) for i in order), bool, n)
         parts["exclusive-area"] = _area_bound(rel[alone], gpus[alone] * dur[alone], cluster.total_gpus)
+        if any(_is_share_job(j) for j in jobs):  # without GPU shares it never beats exclusive-area
+            share = np.fromiter((least_gpu_share(jobs[i]) for i in order), float, n)
+            parts["share-area"] = _area_bound(rel, share * dur, cluster.total_gpus)
     else:
         parts["gpu-area"] = _area_bound(rel, gpus * dur, cluster.total_gpus)
         span = np.fromiter((jobs[i].may_span_nodes for i in order), bool, n)
@@ -87,22 +90,41 @@ def _big_jobs_bound(
     return best
 
 
-def _least_mem_gb(job: Job) -> float | None:
-    """The least memory per GPU any gpuplan schedule books for the job: its true use when known (an
-    oracle run books exactly that; others book at least that), else its estimate (what runs on the
-    estimates book; an oracle run books the whole GPU), else None (every run books whole GPUs)."""
-    return job.mem_gb if job.mem_gb is not None else job.est_mem_gb
+def _is_share_job(job: Job) -> bool:
+    """A one-GPU job with a GPU share below 1 (on a sharing cluster, as core/booking.py's Need)."""
+    return job.gpus == 1 and job.gpu_share is not None and job.gpu_share < 1.0
+
+
+def least_mem_gb(job: Job) -> float | None:
+    """The least memory per GPU any gpuplan schedule on a sharing cluster books for the job: its true
+    use when known (an oracle run books exactly that; others book at least that), else, for a job with
+    a GPU share, 0 (a run that knows no memory binds it by its share alone), else its estimate (what runs
+    on the estimates book; an oracle run books the whole GPU), else None (every run books whole GPUs)."""
+    if job.mem_gb is not None:
+        return job.mem_gb
+    return 0.0 if _is_share_job(job) else job.est_mem_gb
+
+
+def least_gpu_share(job: Job) -> float:
+    """The least share of GPU compute (GPUs' worth) any gpuplan schedule on a sharing cluster books for
+    the job at once: its GPU share, else its GPUs whole when no run knows its memory, else 0 (a job of
+    known memory shares by memory alone). The shares on one GPU never add up to more than 1."""
+    if _is_share_job(job):
+        return float(job.gpu_share or 0.0)
+    if job.gpus == 1 and job.gpu_share is not None:  # a share of 1 or more: one whole GPU's share
+        return 1.0
+    return float(job.gpus) if least_mem_gb(job) is None else 0.0
 
 
 def _mem_taken(job: Job, cluster: ClusterSpec) -> float:
     """GPU memory a job holds on each GPU at the least: see `_least_mem_gb`; unknown: the smallest GPU whole."""
     smallest = min(n.gpu.mem_gb for n in cluster.nodes)
-    mem = _least_mem_gb(job)
+    mem = least_mem_gb(job)
     return smallest if mem is None else min(mem, smallest)
 
 
 def _cannot_share(job: Job, cluster: ClusterSpec) -> bool:
-    """A job using more than half of the largest GPU shares it with no other such job."""
+    """A job using more than half of the largest GPU (or taking it whole) shares it with no other such job."""
     largest = max(n.gpu.mem_gb for n in cluster.nodes)
-    mem = _least_mem_gb(job)
+    mem = least_mem_gb(job)
     return mem is None or mem * 2 > largest

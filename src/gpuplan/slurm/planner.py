@@ -31,6 +31,7 @@ from gpuplan.slurm.parse import NodeInfo, QueueJob, parse_hostlist
 
 __all__ = [
     "CONSERVATIVE_MAX_JOBS",
+    "DEFAULT_PLACER",
     "SLURM_ORDER",
     "LiveState",
     "Outcome",
@@ -49,6 +50,9 @@ __all__ = [
     "slurm_order",
     "static_policy",
 ]
+
+DEFAULT_PLACER = "best-fit"
+"""How the forecast places jobs unless asked otherwise (Slurm places them itself; this only shapes the forecast)."""
 
 CONSERVATIVE_MAX_JOBS = 300
 """Above this many pending jobs a sched/backfill cluster is simulated with EASY backfill (speed)."""
@@ -155,6 +159,7 @@ class QueuePlan:
     running: int
     now_s: float
     durations_s: dict[str, float | None] = field(default_factory=dict)
+    placer: str = DEFAULT_PLACER
 
     def gain(self) -> dict[str, float | None]:
         """Relative improvement of the plan over Slurm's order (0.25 = 25 % shorter)."""
@@ -168,6 +173,7 @@ class QueuePlan:
             "order": self.order,
             "policy": self.policy,
             "backfill": self.backfill,
+            "placer": self.placer,
             "cluster": self.cluster.describe(),
             "running_jobs": self.running,
             "pending_jobs": len(self.order),
@@ -291,7 +297,7 @@ def live_scheduler(
     pending: Sequence[Job],
     policy: Policy | str,
     backfill: str = "none",
-    placer: str = "best-fit",
+    placer: str = DEFAULT_PLACER,
 ) -> Scheduler:
     """gpuplan's own `Scheduler` seeded with the live queue at time 0 (now): the running `seeds` adopted
     on their nodes until their remaining time (None: endless), then the `pending` jobs (handles
@@ -317,7 +323,7 @@ def simulate_queue(
     pending: Sequence[Job],
     policy: Policy | str,
     backfill: str = "none",
-    placer: str = "best-fit",
+    placer: str = DEFAULT_PLACER,
 ) -> Outcome:
     """The outcome of `pending` after the running `seeds` on `cluster`: the core's forecast
     (core/forecast.py) of the live scheduler (`live_scheduler`), every job running for its planning
@@ -414,7 +420,7 @@ def plan_queue(
     search_s: float = 0.0,
     predictions: dict[str, float] | None = None,
     seed: int = 0,
-    placer: str = "best-fit",
+    placer: str = DEFAULT_PLACER,
 ) -> QueuePlan:
     """The plan for the pending jobs of `state` and the outcome of Slurm's own order.
 
@@ -427,7 +433,7 @@ def plan_queue(
     Raises:
         GpuplanError: no usable node; UnknownNameError: an unknown policy or placer.
     """
-    get_placer(placer)  # an unknown name fails before Slurm's state is used
+    placer = get_placer(placer).spec  # an unknown name fails before Slurm's state is used
     inp = plan_inputs(state, predictions)
     pending = inp.pending
     ids = {j.id for j in pending}
@@ -453,7 +459,7 @@ def plan_queue(
     warnings = _plan_warnings(pending, inp, state)
     durations = {j.id: j.planning_duration_s() for j in pending}
     return QueuePlan(best_order, best_name, inp.backfill, best, slurm, base_order, inp.unmanaged, warnings,
-                     inp.cluster, len(inp.seeds), state.now_s, durations)  # fmt: skip
+                     inp.cluster, len(inp.seeds), state.now_s, durations, placer)  # fmt: skip
 
 
 def _candidates(policy: str) -> list[str]:

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gpuplan.errors import GpuplanError
 from gpuplan.slurm.apply import DEFAULT_HORIZON_S, DEFAULT_MODE, apply_order, default_state_path
 from gpuplan.slurm.client import SlurmClient, live_state
-from gpuplan.slurm.planner import QueuePlan, plan_queue, predicted_durations
+from gpuplan.slurm.planner import DEFAULT_PLACER, QueuePlan, plan_queue, predicted_durations
 from gpuplan.slurm.runner import SlurmCommandError, SlurmError, SlurmPermissionError, is_transient
 
 __all__ = ["Metrics", "WatchOptions", "Watcher", "lock_path", "writer_lock"]
@@ -142,6 +142,7 @@ class WatchOptions:
     state_path: Path | None = None
     interval_s: float = 30.0
     max_backoff_s: float = 300.0
+    placer: str = DEFAULT_PLACER  # how the forecast places jobs; Slurm places them itself
 
 
 @dataclass
@@ -199,7 +200,7 @@ class Watcher:
             if replan:
                 state = live_state(c, o.partitions)
                 preds = predicted_durations(state, o.predict)
-                self.plan = plan_queue(state, policy=o.policy, predictions=preds)
+                self.plan = plan_queue(state, policy=o.policy, predictions=preds, placer=o.placer)
                 self.metrics.plan_time = c.clock()
                 config = state.config
             else:

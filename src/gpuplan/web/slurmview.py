@@ -29,6 +29,7 @@ from gpuplan.model import ClusterSpec
 from gpuplan.slurm.client import SlurmClient, live_state
 from gpuplan.slurm.parse import NodeInfo, QueueJob, parse_hostlist
 from gpuplan.slurm.planner import (
+    DEFAULT_PLACER,
     SLURM_ORDER,
     LiveState,
     QueuePlan,
@@ -210,6 +211,7 @@ def plan_summary(
         "fairness": fairness_table(plan, state.jobs),
         "policy": plan.policy,
         "backfill": plan.backfill,
+        "placer": plan.placer,
         "cluster": plan.cluster.describe(),
         "partitions": list(state.partitions) or sorted({p for n in state.nodes for p in n.partitions}),
         "partitions_given": bool(state.partitions),
@@ -290,24 +292,29 @@ def _signature(state: LiveState) -> tuple[Any, ...]:
 
 
 def plan_every_pending(
-    state: LiveState, policy: str, predictions: dict[str, float] | None, choose_on: int = PLAN_MAX_PENDING
+    state: LiveState,
+    policy: str,
+    predictions: dict[str, float] | None,
+    choose_on: int = PLAN_MAX_PENDING,
+    placer: str = DEFAULT_PLACER,
 ) -> tuple[QueuePlan, dict[str, Any] | None]:
     """The plan of every pending job of `state`, and on what its policy was chosen (None: on them all).
 
     With `policy` "best" and more than `choose_on` pending jobs, "best" (every policy and Slurm's
     order: 17 forecasts) runs on the first `choose_on` in Slurm's order only; the policy it picks then
-    plans every pending job (Slurm's order and that policy: 3 forecasts).
+    plans every pending job (Slurm's order and that policy: 3 forecasts). `placer` is the forecast's,
+    as `plan_queue`'s.
 
     Raises:
-        GpuplanError: no usable node (as `plan_queue`).
+        GpuplanError: no usable node, an unknown placer (as `plan_queue`).
     """
     pending = [q for q in state.jobs if q.is_pending and state.in_partitions(q)]
     if policy != "best" or len(pending) <= choose_on:
-        return plan_queue(state, policy=policy, predictions=predictions), None
+        return plan_queue(state, policy=policy, predictions=predictions, placer=placer), None
     later = set(slurm_order(pending)[choose_on:])
     sample = replace(state, jobs=[q for q in state.jobs if q.job_id not in later])
-    chosen = plan_queue(sample, policy="best", predictions=predictions).policy
-    plan = plan_queue(state, policy=chosen, predictions=predictions)
+    chosen = plan_queue(sample, policy="best", predictions=predictions, placer=placer).policy
+    plan = plan_queue(state, policy=chosen, predictions=predictions, placer=placer)
     what = "Slurm's own order" if chosen == SLURM_ORDER else f"policy {chosen}"
     choice = {
         "policy": chosen,
@@ -333,6 +340,7 @@ class SlurmSource(LiveSource):
         cache_s: seconds one read serves every request.
         clock: epoch seconds (tests inject one).
         plan_max_pending: with policy "best", the pending jobs (first in Slurm's order) it is chosen on.
+        placer: how the forecast places jobs, as `gpuplan slurm plan --placer` (Slurm places them itself).
     """
 
     is_fake = False
@@ -347,6 +355,7 @@ class SlurmSource(LiveSource):
         cache_s: float = DEFAULT_CACHE_S,
         clock: Callable[[], float] = time.time,
         plan_max_pending: int = PLAN_MAX_PENDING,
+        placer: str = DEFAULT_PLACER,
     ) -> None:
         self.client = client
         self.partitions = tuple(partitions)
@@ -355,6 +364,7 @@ class SlurmSource(LiveSource):
         self.cache_s = cache_s
         self.clock = clock
         self.plan_max_pending = plan_max_pending
+        self.placer = placer
         self._view: SlurmView | None = None
         self._lock = threading.Lock()
 
@@ -433,7 +443,9 @@ class SlurmSource(LiveSource):
         view.setup = setup_warnings(state.config, "priority")
         try:
             preds = predicted_durations(state, self.predict)
-            view.plan, choice = plan_every_pending(state, self.policy, preds, self.plan_max_pending)
+            view.plan, choice = plan_every_pending(
+                state, self.policy, preds, self.plan_max_pending, self.placer
+            )
         except GpuplanError as e:
             view.plan_error = f"cannot plan the queue: {_one_line(e)}"
             view.rows = slurm_rows(state, None)
