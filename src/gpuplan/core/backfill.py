@@ -448,7 +448,7 @@ class Conservative(Backfill):
             plan = CountPlan(s, now, profile, keep=kept is not None)
         # the next pass may keep this one's reservations where the queue is in plain order (no quota,
         # fair-share or preemptive order) and no job here needs more than GPUs or spans nodes
-        keep = isinstance(plan, CountPlan) and s.waiting_shapes() is not None
+        keep = isinstance(plan, CountPlan) and s.plain_order
         booked: dict[int, tuple[float, float, dict[int, int]]] = {}
         state = s.state
         most_idle = -1  # beyond the depth on an exclusive cluster: the most idle GPUs of a node now

@@ -522,12 +522,17 @@ class Scheduler:
             if reason(quotas, slot.job.user, slot.gpus) is None:
                 yield slot
 
+    @property
+    def plain_order(self) -> bool:
+        """`waiting()` is the plain queue order (see SchedulerView)."""
+        return self._pre is None and self._ledger is None and self._quotas is None
+
     def waiting_shapes(self) -> ShapeIndex | None:
         """The waiting jobs by fits-shape and planned duration (core/shapes.py), for a backfill pass
         that skips what cannot start; None where `waiting()` is not the plain queue order (preemptive
         and fair-share policies, quotas), there the pass visits every job; None too while
         `shapes.INDEX_WAITING` is off (the plain scan, which tests compare it with)."""
-        if self._pre is not None or self._ledger is not None or self._quotas is not None:
+        if not self.plain_order:
             return None
         if not shapes.INDEX_WAITING:
             return None

@@ -173,6 +173,11 @@ class SchedulerView(Protocol):
     def running(self) -> Iterator[JobSlot]:
         """Running jobs by expected end (then jid)."""
 
+    @property
+    def plain_order(self) -> bool:
+        """`waiting()` is the plain queue order (no preemptive or fair-share order, no quota passing
+        jobs by): an order that moves only when jobs are queued or leave it."""
+
     def waiting_shapes(self) -> WaitingShapes | None:
         """The waiting jobs by fits-shape and planned duration (core/shapes.py), or None where
         `waiting()` is not plain queue order (a backfill pass then visits every job)."""
