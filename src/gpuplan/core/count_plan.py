@@ -127,8 +127,8 @@ class CountPlan:
         return _INF
 
     def may_start_now(self, slot: JobSlot) -> bool:
-        """False when a job of its shape that ran no longer already could not start now in this pass
-        (`earliest(slot, only_now=True)` would answer (inf, None) from that alone)."""
+        """False when a job of its shape whose run is no longer than its own already failed to start
+        now in this pass (`earliest(slot, only_now=True)` would answer (inf, None) from that alone)."""
         missed = self._no_start.get((slot.gpus, slot.mem_gb, slot.may_span))
         return missed is None or slot.plan_s < missed
 
