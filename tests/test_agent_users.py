@@ -14,6 +14,7 @@ from gpuplan.agent.daemon import Agent
 from gpuplan.agent.protocol import call
 from gpuplan.agent.requests import handle
 from gpuplan.errors import GpuplanError
+from systemd_units import service_section
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -171,19 +172,13 @@ def _jobs_or_final(agent: Agent, jid: int) -> str:
 def test_the_systemd_unit_starts_a_shared_agent_with_options_it_has(tmp_path: Path) -> None:
     """contrib/systemd/gpuplan-agent.service: well-formed, its directories are the system agent's, and
     its ExecStart parses (as root it starts a real shared agent, on fake GPUs in a temporary home)."""
-    import configparser
     import stat
     import subprocess
     import sys
 
     from gpuplan.agent.paths import SYSTEM_HOME, SYSTEM_RUN_DIR
 
-    unit = Path(__file__).resolve().parents[1] / "contrib" / "systemd" / "gpuplan-agent.service"
-    cfg = configparser.ConfigParser(strict=False, interpolation=None)
-    cfg.optionxform = str  # type: ignore[assignment,method-assign]
-    cfg.read_string(unit.read_text())
-    assert {"Unit", "Service", "Install"} <= set(cfg.sections())
-    svc = cfg["Service"]
+    svc = service_section("gpuplan-agent.service")
     assert svc["Type"] == "simple" and svc["KillMode"] == "process"  # jobs outlive a service stop
     assert svc["ExecReload"] == "/bin/kill -HUP $MAINPID"  # SIGHUP re-reads the quota file
     assert Path("/run", svc["RuntimeDirectory"]) == SYSTEM_RUN_DIR and svc["RuntimeDirectoryMode"] == "1777"

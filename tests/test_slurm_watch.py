@@ -20,6 +20,7 @@ from gpuplan.slurm.parse import parse_config
 from gpuplan.slurm.runner import SlurmCommandError, SlurmRunner
 from gpuplan.slurm.sitefactor import headroom_for
 from gpuplan.slurm.watch import Metrics, Watcher, WatchOptions, lock_path, writer_lock
+from systemd_units import service_section
 
 NOW = 1_000_000.0
 _CONFIG = (
@@ -162,18 +163,12 @@ def test_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
 
 def test_systemd_unit_runs_the_watcher_with_options_it_has() -> None:
     """contrib/systemd/gpuplan-slurm-watch.service: well-formed, and its ExecStart options exist."""
-    import configparser
 
     from typer.testing import CliRunner
 
     from gpuplan.cli import app
 
-    unit = Path(__file__).resolve().parents[1] / "contrib" / "systemd" / "gpuplan-slurm-watch.service"
-    cfg = configparser.ConfigParser(strict=False, interpolation=None)
-    cfg.optionxform = str  # type: ignore[assignment,method-assign]
-    cfg.read_string(unit.read_text())
-    assert {"Unit", "Service", "Install"} <= set(cfg.sections())
-    svc = cfg["Service"]
+    svc = service_section("gpuplan-slurm-watch.service")
     assert (
         svc["Type"] == "simple" and svc["Restart"] == "on-failure" and svc["RestartPreventExitStatus"] == "2"
     )
