@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 
 from gpuplan.sim.metrics import occupied_gpu_seconds
-from gpuplan.sim.result import JobRecord, Timeline, start_order
+from gpuplan.sim.result import JobRecord, SimResult, Timeline, start_order
 
 
 def test_a_timeline_reads_as_the_list_of_steps_it_holds() -> None:
@@ -25,3 +26,72 @@ def test_start_order_is_start_then_job_id_and_stable() -> None:
     recs = [JobRecord(i, 0.0, s, s + 1, (0,)) for i, s in [("b", 2.0), ("a", 2.0), ("c", 1.0), ("a", 1.0)]]
     assert start_order(recs) == sorted(recs, key=lambda r: (r.start_s, r.job_id))
     assert [r.job_id for r in start_order(recs)] == ["a", "c", "a", "b"]
+
+
+def _records(n: int, seed: int) -> list[JobRecord]:
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        submit = rng.uniform(0, 1e5)
+        start = submit + rng.choice([0.0, rng.expovariate(1 / 3600)])
+        end = start + rng.choice([0.5, 9.99, rng.expovariate(1 / 7200)])
+        width = rng.choice([1, 1, 2, 3, 8])
+        first = rng.randrange(0, 32 - width + 1)
+        out.append(
+            JobRecord(f"j{i}", submit, start, end, tuple(range(first, first + width)), user=f"u{i % 7}")
+        )
+    return out
+
+
+def test_user_figures_by_columns_are_a_loops_figures_to_the_last_bit() -> None:
+    from gpuplan.sim.fairness import BSLD_BOUND_S, user_figures
+
+    recs = _records(5_000, seed=5)
+    acc: dict[str, list[float]] = {}
+    for r in recs:  # the plain loop, in record order
+        run = r.end_s - r.start_s
+        a = acc.setdefault(r.user, [0, 0.0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += len(r.gpus) * run / 3600.0
+        a[2] += r.start_s - r.submit_s
+        a[3] += max((r.end_s - r.submit_s) / max(run, BSLD_BOUND_S), 1.0)
+    expected = [
+        {"user": u, "jobs": n, "gpu_hours": g, "mean_wait_s": w / n, "mean_bounded_slowdown": b / n}
+        for u, (n, g, w, b) in sorted(acc.items())
+    ]
+    assert user_figures(recs) == expected
+    assert user_figures([JobRecord("x", 0.0, 0.0, 1.0, (0,))]) == []
+
+
+def test_occupied_gpu_seconds_is_a_loops_sum_to_the_last_bit() -> None:
+    import random
+
+    rng = random.Random(7)
+    steps = [(0.0, 0)]
+    for _ in range(10_000):
+        steps.append((steps[-1][0] + rng.expovariate(1 / 37.3), rng.randrange(0, 1025)))
+    until = steps[-1][0] + 11.1
+    total = 0.0
+    for (t, b), (t_next, _) in itertools.pairwise(steps):
+        total += b * (min(t_next, until) - t)
+    total += steps[-1][1] * (until - steps[-1][0])
+    assert occupied_gpu_seconds(Timeline(steps), until) == occupied_gpu_seconds(steps, until) == total
+    assert occupied_gpu_seconds(Timeline(steps), steps[5000][0]) < total  # steps after `until` count nothing
+
+
+def test_spanned_jobs_counts_the_records_on_more_than_one_node() -> None:
+    from dataclasses import replace
+
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.metrics import compute_metrics
+
+    cluster = ClusterSpec("4x8", tuple(NodeSpec(f"n{i}", 8, GpuSpec("A100-80GB", 80.0)) for i in range(4)))
+    labels = [f"n{i // 8}/gpu{i % 8}" for i in range(32)]
+    recs = _records(2_000, seed=9)
+    expected = sum(1 for r in recs if len({labels[g].split("/")[0] for g in r.gpus}) > 1)
+    metrics = compute_metrics(recs, Timeline([(0.0, 0)]), 32, 0.0, 1.0)
+    result = SimResult("fifo", "none", "first-fit", False, cluster, metrics, recs, Timeline(), labels)
+    assert 0 < expected < len(recs) and result.spanned_jobs == expected
+    assert replace(result, records=[r for r in recs if len(r.gpus) == 1]).spanned_jobs == 0

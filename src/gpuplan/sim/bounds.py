@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
 from gpuplan.model import ClusterSpec, Job
 
 __all__ = ["Bound", "least_gpu_share", "least_mem_gb", "lower_bound"]
+
+_SUBMIT, _DURATION = attrgetter("submit_s"), attrgetter("duration_s")
+_GPUS, _SPANS = attrgetter("gpus"), attrgetter("may_span_nodes")
 
 
 @dataclass(slots=True)
@@ -32,10 +36,10 @@ def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
     Columnar (numpy) and exact: every area bound sweeps the jobs latest release first (a stable sort,
     so equal releases keep trace order) and sums the work in that order, as a plain loop would."""
     n = len(jobs)
-    submit = np.fromiter((j.submit_s for j in jobs), float, n)
+    submit = np.fromiter(map(_SUBMIT, jobs), float, n)
     rel = submit - submit.min()
-    dur = np.fromiter((j.duration_s or 0.0 for j in jobs), float, n)
-    gpus = np.fromiter((j.gpus for j in jobs), np.int64, n)
+    dur = _durations(jobs)
+    gpus = np.fromiter(map(_GPUS, jobs), np.int64, n)
     order = np.argsort(-rel, kind="stable")  # latest release first
     rel, dur, gpus = rel[order], dur[order], gpus[order]
     parts = {"longest-job": float(np.max(rel + dur))}
@@ -49,10 +53,18 @@ def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
             parts["share-area"] = _area_bound(rel, share * dur, cluster.total_gpus)
     else:
         parts["gpu-area"] = _area_bound(rel, gpus * dur, cluster.total_gpus)
-        span = np.fromiter((jobs[i].may_span_nodes for i in order), bool, n)
+        span = np.fromiter(map(_SPANS, jobs), bool, n)[order]
         parts["big-jobs"] = _big_jobs_bound(rel, dur, gpus, span, cluster)
     name = max(parts, key=lambda k: parts[k])
     return Bound(parts[name], name, parts)
+
+
+def _durations(jobs: Sequence[Job]) -> np.ndarray:
+    """Each job's duration_s, 0 when unknown (or zero)."""
+    known = list(map(_DURATION, jobs))
+    if None in known:
+        return np.fromiter((d or 0.0 for d in known), float, len(known))
+    return np.fromiter(known, float, len(known)) + 0.0  # -0.0 counts as 0, as `d or 0.0` gives
 
 
 def _area_bound(rel: np.ndarray, work: np.ndarray, capacity: float) -> float:

@@ -64,26 +64,33 @@ def best_run(results: Sequence[SimResult], ranked: bool = False) -> SimResult | 
     return min(runs, key=lambda r: (round(r.metrics.makespan_s, 6), r.metrics.mean_jct_s, r.label))
 
 
-def _fingerprint(r: SimResult) -> tuple[object, ...]:
-    """What makes two runs the same run: their figures and every job's start, end and GPUs."""
-    rows = hash(
+def _rows_hash(r: SimResult) -> int:
+    """With the figures, what makes two runs the same run: every job's start, end and GPUs."""
+    return hash(
         tuple((rec.job_id, round(rec.start_s, 6), round(rec.end_s, 6), rec.gpus) for rec in r.records)
     )
-    return (_figures(r), rows)
 
 
 def same_runs(results: Sequence[SimResult]) -> dict[int, str]:
     """Runs that are the same run as an earlier one under another name: {index in results: label of
     the first run with the same schedule}. Every output marks them instead of showing them as results
     of their own (on a trace without estimates, sjf+easy is fifo+easy)."""
-    first: dict[tuple[object, ...], str] = {}
-    out: dict[int, str] = {}
+    # Only runs whose figures match another's can be the same run: the others' schedules are never
+    # fingerprinted (a million-job run alone costs nothing here, instead of seconds of key tuples).
+    by_figures: dict[tuple[object, ...], list[int]] = {}
     for i, r in enumerate(results):
-        fp = _fingerprint(r)
-        if fp in first:
-            out[i] = first[fp]
-        else:
-            first[fp] = r.label
+        by_figures.setdefault(_figures(r), []).append(i)
+    out: dict[int, str] = {}
+    for group in by_figures.values():
+        if len(group) < 2:
+            continue
+        first: dict[int, str] = {}
+        for i in group:
+            rows = _rows_hash(results[i])
+            if rows in first:
+                out[i] = first[rows]
+            else:
+                first[rows] = results[i].label
     return out
 
 

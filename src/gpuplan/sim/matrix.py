@@ -54,11 +54,12 @@ def run_matrix(
     static = estimates != "history"
     # fairshare's ranks move with the users' usage: never a twin of a static order
     ranked = {p for p in policies if policy_class(p).usage_ranked}
-    orders = (
-        {p: queue_order(jobs, p, oracle) for p in policies if p not in preemptive and p not in ranked}
-        if static
-        else {}
-    )
+    ordered = [p for p in policies if p not in preemptive and p not in ranked] if static else []
+    # a twin needs two of these pairs with one backfill mode: two such policies, or a mode given twice
+    # (one policy's order on a million jobs costs a second or two, for nothing to compare it with)
+    if len(ordered) < 2 and len(set(backfills)) == len(backfills):
+        ordered = []
+    orders = {p: queue_order(jobs, p, oracle) for p in ordered}
     pairs = [(p, b) for p in policies if p not in preemptive for b in backfills]
     pairs += [(p, "none") for p in policies if p in preemptive]
     first: dict[tuple[bytes, str], int] = {}  # (queue order, backfill) -> the pair simulated for it

@@ -6,6 +6,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclasses_fields
+from itertools import chain
 from operator import attrgetter
 from typing import Any, overload
 
@@ -17,6 +18,7 @@ __all__ = ["PLAN_POLICY", "EstimateUse", "JobRecord", "Metrics", "SimResult", "T
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for with true outcomes (a what-if, not a policy)
 _START = attrgetter("start_s")
 _JOB_ID = attrgetter("job_id")
+_GPUS = attrgetter("gpus")
 
 
 @dataclass(slots=True)
@@ -194,8 +196,22 @@ class SimResult:
     @property
     def spanned_jobs(self) -> int:
         """Jobs that ran on GPUs of more than one node."""
-        node_of = [label.split("/", 1)[0] for label in self.gpu_labels]
-        return sum(1 for r in self.records if len({node_of[g] for g in r.gpus}) > 1)
+        import numpy as np
+
+        # one-GPU records cannot span; the wider ones are checked by columns: a record spans when
+        # the nodes of its GPUs (as numbers) do not all equal the first one's
+        wide = [g for g in map(_GPUS, self.records) if len(g) > 1]
+        if not wide:
+            return 0
+        nodes: dict[str, int] = {}
+        node_of = np.array(
+            [nodes.setdefault(label.split("/", 1)[0], len(nodes)) for label in self.gpu_labels]
+        )
+        widths = np.fromiter(map(len, wide), np.intp, len(wide))
+        on = node_of[np.fromiter(chain.from_iterable(wide), np.intp, int(widths.sum()))]
+        starts = np.cumsum(widths) - widths
+        first = np.repeat(on[starts], widths)
+        return int(np.count_nonzero(np.add.reduceat(on != first, starts)))
 
     @property
     def uses_true_durations(self) -> bool:
