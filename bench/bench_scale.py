@@ -46,16 +46,20 @@ gpu_mem_gb = 80
 
 
 def _child(args: list[str]) -> dict[str, float]:
-    """Run `gpuplan ARGS`: wall seconds, CPU seconds and peak MB of the child."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run([str(_BIN), *args], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"gpuplan {' '.join(args)}: {proc.stderr.strip()[-500:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_mb": round(after.ru_maxrss / 1024, 1)}
+    """Run `gpuplan ARGS`: wall seconds, CPU seconds and peak MB of that child alone (its own rusage
+    from os.wait4: RUSAGE_CHILDREN's maxrss is the largest of every child so far, the `gpuplan synth`
+    that wrote the trace among them)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([str(_BIN), *args], stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"gpuplan {' '.join(args)}: {err.read().strip()[-500:]}")
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_mb": round(usage.ru_maxrss / 1024, 1)}
 
 
 def _million_trace() -> tuple[Path, Path]:

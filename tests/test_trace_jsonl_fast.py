@@ -245,3 +245,32 @@ def test_rows_with_one_meta_text_share_one_read_only_meta(tmp_path: Path) -> Non
     assert pickle.loads(pickle.dumps(jobs[0])) == jobs[0] and copy.deepcopy(jobs[1]) == jobs[1]
     write_trace(jobs, tmp_path / "back.jsonl")
     assert read_trace(tmp_path / "back.jsonl").jobs == jobs
+
+
+def test_many_rows_of_few_meta_texts_share_them_by_columns_and_read_as_the_row_reader(tmp_path: Path) -> None:
+    from gpuplan.model import SharedMeta
+    from gpuplan.traces.fastcsv import fast_own_csv_jobs
+    from gpuplan.traces.fields import job_from_texts
+
+    header = ["id", "submit_s", "gpus", "meta"]
+    texts = ['{"kind": "a", "n": 1}', '{"kind": "b"}', '{"checkpointable": false}']
+    rows = [[f"j{i}", str(i), "1", texts[i % 3]] for i in range(400)]
+    path = tmp_path / "t.csv"
+    quoted = ['"' + t.replace('"', '""') + '"' for t in texts]
+    lines = [",".join(header), *(f"j{i},{i},1,{quoted[i % 3]}" for i in range(400))]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fast = fast_own_csv_jobs(path, header)
+    assert fast == [job_from_texts(dict(zip(header, r, strict=True))) for r in rows]
+    assert len({id(j.meta) for j in fast}) == 3 and all(isinstance(j.meta, SharedMeta) for j in fast)
+    assert fast[2].checkpointable is False and fast[0].meta == {"kind": "a", "n": 1}
+    # one empty and one nested meta among them: those rows get their own dicts, the rest still share
+    lines[5] = "j4,4,1,"
+    lines[8] = 'j7,7,1,"{""a"": [1]}"'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fast = fast_own_csv_jobs(path, header)
+    assert fast is not None and fast[4].meta == {} and fast[7].meta == {"a": [1]}
+    assert type(fast[4].meta) is dict and type(fast[7].meta) is dict and fast[4].meta is not fast[10].meta
+    assert fast[0].meta is fast[3].meta
+    lines[9] = 'j8,8,1,"[1, 2]"'  # not an object: the exact reader names the row
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert fast_own_csv_jobs(path, header) is None

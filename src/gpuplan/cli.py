@@ -19,6 +19,7 @@ from gpuplan.commands.common import (
     TraceClusterOpt,
     WorkersOpt,
     apply_predictions,
+    batch_gc,
     fitting_jobs,
     parse_specs,
     runnable_jobs,
@@ -130,7 +131,7 @@ def simulate(
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Simulate a trace under one or more policies and backfill modes (las, tiresias, gittins preempt)."""
-    with _errors():
+    with _errors(), batch_gc():
         from gpuplan.cluster import load_cluster
         from gpuplan.core.backfill import backfill_names, get_backfill
         from gpuplan.core.placement import get_placer

@@ -7,6 +7,7 @@ gpuplan's errors as one line on stderr.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,7 @@ __all__ = [
     "TraceClusterOpt",
     "WorkersOpt",
     "apply_predictions",
+    "batch_gc",
     "cli_errors",
     "cluster_for",
     "fitting_jobs",
@@ -104,6 +106,29 @@ def cli_errors() -> Iterator[None]:
     except GpuplanError as e:
         typer.echo(f"gpuplan: error: {e}", err=True)
         raise typer.Exit(2) from None
+
+
+@contextmanager
+def batch_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for one batch command (`simulate`), on again after it.
+
+    Such a command builds millions of objects that live until it ends (jobs, records) and no
+    reference cycles worth collecting, so every collection is a scan of the whole heap that frees
+    nothing: with the collector on, the first collections after a read or a pass alone scan millions of
+    objects. One policy for the whole command, instead of each phase turning the collector off for
+    itself; long-running commands (agent, serve) keep it on.
+
+    On the way out the objects made meanwhile are frozen (`gc.freeze`: never scanned again; freed by
+    their reference counts as ever) before the collector is on again: else the first collection
+    after it, and the one at exit, would scan them all (about a second after a million-job pass)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was:
+            gc.enable()
 
 
 def parse_names(text: str, valid: list[str], kind: str, all_names: list[str] | None = None) -> list[str]:

@@ -46,8 +46,16 @@ def compute_metrics(
     start = np.fromiter(map(_START, records), float, len(records))
     end = np.fromiter(map(_END, records), float, len(records))
     makespan = float(end.max()) if len(records) else 0.0
-    jct, wait, run = end - submit, start - submit, end - start
-    bsld = np.maximum(jct / np.maximum(run, BSLD_BOUND_S), 1.0)
+    # in place where a column is no longer needed: five columns at once, not nine (a million-job
+    # pass peaks here, with every record alive)
+    jct = end - submit
+    run = np.subtract(end, start, out=end)
+    wait = np.subtract(start, submit, out=start)
+    del submit, start, end
+    bsld = np.maximum(run, BSLD_BOUND_S)
+    np.divide(jct, bsld, out=bsld)
+    np.maximum(bsld, 1.0, out=bsld)
+    del run
     busy_s = occupied_gpu_seconds(timeline, makespan)
     util = busy_s / (total_gpus * makespan) if makespan > 0 else 0.0
     return Metrics(

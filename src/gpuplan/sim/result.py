@@ -36,12 +36,13 @@ class JobRecord:
 
 
 def start_order(records: list[JobRecord]) -> list[JobRecord]:
-    """The records by start, then job id: the order of a result's records. Two stable sorts on keys the
-    records already hold give the same order as one sort on (start_s, job_id), without a million key
-    tuples at the peak of a large pass."""
-    out = sorted(records, key=_JOB_ID)
-    out.sort(key=_START)
-    return out
+    """The records by start, then job id: the order of a result's records, sorted in place (the run's
+    own list; no copy of a million pointers at the peak of a large pass) and returned. Two stable sorts
+    on keys the records already hold give the same order as one sort on (start_s, job_id), without a
+    million key tuples."""
+    records.sort(key=_JOB_ID)
+    records.sort(key=_START)
+    return records
 
 
 class Timeline(Sequence[tuple[float, int]]):

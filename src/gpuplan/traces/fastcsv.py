@@ -168,12 +168,16 @@ def _values(name: str, column: Any, metas: dict[str, SharedMeta]) -> list[Any] |
         if name == "gpus":
             return column.cast(pa.int64()).to_numpy().tolist()  # type: ignore[no-any-return]
         if column.null_count == 0:
-            return _shared_floats(column.to_numpy())
+            return _shared_floats(column)
         return column.to_pylist()  # type: ignore[no-any-return]
     if name == "id":
         return column.to_pylist()  # type: ignore[no-any-return]
     if name in BOOL_FIELDS and pa.types.is_boolean(column.type):
         return column.to_pylist()  # type: ignore[no-any-return]
+    if name == "meta":
+        shared = _shared_metas(column, metas)
+        if shared is not None:
+            return shared
     values = _shared_strings(column)
     if name in BOOL_FIELDS:
         lowered = [v.strip().lower() for v in values]
@@ -185,17 +189,34 @@ def _values(name: str, column: Any, metas: dict[str, SharedMeta]) -> list[Any] |
     return values
 
 
-def _shared_floats(array: Any) -> list[float]:
-    """The numbers as Python floats, one object per distinct value when they repeat a lot (time limits,
-    memory sizes, utilizations: 24 bytes a job each saved); -0.0 stays apart from 0.0."""
+def _shared_floats(column: Any) -> list[float]:
+    """The numbers (a float64 column without nulls) as Python floats, one object per distinct value
+    when they repeat a lot (time limits, memory sizes, utilizations: 24 bytes a job each saved); -0.0
+    stays apart from 0.0."""
+    import numpy as np
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    values = array.to_numpy()
+    if len(array) < 64 or np.signbit(values).any():
+        return values.tolist()  # type: ignore[no-any-return]
+    head = array.slice(0, 4096)
+    if len(head.unique()) * 2 > len(head):
+        return values.tolist()  # type: ignore[no-any-return]  # as distinct as submit times: no hashing all
+    encoded = array.dictionary_encode()  # hashed, in C: no sort of the column
+    if len(encoded.dictionary) * 4 > len(array):
+        return values.tolist()  # type: ignore[no-any-return]
+    return _objects(encoded.dictionary.to_pylist())[encoded.indices.to_numpy()].tolist()  # type: ignore[no-any-return]
+
+
+def _objects(values: list[Any]) -> Any:
+    """A numpy array of these Python objects, as they are (dicts too)."""
     import numpy as np
 
-    if len(array) < 64:
-        return array.tolist()  # type: ignore[no-any-return]
-    uniq, inverse = np.unique(array, return_inverse=True)
-    if len(uniq) * 4 > len(array) or np.signbit(array).any():
-        return array.tolist()  # type: ignore[no-any-return]
-    return np.array(uniq.tolist(), dtype=object)[inverse].tolist()  # type: ignore[no-any-return]
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def _shared_strings(column: Any) -> list[str]:
@@ -209,6 +230,35 @@ def _shared_strings(column: Any) -> list[str]:
         return column.to_pylist()  # type: ignore[no-any-return]
     uniq = np.array(encoded.dictionary.to_pylist(), dtype=object)
     return uniq[encoded.indices.to_numpy(zero_copy_only=False)].tolist()  # type: ignore[no-any-return]
+
+
+def _shared_metas(column: Any, parsed: dict[str, SharedMeta]) -> list[dict[str, Any]] | None:
+    """Each row's meta when the column has few distinct texts, each a flat JSON object: each text parsed
+    once (`parsed` keeps them across slices) into the one `SharedMeta` its rows share, given to the rows
+    by columns. None when some text is empty, nested or not an object (then `_metas` goes row by row:
+    those rows get their own dicts, or the exact reader names the bad row)."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    encoded = array.dictionary_encode()
+    texts = encoded.dictionary.to_pylist()
+    if len(texts) * 4 > len(array):
+        return None
+    objects: list[SharedMeta] = []
+    for text in texts:
+        shared = parsed.get(text)
+        if shared is None:
+            if not text.strip():
+                return None
+            try:
+                obj = loads_object(text)
+            except ValueError:
+                return None
+            if not isinstance(obj, dict) or any(isinstance(x, (dict, list)) for x in obj.values()):
+                return None
+            shared = parsed[text] = SharedMeta(obj)
+        objects.append(shared)
+    return _objects(objects)[encoded.indices.to_numpy()].tolist()  # type: ignore[no-any-return]
 
 
 def _metas(values: list[str], parsed: dict[str, SharedMeta]) -> list[dict[str, Any]] | None:
