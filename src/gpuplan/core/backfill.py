@@ -16,10 +16,9 @@ itself starts ahead of a blocked one only on GPUs no reservation ever needs.
 from __future__ import annotations
 
 import math
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -386,10 +385,11 @@ class Conservative(Backfill):
         self.depth = depth
         self.skipped = 0
         """Passes skipped because the last one stands (tests and benchmarks read it)."""
-        self._idle_until: tuple[weakref.ref[SchedulerView], int, int, float, float] | None = None
-        """(view, its version, depth, now, horizon) of the last pass if it started nothing (a weak
-        reference: a scheduler holds its backfill mode, and a run makes no reference cycles)."""
-        self._profile: tuple[weakref.ref[SchedulerView], CountProfile | GpuProfile] | None = None
+        self._idle_until: tuple[object, int, int, float, float] | None = None
+        """(view's identity, its version, depth, now, horizon) of the last pass if it started nothing
+        (`SchedulerView.identity`, not the view: a scheduler holds its backfill mode, and a run makes
+        no reference cycles)."""
+        self._profile: tuple[object, CountProfile | GpuProfile] | None = None
         """The availability profile and the view it follows (core/profile.py, core/gpu_profile.py)."""
         self._kept: _KeptPass | None = None
         """The last pass's reservations, where the next pass may keep them (`_kept_books`)."""
@@ -401,9 +401,9 @@ class Conservative(Backfill):
         scheduler's fork gets its own), after its holds changed, or every pass for a view that does
         not notify."""
         kept = self._profile
-        if kept is not None and kept[0]() is s and not kept[1].stale:
+        if kept is not None and kept[0] is s.identity and not kept[1].stale:
             return kept[1]
-        if kept is not None and kept[0]() is s:
+        if kept is not None and kept[0] is s.identity:
             s.unobserve(kept[1])
         profile: CountProfile | GpuProfile
         if s.state.sharing:
@@ -416,7 +416,7 @@ class Conservative(Backfill):
             profile.stale = True
         else:
             observe(profile)
-        self._profile = (weakref.ref(s), profile)
+        self._profile = (s.identity, profile)
         return profile
 
     def select(self, s: SchedulerView, now: float) -> list[Started]:
@@ -424,7 +424,7 @@ class Conservative(Backfill):
         last = self._idle_until
         if (
             last is not None
-            and last[0]() is s
+            and last[0] is s.identity
             and last[1] == version
             and last[2] == self.depth
             and last[3] <= now < last[4]
@@ -495,9 +495,9 @@ class Conservative(Backfill):
             profile.unreserve(*book)
             keep = False
         if not started:
-            self._idle_until = (weakref.ref(s), version, self.depth, now, plan.horizon_s)
+            self._idle_until = (s.identity, version, self.depth, now, plan.horizon_s)
         if keep and isinstance(profile, CountProfile):
-            self._kept = _KeptPass(weakref.ref(s), s.version, self.depth, now, profile, booked)
+            self._kept = _KeptPass(s.identity, s.version, self.depth, now, profile, booked)
             profile.arm()
         return started
 
@@ -514,7 +514,7 @@ class Conservative(Backfill):
         tests/test_conservative_fast.py checks it against the plain planner."""
         kept, self._kept = self._kept, None
         log = profile.disarm()
-        if kept is None or log is None or kept.view() is not s or kept.profile is not profile:
+        if kept is None or log is None or kept.view is not s.identity or kept.profile is not profile:
             return None
         if kept.depth != self.depth or not now > kept.now or s.version != kept.version + len(log):
             return None
@@ -531,7 +531,7 @@ class Conservative(Backfill):
 class _KeptPass(NamedTuple):
     """A conservative pass's reservations (job -> start, GPUs per node), with what they rest on."""
 
-    view: weakref.ref[SchedulerView]
+    view: Any  # the view's identity (SchedulerView.identity)
     version: int
     depth: int
     now: float

@@ -14,8 +14,6 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
 from gpuplan.core import shapes
 from gpuplan.core.backfill import Backfill, get_backfill
 from gpuplan.core.booking import fits_empty_cluster, never_fits_message
@@ -41,7 +39,6 @@ _INF = math.inf
 _LAST, _SECOND_LAST, _THIRD = itemgetter(-1), itemgetter(-2), itemgetter(2)
 
 
-@mypyc_attr(native_class=False)  # a Python class (weak references, patching); its methods compiled
 class Scheduler:
     """Decides which waiting jobs start now and on which GPUs.
 
@@ -60,6 +57,8 @@ class Scheduler:
         quotas: Quotas | None = None,
     ) -> None:
         self.spec = spec
+        self.identity = object()
+        """Unique to this scheduler (a fork gets its own): what backfill memos keep (SchedulerView)."""
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.backfill = get_backfill(backfill) if isinstance(backfill, str) else backfill
         self._placer = get_placer(placer) if isinstance(placer, str) else placer
@@ -465,6 +464,7 @@ class Scheduler:
         fields: dict[str, object] = self.__getstate__()  # type: ignore[assignment]  # every attribute
         for name, value in fields.items():  # (interpreted: the instance dict; compiled: its fields)
             setattr(new, name, value)
+        new.identity = object()  # the copy is another view: no memo of this one applies to it
         new.policy = copy.deepcopy(self.policy) if self.policy.preemptive else self.policy
         new.backfill = copy.copy(self.backfill)  # its pass memo names this scheduler: never reused there
         new._state = self._state.copy()

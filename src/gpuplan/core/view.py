@@ -161,6 +161,12 @@ class SchedulerView(Protocol):
     def placer(self) -> Placer: ...
 
     @property
+    def identity(self) -> object:
+        """An object unique to this view (a scheduler's fork gets its own): what a backfill mode's
+        memo of a pass keeps instead of the view itself, so that a scheduler holding its backfill
+        mode makes no reference cycle."""
+
+    @property
     def waiting_count(self) -> int: ...
 
     @property
