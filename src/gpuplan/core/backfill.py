@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -44,7 +44,7 @@ __all__ = [
 _INF = math.inf
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # plugins and test doubles subclass it
 class Backfill(Configurable, ABC):
     """Walks the queue in policy order and starts jobs on the scheduler (parameters: `params`,
     core/params.py: `get_backfill("conservative:depth=100")`).
@@ -53,8 +53,10 @@ class Backfill(Configurable, ABC):
     ends, so it needs estimates (easy, conservative); False for strict order (none).
     """
 
-    description: str = ""
-    plans_ahead: bool = True
+    # class attributes (ClassVar), not fields: the registry and --help read them on the class, and
+    # subclasses in interpreted code (plugins, test doubles) set them there (`name` too: `_NAMES` below)
+    description: ClassVar[str] = ""
+    plans_ahead: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.reserved: dict[int, float] = {}
@@ -67,35 +69,35 @@ class Backfill(Configurable, ABC):
         The scheduler takes the started jobs out of its queue after the pass."""
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # plugins and test doubles subclass it
 class NoBackfill(Backfill):
-    name = "none"
-    plans_ahead = False
-    description = "strict order: the first job that does not fit blocks all behind it"
+    plans_ahead: ClassVar[bool] = False
+    description: ClassVar[str] = "strict order: the first job that does not fit blocks all behind it"
 
     def select(self, s: SchedulerView, now: float) -> list[Started]:
         started: list[Started] = []
-        state, find = s.state, s.placer.find
+        state, placer = s.state, s.placer
         for slot in s.waiting():
-            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+            gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 break
             s.start(slot, gpus, now, started)
         return started
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # plugins and test doubles subclass it
 class Easy(Backfill):
-    name = "easy"
-    description = "EASY: later jobs may start if they do not delay the first blocked job's reservation"
+    description: ClassVar[str] = (
+        "EASY: later jobs may start if they do not delay the first blocked job's reservation"
+    )
 
     def select(self, s: SchedulerView, now: float) -> list[Started]:
         started: list[Started] = []
-        state, find = s.state, s.placer.find
+        state, placer = s.state, s.placer
         slots = s.waiting()
         head: JobSlot | None = None
         for slot in slots:
-            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+            gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 head = slot
                 break
@@ -109,8 +111,16 @@ class Easy(Backfill):
         return started
 
     @staticmethod
-    def _backfill(s, now, head, shadow, freed, slots, started) -> None:  # type: ignore[no-untyped-def]
-        state, find = s.state, s.placer.find
+    def _backfill(
+        s: SchedulerView,
+        now: float,
+        head: JobSlot,
+        shadow: float,
+        freed: list[JobSlot],
+        slots: Iterator[JobSlot],
+        started: list[Started],
+    ) -> None:
+        state, placer = s.state, s.placer
         exclusive = not state.sharing
         # built before any backfill: jobs started below that end by the shadow are gone by then too
         proj = _Projection(s, freed, head)
@@ -126,7 +136,7 @@ class Easy(Backfill):
             ends_by_shadow = now + slot.plan_s <= shadow
             if not ends_by_shadow and fk in hurts_head:
                 continue  # asked before the placer: a miss here would only be a miss there too
-            gpus = find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+            gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
             if gpus is None:
                 no_fit.add(fk)
                 scan.classified(no_fit, hurts_head)
@@ -342,7 +352,7 @@ def _reservation_general(s: SchedulerView, head: JobSlot, now: float) -> tuple[f
     return (shadow, freed) if shadow < _INF else (_INF, [])
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # plugins and test doubles subclass it
 class Conservative(Backfill):
     """Every waiting job gets a reservation in policy order (up to `depth` jobs, like Slurm's
     bf_max_job_test); a job starts now only where no earlier reservation needs its GPUs during its run.
@@ -374,9 +384,10 @@ class Conservative(Backfill):
     node went from 8.3 s to 1.0 s.
     """
 
-    name = "conservative"
-    description = "conservative: every waiting job gets a reservation; no start may delay an earlier one"
-    params = (
+    description: ClassVar[str] = (
+        "conservative: every waiting job gets a reservation; no start may delay an earlier one"
+    )
+    params: ClassVar[tuple[Param, ...]] = (
         Param("depth", "depth", "count", "waiting jobs that get a reservation (Slurm's bf_max_job_test)"),
     )
 
@@ -547,7 +558,11 @@ def register_backfill(cls: type[Backfill]) -> type[Backfill]:
     return register_in(_BACKFILLS, cls)
 
 
-for _cls in (NoBackfill, Easy, Conservative):
+# Configurable's `name`, set on the classes: in the body of a compiled class it would be a field of
+# each instance, which the registry cannot read off the class
+_NAMES: dict[type[Backfill], str] = {NoBackfill: "none", Easy: "easy", Conservative: "conservative"}
+for _cls, _name in _NAMES.items():
+    _cls.name = _name
     register_backfill(_cls)
 
 

@@ -12,7 +12,7 @@ import importlib
 from abc import ABC, abstractmethod
 from functools import partial
 from operator import itemgetter
-from typing import Any
+from typing import Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
@@ -39,12 +39,14 @@ _MAX_MEMO = 500_000  # node-state scores kept before starting afresh
 _CLASS_MEMOS: dict[type, dict[str, Any]] = {}  # per placer class: its node-state scores (memo_home)
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class Placer(Configurable, ABC):
     """Chooses GPUs for a job on a ClusterState. Subclasses only rank nodes and GPUs (a placer that
     takes parameters declares them in `params`, core/params.py)."""
 
-    description: str = ""
+    # class attributes (ClassVar), not fields: the registry, --help and subclasses in interpreted
+    # code (fgd's placers, plugins) read and set them on the class (`name` too: `_NAMES` below)
+    description: ClassVar[str] = ""
 
     @abstractmethod
     def node_key(self, state: ClusterState, node: int, fitting: int) -> tuple[float, ...]:
@@ -142,9 +144,9 @@ class Placer(Configurable, ABC):
             return None
         return best_node, self.pick_need(state, best_node, gpus, mem_gb, need)
 
-    score_width: int = 0
+    score_width: ClassVar[int] = 0
     """How many numbers `need_score` gives (0: the placer ranks nodes by more than their state)."""
-    scores_from: int = 64
+    scores_from: ClassVar[int] = 64
     """Clusters of more nodes than this use the kept per-node scores (when `score_width`)."""
 
     def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
@@ -274,7 +276,7 @@ class Placer(Configurable, ABC):
                     best, best_node = key, node
         return best_node
 
-    first_wins: bool = False  # the first node that fits is the best one: stop scanning there
+    first_wins: ClassVar[bool] = False  # the first node that fits is the best one: stop scanning there
 
     def _best_node_shared(self, state: ClusterState, gpus: int, mem_gb: float | None) -> int:
         if self.first_wins:
@@ -333,12 +335,11 @@ class Placer(Configurable, ABC):
         return sorted(chosen)
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class FirstFit(Placer):
-    name = "first-fit"
-    description = "lowest-numbered node and GPUs that fit"
-    first_wins = True
-    score_width = 1
+    description: ClassVar[str] = "lowest-numbered node and GPUs that fit"
+    first_wins: ClassVar[bool] = True
+    score_width: ClassVar[int] = 1
 
     def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         return (0.0,)
@@ -364,10 +365,9 @@ class FirstFit(Placer):
         return (gpu,)
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class BestFit(Placer):
-    name = "best-fit"
-    description = "pack: the node with the fewest free GPUs that fit, the fullest GPUs first"
+    description: ClassVar[str] = "pack: the node with the fewest free GPUs that fit, the fullest GPUs first"
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
         best = min(((k, n) for n, k in enumerate(counts) if k >= gpus), default=None)
@@ -379,7 +379,7 @@ class BestFit(Placer):
     def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
         return (state.gpu_free_gb[gpu], gpu)
 
-    score_width = 2
+    score_width: ClassVar[int] = 2
 
     def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         return (fitting, free_share_on(state, node))
@@ -392,10 +392,9 @@ class BestFit(Placer):
         return (0.0 if fs is None else fs[gpu], state.gpu_free_gb[gpu], gpu)
 
 
-@mypyc_attr(native_class=False)
+@mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class Spread(Placer):
-    name = "spread"
-    description = "the node with the most free GPUs, the emptiest GPUs first"
+    description: ClassVar[str] = "the node with the most free GPUs, the emptiest GPUs first"
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
         most = max(counts)
@@ -407,7 +406,7 @@ class Spread(Placer):
     def gpu_key(self, state: ClusterState, gpu: int) -> tuple[float, ...]:
         return (state.gpu_njobs[gpu], -state.gpu_free_gb[gpu], gpu)
 
-    score_width = 2
+    score_width: ClassVar[int] = 2
 
     def need_score(self, state: ClusterState, node: int, fitting: int, need: Need) -> tuple[float, ...]:
         return (-fitting, -free_share_on(state, node))
@@ -436,7 +435,11 @@ def register_placer(cls: type[Placer]) -> type[Placer]:
     return register_in(_PLACERS, cls)
 
 
-for _cls in (FirstFit, BestFit, Spread):
+# Configurable's `name`, set on the classes: in the body of a compiled class it would be a field of
+# each instance, which the registry cannot read off the class
+_NAMES: dict[type[Placer], str] = {FirstFit: "first-fit", BestFit: "best-fit", Spread: "spread"}
+for _cls, _name in _NAMES.items():
+    _cls.name = _name
     register_placer(_cls)
 _PLACERS["pack"] = BestFit
 
