@@ -70,3 +70,21 @@ def test_quotas_change_live_and_bump_the_version() -> None:
     assert s.quotas is None
     with pytest.raises(ValueError, match="at least 1"):
         Quotas(max_gpus=0)
+
+
+def test_quotas_set_later_count_the_jobs_already_running() -> None:
+    s = Scheduler(SPEC, "fifo", "easy")  # no quota: the scheduler keeps no per-user use
+    s.submit(0, _job("a0", "alice"))
+    s.submit(1, _job("a1", "alice"))
+    assert {st.jid for st in s.schedule(0.0)} == {0, 1}
+    s.submit(2, _job("a2", "alice"))
+    s.set_quotas(Quotas(max_gpus=4))  # alice already holds 4 GPUs
+    assert s.quota_reason(2) == "quota: alice uses 4 of 4 GPUs"
+    assert s.schedule(1.0) == []
+    s.set_quotas(None)
+    s.finish(0, 100.0)  # ends while no quota is set
+    s.set_quotas(Quotas(max_gpus=2))  # alice holds 2 now: one more 2-GPU job would go over
+    assert s.quota_reason(2) == "quota: alice uses 2 of 2 GPUs"
+    s.finish(1, 101.0)
+    assert s.quota_reason(2) is None
+    assert [st.jid for st in s.schedule(101.0)] == [2]

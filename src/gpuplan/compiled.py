@@ -27,6 +27,7 @@ COMPILED_MODULES = (
     "gpuplan.core.state",
     "gpuplan.core.view",
     "gpuplan.core.shapes",
+    "gpuplan.core.booking",
     "gpuplan.core.placement",
     "gpuplan.core.backfill",
     "gpuplan.core.scheduler",

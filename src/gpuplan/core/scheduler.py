@@ -74,7 +74,7 @@ class Scheduler:
             self._ledger = UsageLedger(self.policy.half_life_s)  # type: ignore[attr-defined]
             self._queue = FairQueue(self._ledger)
         self._quotas: Quotas | None = None
-        self._use = QuotaUse()
+        self._use: QuotaUse | None = None  # each user's running jobs and GPUs, kept while quotas are set
         self._in_pass = False
         self._shapes: ShapeIndex | None = None  # built on first use by a backfill pass (waiting_shapes)
         self._running: SortedSeq[tuple[float, int, JobSlot]] = SortedSeq()  # (expected end, jid, slot)
@@ -290,7 +290,8 @@ class Scheduler:
 
     def _unbook_user(self, slot: JobSlot, now: float | None) -> None:
         """A run ended or was preempted: its user's quota use drops, its GPU-time is charged."""
-        self._use.remove(slot.job.user, slot.gpus)
+        if self._use is not None:
+            self._use.remove(slot.job.user, slot.gpus)
         if self._ledger is not None:
             if now is None:  # the clock did not say: the plan's end, or nothing when unknown
                 now = slot.expected_end_s if slot.expected_end_s < _INF else slot.start_s
@@ -389,6 +390,12 @@ class Scheduler:
                 f"policy {self.policy.name!r} preempts jobs: per-user quotas apply to the other policies"
             )
         self._quotas = quotas
+        if quotas is None:
+            self._use = None  # no quota to check: no use to keep (a start and an end cost nothing more)
+        elif self._use is None:  # the running jobs' use as it stands, kept from now on
+            self._use = QuotaUse()
+            for _, _, slot in self._running:
+                self._use.add(slot.job.user, slot.gpus)
         self._version += 1
 
     @property
@@ -402,6 +409,7 @@ class Scheduler:
         slot = self._slots.get(jid)
         if self._quotas is None or slot is None or slot.is_running:
             return None
+        assert self._use is not None  # kept while quotas are set
         return self._use.reason(self._quotas, slot.job.user, slot.gpus)
 
     def user_usage(self, now: float) -> dict[str, float]:
@@ -477,7 +485,7 @@ class Scheduler:
             new._queue = self._queue.copy_with(new._ledger, partial(_entry_on, slots))  # type: ignore[union-attr]
         else:
             new._queue = SortedSeq((*e[:-1], slots[e[-2]]) for e in self._queue)
-        new._use = copy.deepcopy(self._use)
+        new._use = None if self._use is None else copy.deepcopy(self._use)
         new._shapes = None if self._shapes is None else self._shapes.copy(slots)
         new._running = SortedSeq((e[0], e[1], slots[e[1]]) for e in self._running)
         new._pre = None if self._pre is None else self._pre.fork(new, new.policy)  # type: ignore[arg-type]
@@ -516,8 +524,9 @@ class Scheduler:
         return map(_LAST, self._queue)
 
     def _within_quota(self, slots: Iterator[JobSlot]) -> Iterator[JobSlot]:
-        quotas, reason = self._quotas, self._use.reason
-        assert quotas is not None
+        quotas, use = self._quotas, self._use
+        assert quotas is not None and use is not None
+        reason = use.reason
         for slot in slots:  # lazy: a job started earlier in this pass counts for the next ones
             if reason(quotas, slot.job.user, slot.gpus) is None:
                 yield slot
@@ -594,7 +603,8 @@ class Scheduler:
         self._running.add((end_s, slot.jid, slot))
         for o in self._observers:
             o.job_started(slot)
-        self._use.add(slot.job.user, slot.gpus)
+        if self._use is not None:
+            self._use.add(slot.job.user, slot.gpus)
         if self._ledger is not None:
             self._ledger.start(slot.jid, slot.job.user, slot.gpus, start_s)
 
