@@ -103,10 +103,12 @@ def simulate(
 
         interference = InterferenceModel.default()
     make = _SharedRun if sched.state.sharing else _Run
-    run = make([*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s)
-    run.estimator = estimator
-    run.adopt(running)
-    with _no_cyclic_gc():
+    with _no_cyclic_gc():  # from the run's set-up on: its lists of every job would be scanned too
+        run = make(
+            [*jobs, *(r.job for r in running)], sched, interference, progress, waiting=len(jobs), t0=now_s
+        )
+        run.estimator = estimator
+        run.adopt(running)
         run.loop()
     records = start_order(run.records)
     if now_s is None:
