@@ -143,3 +143,37 @@ def test_endless_jobs_and_rule_reasons() -> None:
     assert fc[1].end_s is None
     assert [f.jid for f in fc.waiting_for(3)] == [1]
     assert "no expected start" in fc.explain(3) and "quota: alice" in fc.explain(4)
+
+
+def test_a_job_record_copy_carries_every_field() -> None:
+    """`JobSlot.copy` (a fork's records) names each field: one added later must be added there too."""
+    from dataclasses import fields
+
+    from gpuplan.core.state import Need
+    from gpuplan.core.view import JobSlot
+
+    values = {
+        "jid": 7,
+        "job": Job("j", 1.0, 2),
+        "gpus": 2,
+        "mem_gb": 10.0,
+        "plan_s": 30.0,
+        "may_span": True,
+        "key": (1.0, 7),
+        "alloc": (3, 4),
+        "start_s": 5.0,
+        "expected_end_s": 35.0,
+        "service_gpu_s": 6.0,
+        "run_since_promotion_s": 7.0,
+        "waiting_since_s": 8.0,
+        "preemptions": 9,
+        "suspended_on": (5,),
+        "level": 2.0,
+        "reservation": {0: 1},
+        "need": Need(100.0, 1.0, None),
+    }
+    assert sorted(values) == sorted(f.name for f in fields(JobSlot)), "a new field: give it a value here"
+    slot = JobSlot(**values)  # type: ignore[arg-type]
+    copied = slot.copy()
+    assert copied is not slot
+    assert {f.name: getattr(copied, f.name) for f in fields(JobSlot)} == values

@@ -131,7 +131,7 @@ class ShapeIndex:
                 runs.append(keys.after(cursor))
             elif fk in short:
                 runs.append(self._short(keys, plans, now, shadow, cursor))
-        return self._slots_of(runs[0] if len(runs) == 1 else heapq.merge(*runs))
+        return self._slots_of(runs[0] if len(runs) == 1 else _merge(runs))
 
     # generator functions, not generator expressions: compiled (mypyc), an expression becomes a list
     def _slots_of(self, keys: Iterator[tuple[object, ...]]) -> Iterator[JobSlot]:
@@ -161,3 +161,22 @@ class ShapeIndex:
 
 
 _FEW = 256
+
+
+def _merge(runs: list[Iterator[tuple[object, ...]]]) -> Iterator[tuple[object, ...]]:
+    """The items of sorted runs of queue keys in one sorted run: `heapq.merge`, compiled (that one
+    is a generator in Python); keys are unique (each ends with a job's handle), so no tie is left."""
+    heap: list[tuple[tuple[object, ...], int]] = []
+    for i, run in enumerate(runs):
+        first = next(run, None)
+        if first is not None:
+            heap.append((first, i))
+    heapq.heapify(heap)
+    while heap:
+        key, i = heap[0]
+        yield key
+        nxt = next(runs[i], None)
+        if nxt is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (nxt, i))

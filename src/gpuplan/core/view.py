@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from gpuplan.core.placement import Placer
@@ -89,8 +89,28 @@ class JobSlot:
         return self.start_s is not None
 
     def copy(self) -> JobSlot:
-        """An independent record with the same fields (a forked scheduler's, core/forecast.py)."""
-        return JobSlot(*map(self.__getattribute__, _SLOT_FIELDS))
+        """An independent record with the same fields (a forked scheduler's, core/forecast.py; field by
+        field, in the order they are declared: tests/test_forecast.py checks that every field travels)."""
+        return JobSlot(
+            self.jid,
+            self.job,
+            self.gpus,
+            self.mem_gb,
+            self.plan_s,
+            self.may_span,
+            self.key,
+            self.alloc,
+            self.start_s,
+            self.expected_end_s,
+            self.service_gpu_s,
+            self.run_since_promotion_s,
+            self.waiting_since_s,
+            self.preemptions,
+            self.suspended_on,
+            self.level,
+            self.reservation,
+            self.need,
+        )
 
     def fits_key(self, state: ClusterState) -> tuple[object, ...]:
         """Jobs with equal fits_key fit or fail alike on the same state."""
@@ -105,9 +125,6 @@ def fits_key(
     if not state.sharing and mem_gb is not None and mem_gb <= state.min_cap_gb:
         mem_gb = None
     return (gpus, mem_gb, may_span, need)
-
-
-_SLOT_FIELDS = tuple(f.name for f in fields(JobSlot))
 
 
 class WaitingShapes(Protocol):
