@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -35,20 +34,17 @@ plain scan; tests compare the two). A module variable, not a Final: the compiled
 each call, so setting it works whether the core is compiled or not."""
 
 
-class Shape(NamedTuple):
-    """The fields of a slot that `JobSlot.fits_key` reads."""
-
-    gpus: int
-    mem_gb: float | None
-    may_span: bool
-    need: Need | None
-
-    def fits_key(self, state: ClusterState) -> tuple[object, ...]:
-        return fits_key(self.gpus, self.mem_gb, self.may_span, self.need, state)  # the one rule
+Shape = tuple[int, "float | None", bool, "Need | None"]
+"""The fields of a slot that `JobSlot.fits_key` reads: (gpus, mem_gb, may_span, need). A plain tuple,
+not a NamedTuple: one is made at every submit and start, and a NamedTuple's constructor is Python."""
 
 
 def shape_of(slot: JobSlot) -> Shape:
-    return Shape(slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+    return (slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+
+
+def _shape_fits_key(shape: Shape, state: ClusterState) -> tuple[object, ...]:
+    return fits_key(shape[0], shape[1], shape[2], shape[3], state)  # the one rule
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests wrap `after` to see that a scan narrowed
@@ -110,7 +106,7 @@ class ShapeIndex:
             self._basis, self._fk, self._present = basis, {}, None
         fk = self._fk.get(shape)
         if fk is None:
-            fk = self._fk[shape] = shape.fits_key(state)
+            fk = self._fk[shape] = _shape_fits_key(shape, state)
         return fk
 
     def after(
