@@ -279,9 +279,12 @@ class _Run(EventClock):
         self.model = model
         self.progress = progress
         n = len(jobs) if waiting is None else waiting  # jobs[n:] are running when the run starts
-        self.t0 = min(j.submit_s for j in jobs[:n]) if t0 is None else t0
-        self.order = sorted(range(n), key=lambda i: (jobs[i].submit_s, i))
-        self.set_arrivals([max(jobs[i].submit_s - self.t0, 0.0) for i in self.order], self.order)
+        submits = [j.submit_s for j in jobs[:n]]
+        self.t0 = min(submits) if t0 is None else t0
+        # by submit, ties in trace order: a stable sort on the submit times alone is the (submit_s, i)
+        # order without a key tuple and a call per job
+        self.order = sorted(range(n), key=submits.__getitem__)
+        self.set_arrivals([max(submits[i] - self.t0, 0.0) for i in self.order], self.order)
         self.work = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of each job in all
         self.records: list[JobRecord] = []
         self.timeline = Timeline([(0.0, 0)])
