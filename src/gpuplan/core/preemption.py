@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from sortedcontainers import SortedList
+from mypy_extensions import mypyc_attr
 
+from gpuplan.core.sortedseq import SortedSeq
+from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
-if TYPE_CHECKING:
-    from gpuplan.core.preemptive import PreemptivePolicy
-    from gpuplan.core.state import ClusterState
 
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
@@ -136,12 +136,19 @@ class PreemptionCost:
 _MAX_LEVELS = 64
 """More distinct waiting levels than this: a pass does not look for the point where all fail."""
 
+_Entry = tuple[Any, ...]
+"""A job's place in the queue: (level, *the policy's static key ending in the job's handle)."""
 
-def _fit_key(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
+
+def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
     """What decides whether a job that does not wait suspended finds GPUs on an exclusive cluster where
     no GPU holds a suspended job's memory: memory that every GPU has does not matter there."""
     mem = slot.mem_gb
     return (slot.gpus, None if mem is None or mem <= min_cap_gb else mem, slot.may_span, slot.need)
+
+
+# a module attribute read at each call, also compiled, so a test can put the plain rule in its place
+_fit_key: Callable[[JobSlot, float], object] = _fit_key_of
 
 
 class Decisions(NamedTuple):
@@ -170,18 +177,33 @@ class PreemptingScheduler(SchedulerView, Protocol):
         """Bump `version`: the pass changed live state (ranks, a suspended job's memory)."""
 
 
+class _Levels(Protocol):
+    """What the pass asks of its policy: a `core.preemptive.PreemptivePolicy`, or a wrapper that passes
+    one's levels on (the agent's, which is no subclass of it)."""
+
+    @property
+    def endless_levels(self) -> bool: ...
+
+    def level(self, slot: JobSlot, now: float) -> float: ...
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float: ...
+
+
+@mypyc_attr(native_class=False)  # a Python class (a test swaps a method for the plain rule); methods compiled
 class PreemptiveQueue:
     """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change."""
 
-    def __init__(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> None:
+    def __init__(self, sched: PreemptingScheduler, policy: _Levels) -> None:
         self.sched = sched
         self.policy = policy
-        self.waiting: SortedList = SortedList()  # (level, *static key ending in jid)
-        self.running: SortedList = SortedList()
-        self._entry: dict[int, tuple[object, ...]] = {}
+        self.state: ClusterState = sched.state  # the scheduler's, for its life
+        self.waiting: SortedSeq[_Entry] = SortedSeq()  # (level, *static key ending in jid)
+        self.running: SortedSeq[_Entry] = SortedSeq()
+        self._entry: dict[int, _Entry] = {}
+        self._slots: dict[int, JobSlot] = {}  # jid -> its slot, for every job with an entry
         self._changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
         self._stamp: dict[int, int] = {}
-        self._shapes: dict[object, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
+        self._shapes: dict[float, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
         self._shape_of: dict[int, tuple[object, ...]] = {}
         self._wakes: list[float] = []  # ends of leases that held a preemption back
         self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
@@ -193,16 +215,17 @@ class PreemptiveQueue:
         # shapes keep memory that every GPU has once a job that keeps its memory when preempted (mode
         # `suspend`) or waits suspended is known, on sharing clusters, and under leases (las: a job a
         # lease may bind is tried for itself, as its exact shape says); until then it is left out
-        self._exact_shapes = sched.state.sharing or policy.endless_levels
-        self._by_shape: dict[tuple[object, ...], SortedList] = {}  # shape -> its waiting entries
+        self._exact_shapes: bool = sched.state.sharing or policy.endless_levels
+        self._by_shape: dict[tuple[object, ...], SortedSeq[_Entry]] = {}  # shape -> its waiting entries
         self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
 
-    def fork(self, sched: PreemptingScheduler, policy: PreemptivePolicy) -> PreemptiveQueue:
+    def fork(self, sched: PreemptingScheduler, policy: _Levels) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
         new.waiting = self.waiting.copy()
         new.running = self.running.copy()
         new._entry = dict(self._entry)
+        new._slots = {jid: sched.slot(jid) for jid in self._entry}
         new._changes = list(self._changes)
         new._stamp = dict(self._stamp)
         new._shapes = {level: dict(shapes) for level, shapes in self._shapes.items()}
@@ -218,35 +241,39 @@ class PreemptiveQueue:
     # -- bookkeeping ------------------------------------------------------------------------------
     def enter(self, slot: JobSlot, now: float) -> None:
         """Rank a job (waiting or running) at `now` and note when its level next changes."""
-        slot.level = self.policy.level(slot, now)
-        entry = (slot.level, *slot.key)
-        self._entry[slot.jid] = entry
+        jid = slot.jid
+        level = slot.level = self.policy.level(slot, now)
+        entry: _Entry = (level, *slot.key)
+        self._entry[jid] = entry
+        self._slots[jid] = slot
         if not self._exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
             self._keep_memory_in_shapes()
         if slot.start_s is None:
             self.waiting.add(entry)
-            shape = self._shape_of[slot.jid] = self._shape(slot)
-            at = self._shapes.get(slot.level)
+            shape = self._shape(slot)
+            self._shape_of[jid] = shape
+            at = self._shapes.get(level)
             if at is None:
-                at = self._shapes[slot.level] = {}
+                at = self._shapes[level] = {}
             at[shape] = at.get(shape, 0) + 1
             same = self._by_shape.get(shape)
             if same is None:
-                same = self._by_shape[shape] = SortedList()
+                same = self._by_shape[shape] = SortedSeq()
             same.add(entry)
         else:
             self.running.add(entry)
             if self.mode(slot) == "suspend":
                 self._suspend_running += 1
-        stamp = self._stamp.get(slot.jid, 0) + 1
-        self._stamp[slot.jid] = stamp
+        stamp = self._stamp.get(jid, 0) + 1
+        self._stamp[jid] = stamp
         t = self.policy.next_change_s(slot, now)
         if t < _INF:
             t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
-            heapq.heappush(self._changes, (t, slot.jid, stamp))
+            heapq.heappush(self._changes, (t, jid, stamp))
 
     def leave(self, slot: JobSlot) -> None:
         entry = self._entry.pop(slot.jid)
+        del self._slots[slot.jid]
         if slot.start_s is None:
             self.waiting.remove(entry)
             shape = self._shape_of.pop(slot.jid)
@@ -271,7 +298,7 @@ class PreemptiveQueue:
         """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
         on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
         mem = slot.mem_gb
-        if not self._exact_shapes and mem is not None and mem <= self.sched.state.min_cap_gb:
+        if not self._exact_shapes and mem is not None and mem <= self.state.min_cap_gb:
             mem = None
         return (slot.gpus, mem, slot.may_span, slot.need, bool(slot.suspended_on))
 
@@ -282,12 +309,15 @@ class PreemptiveQueue:
         self._shapes.clear()
         self._by_shape.clear()
         for entry in self.waiting:
-            jid = entry[-1]
-            slot = self.sched.slot(jid)  # type: ignore[arg-type]
-            shape = self._shape_of[jid] = self._shape(slot)  # type: ignore[index]
+            jid: int = entry[-1]
+            shape = self._shape(self._slots[jid])
+            self._shape_of[jid] = shape
             at = self._shapes.setdefault(entry[0], {})
             at[shape] = at.get(shape, 0) + 1
-            self._by_shape.setdefault(shape, SortedList()).add(entry)
+            same = self._by_shape.get(shape)
+            if same is None:
+                same = self._by_shape[shape] = SortedSeq()
+            same.add(entry)
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
@@ -337,19 +367,19 @@ class PreemptiveQueue:
         while ch and ch[0][0] <= now:
             _, jid, stamp = heapq.heappop(ch)
             if self._stamp.get(jid) == stamp:
-                slot = self.sched.slot(jid)
+                slot = self._slots[jid]
                 before = slot.level
                 self.leave(slot)
                 self.enter(slot, now)
                 self.sched.note_change()  # its rank moved: a view of the queue is stale
                 if quiet:
-                    lowest = self.waiting[0][0] if self.waiting else _INF
-                    quiet = slot.start_s is not None and before <= lowest and slot.level <= lowest  # type: ignore[operator]
+                    lowest: float = self.waiting.first()[0] if self.waiting else _INF
+                    quiet = slot.start_s is not None and before <= lowest and slot.level <= lowest
         return quiet
 
     def rerank_all(self, now: float) -> None:
         """Rank every job again (the policy learned something that moves every level)."""
-        slots = [self.sched.slot(e[-1]) for e in (*self.waiting, *self.running)]  # type: ignore[misc]
+        slots = [self._slots[e[-1]] for e in (*self.waiting, *self.running)]
         self.waiting.clear()
         self.running.clear()
         self._entry.clear()
@@ -402,7 +432,7 @@ class PreemptiveQueue:
         return out
 
     def _pass(self, now: float) -> Decisions:
-        sched, state = self.sched, self.sched.state
+        sched, state, slots = self.sched, self.state, self._slots
         out = Decisions([], [])
         preempted: set[int] = set()
         # shapes that found no GPUs (even by preempting) since the pass last freed anything: a later job
@@ -413,11 +443,13 @@ class PreemptiveQueue:
         # the same for jobs that differ only in memory the placer does not look at (`_fit_key`): while
         # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
         # key that no lease can bind fails alike (its victims are among those of the job that failed)
-        fits_failed: set[tuple[object, ...]] = set()
+        fits_failed: set[object] = set()
         min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = self.waiting
-        entries = iter(waiting)  # rebuilt from the cursor whenever the pass changes the queue
+        entries: Iterator[_Entry] = iter(
+            waiting
+        )  # rebuilt from the cursor whenever the pass changes the queue
         worst, full = self._worst_full()
         n_preempted = 0
         examined = 0
@@ -427,22 +459,24 @@ class PreemptiveQueue:
             if entry is None:
                 break
             cursor = entry
-            level, jid = entry[0], entry[-1]
-            if full and level >= worst:  # type: ignore[operator]
+            level: float = entry[0]
+            jid: int = entry[-1]
+            if full and level >= worst:
                 break
             if jid in preempted:
                 continue
-            slot = sched.slot(jid)  # type: ignore[arg-type]
-            shape = self._shape_of[jid]  # type: ignore[index]
+            slot = slots[jid]
+            shape = self._shape_of[jid]
             if shape in failed:  # jump the run of failed shapes (each counts as examined)
                 nxt = self._next_open(cursor, failed)
-                at = waiting.bisect_right(cursor)
-                if full and at < len(waiting) and waiting[at][0] >= worst:
-                    break
                 if nxt is None:
                     break
-                examined += waiting.bisect_left(nxt) - at
-                entries = waiting.irange(minimum=nxt)
+                if full:
+                    after = waiting.first_after(cursor)
+                    if after is not None and after[0] >= worst:
+                        break
+                examined += waiting.bisect_left(nxt) - waiting.bisect_right(cursor)
+                entries = waiting.starting_at(nxt)
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
@@ -461,7 +495,7 @@ class PreemptiveQueue:
                 gpus = self._resume_on(slot, now, out.preempted, preempted)
             else:
                 gpus = self._find(slot)
-                if gpus is None and level < worst:  # type: ignore[operator]
+                if gpus is None and level < worst:
                     gpus = self._evict_for(slot, now, out.preempted, preempted)
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
@@ -473,7 +507,7 @@ class PreemptiveQueue:
                     failed.clear()
                     fits_failed.clear()
                     n_preempted = len(out.preempted)
-                entries = waiting.irange(minimum=cursor, inclusive=(False, True))
+                entries = waiting.after(cursor)
                 worst, full = self._worst_full()
             elif memo and not resumed and not self._lease_held:  # a lease binds this job only
                 failed.add(shape)
@@ -483,41 +517,40 @@ class PreemptiveQueue:
                     break  # every job it could still reach fails alike: none starts in this pass
         return out
 
-    def _next_open(
-        self, cursor: tuple[object, ...], failed: set[tuple[object, ...]]
-    ) -> tuple[object, ...] | None:
+    def _next_open(self, cursor: _Entry, failed: set[tuple[object, ...]]) -> _Entry | None:
         """The first waiting entry after `cursor` of a shape not in `failed`, or None."""
-        best = None
+        best: _Entry | None = None
         for shape, same in self._by_shape.items():
             if shape in failed:
                 continue
-            k = same.bisect_right(cursor)
-            if k < len(same) and (best is None or same[k] < best):
-                best = same[k]
+            first = same.first_after(cursor)
+            if first is not None and (best is None or first < best):
+                best = first
         return best
 
-    def _all_fail(self, failed: set[tuple[object, ...]], level: object, worst: object, full: bool) -> bool:
+    def _all_fail(self, failed: set[tuple[object, ...]], level: float, worst: float, full: bool) -> bool:
         """Whether every waiting job the pass may still reach is of a shape in `failed`: those ranked
         at `level` or later, below `worst` when the cluster is full (the pass stops there)."""
         if len(self._shapes) > _MAX_LEVELS:
             return False
         for at, shapes in self._shapes.items():
-            if at < level or (full and at >= worst):  # type: ignore[operator]
+            if at < level or (full and at >= worst):
                 continue
-            if any(shape not in failed for shape in shapes):
-                return False
+            for shape in shapes:
+                if shape not in failed:
+                    return False
         return True
 
-    def _worst_full(self) -> tuple[object, bool]:
+    def _worst_full(self) -> tuple[float, bool]:
         """The highest running level, and whether an exclusive cluster is full (no suspended job)."""
-        state = self.sched.state
-        worst = self.running[-1][0] if self.running else -_INF
+        state = self.state
+        worst: float = self.running.last()[0] if self.running else -_INF
         return worst, not state.sharing and state.idle_total == 0 and not state.suspended_n
 
     def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
         """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
         where it fits beside suspended jobs' memory."""
-        state, placer = self.sched.state, self.sched.placer
+        state, placer = self.state, self.sched.placer
         gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
         if gpus is not None or slot.mem_gb is None or not state.suspended_n:
             return gpus
@@ -536,10 +569,10 @@ class PreemptiveQueue:
     ) -> tuple[int, ...] | None:
         """A job suspended in place resumes on its own GPUs once no running job is on them, preempting
         those of a strictly higher level; None while it cannot."""
-        sched, state = self.sched, self.sched.state
+        sched, state, slots = self.sched, self.state, self._slots
         gpus = slot.suspended_on
         on = set(gpus)
-        blockers = [sched.slot(e[-1]) for e in self.running if on.intersection(sched.slot(e[-1]).alloc)]  # type: ignore[arg-type]
+        blockers = [slots[e[-1]] for e in self.running if on.intersection(slots[e[-1]].alloc)]
         for g in gpus:  # every occupant must be a suspended job or a blocker (not offline, not foreign)
             if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.alloc for b in blockers):
                 return None
@@ -567,20 +600,21 @@ class PreemptiveQueue:
         On an exclusive cluster without suspended jobs, victims are only counted (`VictimTally`) until
         their GPUs could host the job (enough idle in all, and on one node unless it may span), and
         only then released and the placer asked: the placer answers None while they could not."""
-        sched, state = self.sched, self.sched.state
+        sched, state, slots = self.sched, self.state, self._slots
         released: list[JobSlot] = []
         applied = 0  # released[:applied] are released in `state`; the rest only counted
-        tally = (
+        tally: VictimTally | None = (
             VictimTally(state, slot)
             if not state.sharing and not state.suspended_n and slot.gpus > 0
             else None
         )
         lease_free = self._lease_free(slot)
-        gpus = None
-        for entry in reversed(self.running):
-            if entry[0] <= slot.level:  # type: ignore[operator]
+        gpus: list[int] | tuple[int, ...] | None = None
+        level = slot.level
+        for entry in self.running.reversed_items():
+            if entry[0] <= level:
                 break
-            victim = sched.slot(entry[-1])  # type: ignore[arg-type]
+            victim = slots[entry[-1]]
             mode = self.mode(victim)
             if mode == "never" or (not lease_free and self._leased(victim, slot, now)):
                 continue

@@ -17,6 +17,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from gpuplan.core.params import Param
 from gpuplan.core.policy import Policy, register_policy
 from gpuplan.model import Job
@@ -36,6 +38,7 @@ __all__ = [
 _INF = math.inf
 
 
+@mypyc_attr(native_class=False)  # a Policy (a Python class): subclassed and deep-copied as one
 class PreemptivePolicy(Policy):
     """A policy whose rank changes while jobs run or wait; lower level first, then the static key.
 
@@ -197,6 +200,7 @@ def gittins_table(samples: Sequence[float], grid: Sequence[float]) -> list[float
     return out
 
 
+@mypyc_attr(native_class=False)  # deep-copied with its policy (a forked scheduler's)
 class _Distribution:
     """Services of finished jobs of one bucket and their Gittins table (rebuilt as the sample doubles)."""
 

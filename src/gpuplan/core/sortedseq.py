@@ -24,8 +24,9 @@ _LOAD = 512
 
 
 class SortedSeq(Generic[T]):
-    """Tuples kept in ascending order: `add`, `remove`, `len`, iteration in order, `first`, `after`,
-    `bisect_left`, `islice` and `copy`."""
+    """Tuples kept in ascending order: `add`, `remove`, `clear`, `len`, iteration in order (and
+    `reversed_items`), `first`, `last`, `first_after`, `after`, `starting_at`, `bisect_left`,
+    `bisect_right`, `islice` and `copy`."""
 
     def __init__(self, items: Iterable[T] = ()) -> None:
         ordered = sorted(items)
@@ -98,6 +99,49 @@ class SortedSeq(Generic[T]):
             raise IndexError("first() of an empty sequence")
         return self._lists[0][0]
 
+    def last(self) -> T:
+        """The largest item.
+
+        Raises:
+            IndexError: the sequence is empty.
+        """
+        if not self._lists:
+            raise IndexError("last() of an empty sequence")
+        return self._lists[-1][-1]
+
+    def first_after(self, bound: tuple[Any, ...]) -> T | None:
+        """The smallest item greater than `bound`, or None."""
+        maxes = self._maxes
+        pos = bisect_right(maxes, bound)
+        if pos == len(maxes):
+            return None
+        chunk = self._lists[pos]
+        return chunk[bisect_right(chunk, bound)]
+
+    def clear(self) -> None:
+        """Take out every item."""
+        self._lists = []
+        self._maxes = []
+        self._len = 0
+
+    def reversed_items(self) -> Iterator[T]:
+        """The items in descending order."""
+        lists = self._lists
+        for k in range(len(lists) - 1, -1, -1):  # by index: mypyc cannot type reversed() of T chunks
+            chunk = lists[k]
+            for i in range(len(chunk) - 1, -1, -1):
+                yield chunk[i]
+
+    def starting_at(self, bound: tuple[Any, ...]) -> Iterator[T]:
+        """The items greater than or equal to `bound`, in order."""
+        maxes = self._maxes
+        pos = bisect_left(maxes, bound)
+        if pos == len(maxes):
+            return iter(())
+        chunk = self._lists[pos]
+        head = chunk[bisect_left(chunk, bound) :]
+        return chain(head, chain.from_iterable(islice(self._lists, pos + 1, None)))
+
     def after(self, bound: T) -> Iterator[T]:
         """The items greater than `bound`, in order."""
         maxes = self._maxes
@@ -118,6 +162,17 @@ class SortedSeq(Generic[T]):
         for k in range(pos):
             before += len(self._lists[k])
         return before + bisect_left(self._lists[pos], item)
+
+    def bisect_right(self, item: tuple[Any, ...]) -> int:
+        """How many items are smaller than or equal to `item`."""
+        maxes = self._maxes
+        pos = bisect_right(maxes, item)
+        if pos == len(maxes):
+            return self._len
+        before = 0
+        for k in range(pos):
+            before += len(self._lists[k])
+        return before + bisect_right(self._lists[pos], item)
 
     def islice(self, start: int, stop: int) -> Iterator[T]:
         """The items of ranks start..stop-1, in order."""
