@@ -34,6 +34,8 @@ COMPILED_MODULES = (
     "gpuplan.core.clock",
     "gpuplan.core.forecast",
     "gpuplan.sim.engine",
+    "gpuplan.core.preemptive",
+    "gpuplan.core.preemption",
 )
 """The modules setup.py compiles (the simulator's and the forecast's hot path: every clock's pass,
 the placers' and backfill modes' built-ins among them)."""
