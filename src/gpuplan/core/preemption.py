@@ -32,11 +32,11 @@ from typing import Any, NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
 
+from gpuplan.core.placement import Placer
 from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
-
 
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
@@ -189,202 +189,326 @@ class _Levels(Protocol):
     def next_change_s(self, slot: JobSlot, now: float) -> float: ...
 
 
-@mypyc_attr(native_class=False)  # a Python class (a test swaps a method for the plain rule); methods compiled
-class PreemptiveQueue:
-    """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change."""
+class _Ranks:
+    """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
-    def __init__(self, sched: PreemptingScheduler, policy: _Levels) -> None:
-        self.sched = sched
-        self.policy = policy
-        self.state: ClusterState = sched.state  # the scheduler's, for its life
+    waiting, running: entries by rank; entry, slots: each job's entry and slot; changes, stamp: the
+    heap of level changes (stale stamps skipped); shapes, shape_of, by_shape: waiting jobs by level and
+    shape; wakes (and wake_set, its members): ends of leases that held a preemption back; start_level:
+    a running job's level when the pass started it; lease_held: a lease held a preemption back in this
+    job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep their
+    memory); modes, restarts: each job's preempt mode and whether a restart costs it time (under
+    `cost`), read once; exact_shapes: shapes keep memory that every GPU has once a job that keeps its
+    memory when preempted (mode `suspend`) or waits suspended is known, on sharing clusters, and under
+    leases (las: a job a lease may bind is tried for itself, as its exact shape says); settled: the
+    scheduler's version after a pass that decided nothing (-1: none)."""
+
+    def __init__(self, state: ClusterState, endless: bool) -> None:
+        self.endless = endless
         self.waiting: SortedSeq[_Entry] = SortedSeq()  # (level, *static key ending in jid)
         self.running: SortedSeq[_Entry] = SortedSeq()
-        self._entry: dict[int, _Entry] = {}
-        self._slots: dict[int, JobSlot] = {}  # jid -> its slot, for every job with an entry
-        self._changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
-        self._stamp: dict[int, int] = {}
-        self._shapes: dict[float, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
-        self._shape_of: dict[int, tuple[object, ...]] = {}
-        self._wakes: list[float] = []  # ends of leases that held a preemption back
-        self._start_level: dict[int, float] = {}  # a running job's level when the pass started it
-        self._lease_held = False  # a lease held a preemption back in this job's try (no shape memo)
-        self._suspend_running = 0  # running jobs of preempt mode `suspend` (they keep their memory)
-        self._modes: dict[int, str] = {}  # jid -> its job's preempt mode (read once)
-        self._restarts: dict[int, bool] = {}  # jid -> whether a restart costs it time, under `_cost`
-        self._cost: PreemptionCost | None = None
-        # shapes keep memory that every GPU has once a job that keeps its memory when preempted (mode
-        # `suspend`) or waits suspended is known, on sharing clusters, and under leases (las: a job a
-        # lease may bind is tried for itself, as its exact shape says); until then it is left out
-        self._exact_shapes: bool = sched.state.sharing or policy.endless_levels
-        self._by_shape: dict[tuple[object, ...], SortedSeq[_Entry]] = {}  # shape -> its waiting entries
-        self._settled = -1  # the scheduler's version after a pass that decided nothing (-1: none)
+        self.entry: dict[int, _Entry] = {}
+        self.slots: dict[int, JobSlot] = {}
+        self.changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
+        self.stamp: dict[int, int] = {}
+        self.shapes: dict[float, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
+        self.shape_of: dict[int, tuple[object, ...]] = {}
+        self.by_shape: dict[tuple[object, ...], SortedSeq[_Entry]] = {}  # shape -> its waiting entries
+        self.wakes: list[float] = []
+        self.wake_set: set[float] = set()
+        self.start_level: dict[int, float] = {}
+        self.lease_held = False
+        self.suspend_running = 0
+        self.modes: dict[int, str] = {}
+        self.restarts: dict[int, bool] = {}
+        self.cost: PreemptionCost | None = None
+        self.exact_shapes: bool = state.sharing or endless
+        self.settled = -1
 
-    def fork(self, sched: PreemptingScheduler, policy: _Levels) -> PreemptiveQueue:
-        """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
-        new = PreemptiveQueue(sched, policy)
+    def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> _Ranks:
+        """A copy on `state` whose entries name `slots` (a forked scheduler's records)."""
+        new = _Ranks(state, self.endless)
         new.waiting = self.waiting.copy()
         new.running = self.running.copy()
-        new._entry = dict(self._entry)
-        new._slots = {jid: sched.slot(jid) for jid in self._entry}
-        new._changes = list(self._changes)
-        new._stamp = dict(self._stamp)
-        new._shapes = {level: dict(shapes) for level, shapes in self._shapes.items()}
-        new._shape_of = dict(self._shape_of)
-        new._wakes = list(self._wakes)
-        new._start_level = dict(self._start_level)
-        new._by_shape = {shape: entries.copy() for shape, entries in self._by_shape.items()}
-        new._suspend_running = self._suspend_running
-        new._modes = dict(self._modes)
-        new._exact_shapes = self._exact_shapes
+        new.entry = dict(self.entry)
+        new.slots = {jid: slots[jid] for jid in self.entry}
+        new.changes = list(self.changes)
+        new.stamp = dict(self.stamp)
+        new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
+        new.shape_of = dict(self.shape_of)
+        new.by_shape = {shape: entries.copy() for shape, entries in self.by_shape.items()}
+        new.wakes = list(self.wakes)
+        new.wake_set = set(self.wakes)
+        new.start_level = dict(self.start_level)
+        new.suspend_running = self.suspend_running
+        new.modes = dict(self.modes)
+        new.exact_shapes = self.exact_shapes
         return new
 
-    # -- bookkeeping ------------------------------------------------------------------------------
-    def enter(self, slot: JobSlot, now: float) -> None:
-        """Rank a job (waiting or running) at `now` and note when its level next changes."""
+    def mode(self, slot: JobSlot) -> str:
+        mode = self.modes.get(slot.jid)
+        if mode is None:
+            mode = self.modes[slot.jid] = slot.job.preempt_mode
+        return mode
+
+    def restart_costs(self, slot: JobSlot, cost: PreemptionCost) -> bool:
+        if cost is not self.cost:
+            self.cost, self.restarts = cost, {}
+        pays = self.restarts.get(slot.jid)
+        if pays is None:
+            pays = self.restarts[slot.jid] = cost.overhead_s(slot.job) > 0.0
+        return pays
+
+    def lease_free(self, by: JobSlot, cost: PreemptionCost) -> bool:
+        return not self.endless or not by.preemptions or not self.restart_costs(by, cost)
+
+    def leased(self, victim: JobSlot, by: JobSlot, now: float, cost: PreemptionCost) -> bool:
+        if not self.endless:
+            return False  # its levels run out: a trade of places ends at the last one
+        if not by.preemptions or not self.restart_costs(by, cost):
+            return False  # its first start (or one that costs no restart): nothing to trade back
+        return self.lease_binds(victim, by.level, now, cost)
+
+    def lease_binds(self, victim: JobSlot, level: float, now: float, cost: PreemptionCost) -> bool:
+        """`leased` for a job of `level` that no first start or free restart exempts."""
+        if self.start_level.get(victim.jid, _INF) > level:
+            return False  # it outranked `by` when it started: its lease is not what makes it a victim
+        start = victim.start_s if victim.start_s is not None else -_INF
+        end = start + cost.lease_s(victim.job, resumed=victim.preemptions > 0)
+        if end <= now + 1e-9:
+            return False
+        if end not in self.wake_set:
+            heapq.heappush(self.wakes, end)
+            self.wake_set.add(end)
+        self.lease_held = True
+        return True
+
+    def pop_wake(self) -> None:
+        self.wake_set.discard(heapq.heappop(self.wakes))
+
+    def enter(self, slot: JobSlot, now: float, policy: _Levels, queue: PreemptiveQueue) -> None:
         jid = slot.jid
-        level = slot.level = self.policy.level(slot, now)
+        level = slot.level = policy.level(slot, now)
         entry: _Entry = (level, *slot.key)
-        self._entry[jid] = entry
-        self._slots[jid] = slot
-        if not self._exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
-            self._keep_memory_in_shapes()
+        self.entry[jid] = entry
+        self.slots[jid] = slot
+        if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
+            self.keep_memory_in_shapes(queue)
         if slot.start_s is None:
             self.waiting.add(entry)
-            shape = self._shape(slot)
-            self._shape_of[jid] = shape
-            at = self._shapes.get(level)
+            shape = queue._shape(slot)
+            self.shape_of[jid] = shape
+            at = self.shapes.get(level)
             if at is None:
-                at = self._shapes[level] = {}
+                at = self.shapes[level] = {}
             at[shape] = at.get(shape, 0) + 1
-            same = self._by_shape.get(shape)
+            same = self.by_shape.get(shape)
             if same is None:
-                same = self._by_shape[shape] = SortedSeq()
+                same = self.by_shape[shape] = SortedSeq()
             same.add(entry)
         else:
             self.running.add(entry)
             if self.mode(slot) == "suspend":
-                self._suspend_running += 1
-        stamp = self._stamp.get(jid, 0) + 1
-        self._stamp[jid] = stamp
-        t = self.policy.next_change_s(slot, now)
+                self.suspend_running += 1
+        stamp = self.stamp.get(jid, 0) + 1
+        self.stamp[jid] = stamp
+        t = policy.next_change_s(slot, now)
         if t < _INF:
             t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
-            heapq.heappush(self._changes, (t, jid, stamp))
+            heapq.heappush(self.changes, (t, jid, stamp))
+
+    def move_running(self, slot: JobSlot, now: float, policy: _Levels, queue: PreemptiveQueue) -> None:
+        """`leave` then `enter` of a running job (its level changed), without the steps that undo
+        each other."""
+        jid = slot.jid
+        self.running.remove(self.entry[jid])
+        level = slot.level = policy.level(slot, now)
+        entry: _Entry = (level, *slot.key)
+        self.entry[jid] = entry
+        if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
+            self.keep_memory_in_shapes(queue)
+        self.running.add(entry)
+        stamp = self.stamp.get(jid, 0) + 1
+        self.stamp[jid] = stamp
+        t = policy.next_change_s(slot, now)
+        if t < _INF:
+            t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
+            heapq.heappush(self.changes, (t, jid, stamp))
 
     def leave(self, slot: JobSlot) -> None:
-        entry = self._entry.pop(slot.jid)
-        del self._slots[slot.jid]
+        entry = self.entry.pop(slot.jid)
+        del self.slots[slot.jid]
         if slot.start_s is None:
             self.waiting.remove(entry)
-            shape = self._shape_of.pop(slot.jid)
-            same = self._by_shape[shape]
+            shape = self.shape_of.pop(slot.jid)
+            same = self.by_shape[shape]
             same.remove(entry)
             if not same:
-                del self._by_shape[shape]
-            at = self._shapes[entry[0]]
+                del self.by_shape[shape]
+            level: float = entry[0]
+            at = self.shapes[level]
             left = at[shape] - 1
             if left:
                 at[shape] = left
             elif len(at) > 1:
                 del at[shape]
             else:
-                del self._shapes[entry[0]]
+                del self.shapes[level]
         else:
             self.running.remove(entry)
             if self.mode(slot) == "suspend":
-                self._suspend_running -= 1
+                self.suspend_running -= 1
+
+    def keep_memory_in_shapes(self, queue: PreemptiveQueue) -> None:
+        self.exact_shapes = True
+        self.shapes.clear()
+        self.by_shape.clear()
+        for entry in self.waiting:
+            jid: int = entry[-1]
+            shape = queue._shape(self.slots[jid])
+            self.shape_of[jid] = shape
+            level: float = entry[0]
+            at = self.shapes.get(level)
+            if at is None:
+                at = self.shapes[level] = {}
+            at[shape] = at.get(shape, 0) + 1
+            same = self.by_shape.get(shape)
+            if same is None:
+                same = self.by_shape[shape] = SortedSeq()
+            same.add(entry)
+
+    def next_open(self, cursor: _Entry, failed: set[tuple[object, ...]]) -> _Entry | None:
+        best: _Entry | None = None
+        for shape, same in self.by_shape.items():
+            if shape in failed:
+                continue
+            first = same.first_after(cursor)
+            if first is not None and (best is None or first < best):
+                best = first
+        return best
+
+    def all_fail(self, failed: set[tuple[object, ...]], level: float, worst: float, full: bool) -> bool:
+        if len(self.shapes) > _MAX_LEVELS:
+            return False
+        for at, shapes in self.shapes.items():
+            if at < level or (full and at >= worst):
+                continue
+            for shape in shapes:
+                if shape not in failed:
+                    return False
+        return True
+
+    def worst(self) -> float:
+        return self.running.last()[0] if self.running else -_INF
+
+
+@mypyc_attr(native_class=False)  # a Python class (a test swaps a method for the plain rule); methods compiled
+class PreemptiveQueue:
+    """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change.
+
+    Its records are a `_Ranks` (`waiting` and `running` are that one's, to read); the methods a test
+    may swap for a plain rule (`refresh`, `_shape`, `_evict_for`) are called as methods of this class."""
+
+    def __init__(self, sched: PreemptingScheduler, policy: _Levels) -> None:
+        self.sched = sched
+        self.policy = policy
+        self.state: ClusterState = sched.state  # the scheduler's, for its life
+        self._r = _Ranks(self.state, policy.endless_levels)
+        self.waiting = self._r.waiting
+        self.running = self._r.running
+
+    def fork(self, sched: PreemptingScheduler, policy: _Levels) -> PreemptiveQueue:
+        """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
+        new = PreemptiveQueue(sched, policy)
+        new._r = self._r.copy(new.state, {jid: sched.slot(jid) for jid in self._r.entry})
+        new.waiting, new.running = new._r.waiting, new._r.running
+        return new
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def enter(self, slot: JobSlot, now: float) -> None:
+        """Rank a job (waiting or running) at `now` and note when its level next changes."""
+        self._r.enter(slot, now, self.policy, self)
+
+    def leave(self, slot: JobSlot) -> None:
+        self._r.leave(slot)
 
     def _shape(self, slot: JobSlot) -> tuple[object, ...]:
         """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
         on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
         mem = slot.mem_gb
-        if not self._exact_shapes and mem is not None and mem <= self.state.min_cap_gb:
+        if not self._r.exact_shapes and mem is not None and mem <= self.state.min_cap_gb:
             mem = None
         return (slot.gpus, mem, slot.may_span, slot.need, bool(slot.suspended_on))
 
     def _keep_memory_in_shapes(self) -> None:
         """A job that keeps its memory is known: from now on shapes keep every job's memory (a job
         may fit beside a suspended one where a larger one does not); the waiting jobs' are redone."""
-        self._exact_shapes = True
-        self._shapes.clear()
-        self._by_shape.clear()
-        for entry in self.waiting:
-            jid: int = entry[-1]
-            shape = self._shape(self._slots[jid])
-            self._shape_of[jid] = shape
-            at = self._shapes.setdefault(entry[0], {})
-            at[shape] = at.get(shape, 0) + 1
-            same = self._by_shape.get(shape)
-            if same is None:
-                same = self._by_shape[shape] = SortedSeq()
-            same.add(entry)
+        self._r.keep_memory_in_shapes(self)
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
-        self._stamp.pop(jid, None)
-        self._start_level.pop(jid, None)
-        self._modes.pop(jid, None)
-        self._restarts.pop(jid, None)
+        r = self._r
+        r.stamp.pop(jid, None)
+        r.start_level.pop(jid, None)
+        r.modes.pop(jid, None)
+        r.restarts.pop(jid, None)
 
     def mode(self, slot: JobSlot) -> str:
         """The job's `Job.preempt_mode`, read once per job."""
-        mode = self._modes.get(slot.jid)
-        if mode is None:
-            mode = self._modes[slot.jid] = slot.job.preempt_mode
-        return mode
+        return self._r.mode(slot)
 
     def _restart_costs(self, slot: JobSlot) -> bool:
         """Whether resuming the job costs a restart overhead (`PreemptionCost.overhead_s` > 0), read
         once per job and cost model."""
-        cost = self.sched.preemption_cost
-        if cost is not self._cost:
-            self._cost, self._restarts = cost, {}
-        pays = self._restarts.get(slot.jid)
-        if pays is None:
-            pays = self._restarts[slot.jid] = cost.overhead_s(slot.job) > 0.0
-        return pays
+        return self._r.restart_costs(slot, self.sched.preemption_cost)
 
     def next_change_s(self) -> float:
         """The next instant a level may change (the clock calls `decide` again then)."""
-        ch = self._changes
-        while ch and self._stamp.get(ch[0][1]) != ch[0][2]:
+        r = self._r
+        ch, stamp = r.changes, r.stamp
+        while ch and stamp.get(ch[0][1]) != ch[0][2]:
             heapq.heappop(ch)
         nxt = ch[0][0] if ch else _INF
-        return min(nxt, self._wakes[0]) if self._wakes else nxt
+        return min(nxt, r.wakes[0]) if r.wakes else nxt
 
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was
         one no pass can act on: a running job whose level, before and after, is at most every waiting
         job's (it can be nobody's victim, and the highest running level matters only above them)."""
+        r, policy, sched = self._r, self.policy, self.sched
         quiet = True
-        wakes = self._wakes
+        wakes = r.wakes
         while wakes and wakes[0] <= now:  # a lease that held a preemption back ended
-            heapq.heappop(wakes)
+            r.pop_wake()
             quiet = False
         if wakes and wakes[0] <= now + 1e-9:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
-        ch = self._changes
+        ch, stamps, waiting = r.changes, r.stamp, r.waiting
         while ch and ch[0][0] <= now:
             _, jid, stamp = heapq.heappop(ch)
-            if self._stamp.get(jid) == stamp:
-                slot = self._slots[jid]
+            if stamps.get(jid) == stamp:
+                slot = r.slots[jid]
                 before = slot.level
-                self.leave(slot)
-                self.enter(slot, now)
-                self.sched.note_change()  # its rank moved: a view of the queue is stale
+                if slot.start_s is not None:
+                    r.move_running(slot, now, policy, self)
+                else:
+                    r.leave(slot)
+                    r.enter(slot, now, policy, self)
+                sched.note_change()  # its rank moved: a view of the queue is stale
                 if quiet:
-                    lowest: float = self.waiting.first()[0] if self.waiting else _INF
+                    lowest: float = waiting.first()[0] if waiting else _INF
                     quiet = slot.start_s is not None and before <= lowest and slot.level <= lowest
         return quiet
 
     def rerank_all(self, now: float) -> None:
         """Rank every job again (the policy learned something that moves every level)."""
-        slots = [self._slots[e[-1]] for e in (*self.waiting, *self.running)]
-        self.waiting.clear()
-        self.running.clear()
-        self._entry.clear()
+        r = self._r
+        slots = [r.slots[e[-1]] for e in (*r.waiting, *r.running)]
+        r.waiting.clear()
+        r.running.clear()
+        r.entry.clear()
         for slot in slots:
-            self.enter(slot, now)
+            r.enter(slot, now, self.policy, self)
         self.sched.note_change()
 
     # -- the lease ---------------------------------------------------------------------------------
@@ -395,25 +519,13 @@ class PreemptiveQueue:
 
     def _lease_free(self, by: JobSlot) -> bool:
         """Whether no lease can keep `by` from a victim (`_leased` is then False for every one)."""
-        return not self.policy.endless_levels or not by.preemptions or not self._restart_costs(by)
+        return self._r.lease_free(by, self.sched.preemption_cost)
 
     def _leased(self, victim: JobSlot, by: JobSlot, now: float) -> bool:
         """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
         restart to run, and only the victim's own service since its (re)start put it above `by` (its
         level then was not higher). The pass asks again when the lease ends."""
-        if not self.policy.endless_levels:
-            return False  # its levels run out: a trade of places ends at the last one
-        if not by.preemptions or not self._restart_costs(by):
-            return False  # its first start (or one that costs no restart): nothing to trade back
-        if self._start_level.get(victim.jid, _INF) > by.level:
-            return False  # it outranked `by` when it started: its lease is not what makes it a victim
-        end = self.lease_end_s(victim)
-        if end <= now + 1e-9:
-            return False
-        if end not in self._wakes:
-            heapq.heappush(self._wakes, end)
-        self._lease_held = True
-        return True
+        return self._r.leased(victim, by, now, self.sched.preemption_cost)
 
     # -- the pass ----------------------------------------------------------------------------------
     def decide(self, now: float) -> Decisions:
@@ -422,17 +534,22 @@ class PreemptiveQueue:
         A pass that decided nothing is settled: while nothing but level changes no pass can act on
         (`refresh`) happened since, the next pass would walk the same jobs through the same failures
         and decide nothing again, so it is not walked."""
-        settled = self._settled == self.sched.version
+        r, sched = self._r, self.sched
+        settled = r.settled == sched.version
         quiet = self.refresh(now)
         if settled and quiet:
-            self._settled = self.sched.version
+            r.settled = sched.version
             return Decisions([], [])
         out = self._pass(now)
-        self._settled = -1 if out.preempted or out.started else self.sched.version
+        r.settled = -1 if out.preempted or out.started else sched.version
         return out
 
     def _pass(self, now: float) -> Decisions:
-        sched, state, slots = self.sched, self.state, self._slots
+        r, sched, state, policy = self._r, self.sched, self.state, self.policy
+        if not r.waiting:
+            return Decisions([], [])
+        slots, shape_of = r.slots, r.shape_of
+        placer, cost = sched.placer, sched.preemption_cost
         out = Decisions([], [])
         preempted: set[int] = set()
         # shapes that found no GPUs (even by preempting) since the pass last freed anything: a later job
@@ -446,11 +563,9 @@ class PreemptiveQueue:
         fits_failed: set[object] = set()
         min_cap = state.min_cap_gb
         memo = not state.sharing
-        waiting = self.waiting
-        entries: Iterator[_Entry] = iter(
-            waiting
-        )  # rebuilt from the cursor whenever the pass changes the queue
-        worst, full = self._worst_full()
+        waiting = r.waiting
+        entries: Iterator[_Entry] = iter(waiting)  # rebuilt from the cursor whenever the pass changes it
+        worst, full = r.worst(), _full(state)
         n_preempted = 0
         examined = 0
         while examined < MAX_EXAMINED:
@@ -466,9 +581,9 @@ class PreemptiveQueue:
             if jid in preempted:
                 continue
             slot = slots[jid]
-            shape = self._shape_of[jid]
+            shape = shape_of[jid]
             if shape in failed:  # jump the run of failed shapes (each counts as examined)
-                nxt = self._next_open(cursor, failed)
+                nxt = r.next_open(cursor, failed)
                 if nxt is None:
                     break
                 if full:
@@ -484,101 +599,60 @@ class PreemptiveQueue:
                 fits_failed
                 and not resumed
                 and _fit_key(slot, min_cap) in fits_failed
-                and self._lease_free(slot)
+                and r.lease_free(slot, cost)
             ):
                 failed.add(shape)  # as its own try would
-                if self._all_fail(failed, level, worst, full):
+                if r.all_fail(failed, level, worst, full):
                     break
                 continue
-            self._lease_held = False
+            r.lease_held = False
             if resumed:
                 gpus = self._resume_on(slot, now, out.preempted, preempted)
             else:
-                gpus = self._find(slot)
+                gpus = _find_gpus(state, placer, slot)
                 if gpus is None and level < worst:
                     gpus = self._evict_for(slot, now, out.preempted, preempted)
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
-                self.leave(slot)
+                r.leave(slot)
                 sched.start_waiting(slot, gpus, now, out.started)
-                self.enter(slot, now)
-                self._start_level[slot.jid] = slot.level
+                r.enter(slot, now, policy, self)
+                r.start_level[slot.jid] = slot.level
                 if freed:
                     failed.clear()
                     fits_failed.clear()
                     n_preempted = len(out.preempted)
                 entries = waiting.after(cursor)
-                worst, full = self._worst_full()
-            elif memo and not resumed and not self._lease_held:  # a lease binds this job only
+                worst, full = r.worst(), _full(state)
+            elif memo and not resumed and not r.lease_held:  # a lease binds this job only
                 failed.add(shape)
-                if not state.suspended_n and not self._suspend_running:
+                if not state.suspended_n and not r.suspend_running:
                     fits_failed.add(_fit_key(slot, min_cap))
-                if self._all_fail(failed, level, worst, full):
+                if r.all_fail(failed, level, worst, full):
                     break  # every job it could still reach fails alike: none starts in this pass
         return out
-
-    def _next_open(self, cursor: _Entry, failed: set[tuple[object, ...]]) -> _Entry | None:
-        """The first waiting entry after `cursor` of a shape not in `failed`, or None."""
-        best: _Entry | None = None
-        for shape, same in self._by_shape.items():
-            if shape in failed:
-                continue
-            first = same.first_after(cursor)
-            if first is not None and (best is None or first < best):
-                best = first
-        return best
-
-    def _all_fail(self, failed: set[tuple[object, ...]], level: float, worst: float, full: bool) -> bool:
-        """Whether every waiting job the pass may still reach is of a shape in `failed`: those ranked
-        at `level` or later, below `worst` when the cluster is full (the pass stops there)."""
-        if len(self._shapes) > _MAX_LEVELS:
-            return False
-        for at, shapes in self._shapes.items():
-            if at < level or (full and at >= worst):
-                continue
-            for shape in shapes:
-                if shape not in failed:
-                    return False
-        return True
-
-    def _worst_full(self) -> tuple[float, bool]:
-        """The highest running level, and whether an exclusive cluster is full (no suspended job)."""
-        state = self.state
-        worst: float = self.running.last()[0] if self.running else -_INF
-        return worst, not state.sharing and state.idle_total == 0 and not state.suspended_n
 
     def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
         """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
         where it fits beside suspended jobs' memory."""
-        state, placer = self.state, self.sched.placer
-        gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
-        if gpus is not None or slot.mem_gb is None or not state.suspended_n:
-            return gpus
-        beside = [g for g in state.suspended_n if state.fits_beside_suspended(g, slot.mem_gb)]
-        if not beside:
-            return None
-        trial = state.copy()
-        for g in beside:  # as if idle: the placer then ranks them with the idle GPUs
-            trial.suspended_n.pop(g)
-            trial.suspended_gb.pop(g)
-            trial.vacate_all(g)
-        return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+        return _find_gpus(self.state, self.sched.placer, slot)
 
     def _resume_on(
         self, slot: JobSlot, now: float, out: list[Preempted], preempted: set[int]
     ) -> tuple[int, ...] | None:
         """A job suspended in place resumes on its own GPUs once no running job is on them, preempting
         those of a strictly higher level; None while it cannot."""
-        sched, state, slots = self.sched, self.state, self._slots
+        r, sched, state = self._r, self.sched, self.state
+        slots, cost = r.slots, sched.preemption_cost
         gpus = slot.suspended_on
         on = set(gpus)
-        blockers = [slots[e[-1]] for e in self.running if on.intersection(slots[e[-1]].alloc)]
+        blockers = [slots[e[-1]] for e in r.running if on.intersection(slots[e[-1]].alloc)]
         for g in gpus:  # every occupant must be a suspended job or a blocker (not offline, not foreign)
             if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.alloc for b in blockers):
                 return None
-        if any(b.level <= slot.level or self.mode(b) == "never" for b in blockers):
+        if any(b.level <= slot.level or r.mode(b) == "never" for b in blockers):
             return None
-        if [b for b in blockers if self._leased(b, slot, now)]:  # every lease noted, so the pass asks again
+        if [b for b in blockers if r.leased(b, slot, now, cost)]:  # every lease noted, so the pass asks again
             return None
         for victim in blockers:
             out.append(sched.preempt(victim.jid, now))
@@ -600,7 +674,8 @@ class PreemptiveQueue:
         On an exclusive cluster without suspended jobs, victims are only counted (`VictimTally`) until
         their GPUs could host the job (enough idle in all, and on one node unless it may span), and
         only then released and the placer asked: the placer answers None while they could not."""
-        sched, state, slots = self.sched, self.state, self._slots
+        r, sched, state = self._r, self.sched, self.state
+        slots, placer, cost = r.slots, sched.placer, sched.preemption_cost
         released: list[JobSlot] = []
         applied = 0  # released[:applied] are released in `state`; the rest only counted
         tally: VictimTally | None = (
@@ -608,15 +683,15 @@ class PreemptiveQueue:
             if not state.sharing and not state.suspended_n and slot.gpus > 0
             else None
         )
-        lease_free = self._lease_free(slot)
+        lease_free = r.lease_free(slot, cost)  # else `leased` comes down to `lease_binds`
         gpus: list[int] | tuple[int, ...] | None = None
         level = slot.level
-        for entry in self.running.reversed_items():
+        for entry in r.running.reversed_items():
             if entry[0] <= level:
                 break
             victim = slots[entry[-1]]
-            mode = self.mode(victim)
-            if mode == "never" or (not lease_free and self._leased(victim, slot, now)):
+            mode = r.mode(victim)
+            if mode == "never" or (not lease_free and r.lease_binds(victim, level, now, cost)):
                 continue
             released.append(victim)
             if tally is not None and mode != "suspend":
@@ -627,16 +702,16 @@ class PreemptiveQueue:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
             for v in released[applied:]:
                 state.release(v.alloc, v.mem_gb, v.need)
-                if self.mode(v) == "suspend":
+                if r.mode(v) == "suspend":
                     state.hold_suspended(v.alloc, v.mem_gb)
             applied = len(released)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
-                gpus = self._find(slot)
+                gpus = _find_gpus(state, placer, slot)
                 if gpus is not None:
                     break
         taken = set(gpus or ())
         for victim in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
-            if self.mode(victim) == "suspend":
+            if r.mode(victim) == "suspend":
                 state.drop_suspended(victim.alloc, victim.mem_gb)
             state.place(victim.alloc, victim.mem_gb, victim.need)
         if gpus is None:
@@ -646,6 +721,28 @@ class PreemptiveQueue:
                 out.append(sched.preempt(victim.jid, now))
                 preempted.add(victim.jid)
         return gpus
+
+
+def _full(state: ClusterState) -> bool:
+    """Whether an exclusive cluster is full (no idle GPU, no suspended job)."""
+    return not state.sharing and state.idle_total == 0 and not state.suspended_n
+
+
+def _find_gpus(state: ClusterState, placer: Placer, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
+    """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs where it
+    fits beside suspended jobs' memory."""
+    gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+    if gpus is not None or slot.mem_gb is None or not state.suspended_n:
+        return gpus
+    beside = [g for g in state.suspended_n if state.fits_beside_suspended(g, slot.mem_gb)]
+    if not beside:
+        return None
+    trial = state.copy()
+    for g in beside:  # as if idle: the placer then ranks them with the idle GPUs
+        trial.suspended_n.pop(g)
+        trial.suspended_gb.pop(g)
+        trial.vacate_all(g)
+    return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
 
 
 class VictimTally:
