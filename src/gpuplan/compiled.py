@@ -36,6 +36,7 @@ COMPILED_MODULES = (
     "gpuplan.sim.engine",
     "gpuplan.core.preemptive",
     "gpuplan.core.preemption",
+    "gpuplan.sim.preempt",
 )
 """The modules setup.py compiles (the simulator's and the forecast's hot path: every clock's pass,
 the placers' and backfill modes' built-ins among them)."""
