@@ -85,6 +85,7 @@ class Preempted(NamedTuple):
     action: str
 
 
+@mypyc_attr(native_class=False)  # a Python class: a frozen native one cannot be unpickled (dask, workers)
 @dataclass(frozen=True, slots=True)
 class PreemptionCost:
     """What a preemption costs a job.
