@@ -170,3 +170,22 @@ def test_streamed_jsonl_lines_are_the_text_of_json_dumps() -> None:
         }
         want = [json.dumps({**run, **row}) + "\n" for row in schedule_rows(result)]
         assert list(jsonl_lines(result)) == want
+
+
+def test_streamed_jsonl_lines_of_odd_values_are_json_dumps_text() -> None:
+    from dataclasses import replace
+
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.schedule_io import jsonl_lines, schedule_rows
+    from gpuplan.synth import synth_poisson
+
+    cluster = ClusterSpec("c", (NodeSpec("n/ä", 8, GpuSpec("A100-80GB", 80.0)),))
+    result = simulate(synth_poisson(200, seed=4, load=0.9, total_gpus=8), cluster, "fifo", "easy")
+    recs = result.records
+    recs[0] = replace(recs[0], job_id='é"\\x\n', submit_s=3)  # non-ASCII, quote, escapes; an int time
+    recs[1] = replace(recs[1], end_s=float("inf"), start_s=-0.0)
+    recs[2] = replace(recs[2], job_id=7)  # type: ignore[arg-type]  # a library caller's non-str id
+    run = {"policy": result.policy, "backfill": result.backfill, "placer": result.placer, "oracle": False}
+    want = [json.dumps({**run, **row}) + "\n" for row in schedule_rows(result)]
+    assert list(jsonl_lines(result)) == want
+    assert '"job_id": 7,' in want[2] and '"end_s": Infinity' in want[1] and "\\u00e9" in want[0]

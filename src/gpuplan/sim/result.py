@@ -199,17 +199,19 @@ class SimResult:
         """Jobs that ran on GPUs of more than one node."""
         import numpy as np
 
-        # one-GPU records cannot span; the wider ones are checked by columns: a record spans when
-        # the nodes of its GPUs (as numbers) do not all equal the first one's
-        wide = [g for g in map(_GPUS, self.records) if len(g) > 1]
-        if not wide:
+        # by columns: a record spans when the nodes of its GPUs (as numbers) do not all equal the
+        # node of its first GPU; records of one GPU (most of a large trace) never do
+        allocs = list(map(_GPUS, self.records))
+        widths = np.fromiter(map(len, allocs), np.intp, len(allocs))
+        if len(allocs) == 0 or widths.max() < 2:
             return 0
+        if widths.min() < 1:  # a record without GPUs: one at a time
+            return sum(1 for g in allocs if len({self.gpu_labels[i].split("/", 1)[0] for i in g}) > 1)
         nodes: dict[str, int] = {}
         node_of = np.array(
             [nodes.setdefault(label.split("/", 1)[0], len(nodes)) for label in self.gpu_labels]
         )
-        widths = np.fromiter(map(len, wide), np.intp, len(wide))
-        on = node_of[np.fromiter(chain.from_iterable(wide), np.intp, int(widths.sum()))]
+        on = node_of[np.fromiter(chain.from_iterable(allocs), np.intp, int(widths.sum()))]
         starts = np.cumsum(widths) - widths
         first = np.repeat(on[starts], widths)
         return int(np.count_nonzero(np.add.reduceat(on != first, starts)))

@@ -8,7 +8,10 @@ local agent, Slurm) are checked against these rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from json.encoder import encode_basestring_ascii
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -52,22 +55,50 @@ def inline_schedules(results: Sequence[SimResult]) -> bool:
 
 def jsonl_lines(result: SimResult) -> Iterator[str]:
     """The run's rows as JSONL lines, streamed: the text of `json.dumps({**run fields, **row})` for
-    each row of `schedule_rows`, built from pieces encoded once (the run's fields, the GPU labels), so
-    a million rows cost a fraction of a pass (tests/test_cli_schedule.py compares the two)."""
+    each row of `schedule_rows`, built by columns from pieces encoded once (the run's fields, the GPU
+    labels of each distinct allocation), a slice of rows at a time, so a million rows cost a fraction
+    of a pass (tests/test_cli_schedule.py compares the two)."""
     head = json.dumps(_run_fields(result))[:-1] + ", "
     labels = [json.dumps(label) for label in result.gpu_labels]
-    dumps, fl = json.dumps, float.__repr__
-    for r in result.records:
-        gpus = ", ".join([labels[g] for g in r.gpus])
-        yield (
-            f'{head}"job_id": {dumps(r.job_id)}, "submit_s": {_num(r.submit_s, fl)}, '
-            f'"start_s": {_num(r.start_s, fl)}, "end_s": {_num(r.end_s, fl)}, "gpus": [{gpus}]}}\n'
+    allocs: dict[tuple[int, ...], str] = {}
+    records = result.records
+    for offset in range(0, len(records), _SLICE_ROWS):
+        rows = records[offset : offset + _SLICE_ROWS]
+        gpus = [
+            allocs.get(g) or allocs.setdefault(g, ", ".join([labels[i] for i in g])) for g in map(_GPUS, rows)
+        ]
+        columns = zip(
+            _id_texts(list(map(_JOB_ID, rows))),
+            _float_texts(list(map(_SUBMIT, rows))),
+            _float_texts(list(map(_START, rows))),
+            _float_texts(list(map(_END, rows))),
+            gpus,
+            strict=True,
+        )
+        yield from (
+            f'{head}"job_id": {i}, "submit_s": {sub}, "start_s": {start}, "end_s": {end}, "gpus": [{g}]}}\n'
+            for i, sub, start, end, g in columns
         )
 
 
-def _num(x: float, fl: Any) -> str:
-    # json.dumps' text for a finite float (repr), and for anything else (an int, inf) json's own
-    return fl(x) if type(x) is float and x - x == 0.0 else json.dumps(x)
+_SLICE_ROWS = 1 << 16
+_JOB_ID, _GPUS = attrgetter("job_id"), attrgetter("gpus")
+_SUBMIT, _START, _END = attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s")
+
+
+def _float_texts(values: list[Any]) -> Iterable[str]:
+    """json.dumps' text of each value: the repr of a finite float (at C speed when all are), else
+    json's own (an int, inf)."""
+    if set(map(type, values)) <= {float} and all(map(math.isfinite, values)):
+        return map(float.__repr__, values)
+    return map(json.dumps, values)
+
+
+def _id_texts(values: list[Any]) -> Iterable[str]:
+    """json.dumps' text of each id: its ASCII-escaped string, as json.dumps gives a str."""
+    if set(map(type, values)) <= {str}:
+        return map(encode_basestring_ascii, values)
+    return map(json.dumps, values)
 
 
 def write_schedule_jsonl(results: Sequence[SimResult], path: Path) -> int:
