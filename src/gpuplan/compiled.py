@@ -37,6 +37,9 @@ COMPILED_MODULES = (
     "gpuplan.core.preemptive",
     "gpuplan.core.preemption",
     "gpuplan.sim.preempt",
+    "gpuplan.core.profile",
+    "gpuplan.core.count_plan",
+    "gpuplan.core.gpu_profile",
 )
 """The modules setup.py compiles (the simulator's and the forecast's hot path: every clock's pass,
 the placers' and backfill modes' built-ins among them)."""
