@@ -297,6 +297,9 @@ class _Run(EventClock):
         self.start_t: dict[int, float] = {}
         self.estimator: OnlineEstimator | None = None
         self.by_level: dict[str, int] = {}  # with an estimator: jobs per level their estimate came from
+        # each distinct GPU set once: a million records would otherwise hold a million small tuples
+        # (and their ints above 256), about 60 MB of a 1M-job run's peak
+        self.allocs: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def adopt(self, running: Sequence[RunningJob]) -> None:
         """Seed the jobs already running at time 0 of a live run (their jids follow the waiting jobs')."""
@@ -370,6 +373,7 @@ class _Run(EventClock):
             self.estimator.observe(self.jobs[jid], now - self.start_t[jid])
         job = self.jobs[jid]
         gpus = self.sched.finish(jid, now).alloc
+        gpus = self.allocs.setdefault(gpus, gpus)
         self.records.append(
             JobRecord(
                 job.id,
