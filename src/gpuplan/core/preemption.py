@@ -297,16 +297,7 @@ class _Ranks:
             self.keep_memory_in_shapes(queue)
         if slot.start_s is None:
             self.waiting.add(entry)
-            shape = queue._shape(slot)
-            self.shape_of[jid] = shape
-            at = self.shapes.get(level)
-            if at is None:
-                at = self.shapes[level] = {}
-            at[shape] = at.get(shape, 0) + 1
-            same = self.by_shape.get(shape)
-            if same is None:
-                same = self.by_shape[shape] = SortedSeq()
-            same.add(entry)
+            self.index_shape(entry, jid, level, queue._shape(slot))
         else:
             self.running.add(entry)
             if self.mode(slot) == "suspend":
@@ -366,17 +357,19 @@ class _Ranks:
         self.by_shape.clear()
         for entry in self.waiting:
             jid: int = entry[-1]
-            shape = queue._shape(self.slots[jid])
-            self.shape_of[jid] = shape
-            level: float = entry[0]
-            at = self.shapes.get(level)
-            if at is None:
-                at = self.shapes[level] = {}
-            at[shape] = at.get(shape, 0) + 1
-            same = self.by_shape.get(shape)
-            if same is None:
-                same = self.by_shape[shape] = SortedSeq()
-            same.add(entry)
+            self.index_shape(entry, jid, entry[0], queue._shape(self.slots[jid]))
+
+    def index_shape(self, entry: _Entry, jid: int, level: float, shape: tuple[object, ...]) -> None:
+        """Count a waiting job's entry under its level and fits-shape (`shapes`, `by_shape`)."""
+        self.shape_of[jid] = shape
+        at = self.shapes.get(level)
+        if at is None:
+            at = self.shapes[level] = {}
+        at[shape] = at.get(shape, 0) + 1
+        same = self.by_shape.get(shape)
+        if same is None:
+            same = self.by_shape[shape] = SortedSeq()
+        same.add(entry)
 
     def next_open(self, cursor: _Entry, failed: set[tuple[object, ...]]) -> _Entry | None:
         best: _Entry | None = None
