@@ -302,6 +302,11 @@ class _Ranks:
             self.running.add(entry)
             if self.mode(slot) == "suspend":
                 self.suspend_running += 1
+        self.plan_change(slot, now, policy)
+
+    def plan_change(self, slot: JobSlot, now: float, policy: _Levels) -> None:
+        """Queue the job's next level change (a new stamp: any earlier one is stale)."""
+        jid = slot.jid
         stamp = self.stamp.get(jid, 0) + 1
         self.stamp[jid] = stamp
         t = policy.next_change_s(slot, now)
@@ -320,12 +325,7 @@ class _Ranks:
         if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
             self.keep_memory_in_shapes(queue)
         self.running.add(entry)
-        stamp = self.stamp.get(jid, 0) + 1
-        self.stamp[jid] = stamp
-        t = policy.next_change_s(slot, now)
-        if t < _INF:
-            t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
-            heapq.heappush(self.changes, (t, jid, stamp))
+        self.plan_change(slot, now, policy)
 
     def leave(self, slot: JobSlot) -> None:
         entry = self.entry.pop(slot.jid)
