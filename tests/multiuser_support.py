@@ -3,7 +3,10 @@
 The default python3 of these machines lives inside /root, which other users cannot enter, so the
 users run Debian's own /usr/bin/python3 (the same 3.11) with PYTHONPATH pointing at a world-readable
 copy of src/ and of the client's pure-Python dependencies (typer, click, rich, ...). Every user and
-group made here is removed (`userdel -r`, `groupdel`) by the fixture's finalizer, even on failure.
+group made here is removed (`userdel -r`, `groupdel`) by the fixture's finalizer, even on failure;
+a run killed before its finalizer (SIGKILL) leaves them, so each new world first removes the users
+whose creating test process is gone (`sweep_stale_users`: the creator's pid and start time are in the
+user's comment field), and never another live run's.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
@@ -183,9 +187,59 @@ def _sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
+_TAG = re.compile(r"^(gpt[0-9a-f]{6})-[0-9]+$")
+_OWNER = re.compile(r"^gpuplan-test pid=([0-9]+) start=([0-9]+)$")
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def owner_comment() -> str:
+    """The comment field a throw-away user gets: who made it (this test process, pid and start)."""
+    pid = os.getpid()
+    return f"gpuplan-test pid={pid} start={_start_ticks(pid)}"
+
+
+def stale_users(entries: list[pwd.struct_passwd] | None = None) -> list[str]:
+    """Throw-away users whose creating test process no longer runs (the same pid with another start
+    time is another process). Users without the comment this module writes are not ours: left alone."""
+    out = []
+    for pw in pwd.getpwall() if entries is None else entries:
+        owner = _OWNER.match(pw.pw_gecos)
+        if _TAG.match(pw.pw_name) is None or owner is None:
+            continue
+        if _start_ticks(int(owner.group(1))) != int(owner.group(2)):
+            out.append(pw.pw_name)
+    return out
+
+
+def sweep_stale_users() -> list[str]:
+    """Remove what a killed run left: its users (processes, home), their group and folder. Returns
+    the users removed."""
+    gone = stale_users()
+    for name in gone:
+        home = Path(pwd.getpwnam(name).pw_dir)
+        _kill_processes_of(name)
+        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+        if home.parent.name.startswith(f"{name.rsplit('-', 1)[0]}-") and home.parent.parent == Path("/tmp"):
+            shutil.rmtree(home.parent, ignore_errors=True)
+    for tag in {name.rsplit("-", 1)[0] for name in gone}:
+        if not any(pw.pw_name.startswith(f"{tag}-") for pw in pwd.getpwall()):
+            subprocess.run(["groupdel", f"{tag}g"], capture_output=True, check=False)  # absent: no-op
+    return gone
+
+
 @contextlib.contextmanager
 def throwaway_world(n_users: int = 2) -> Iterator[World]:
-    """`n_users` fresh users (gpt-XXXX-N) with a home each, one supplementary group, a client copy."""
+    """`n_users` fresh users (gpt-XXXX-N) with a home each, one supplementary group, a client copy
+    (after removing the users that killed runs left: `sweep_stale_users`)."""
+    sweep_stale_users()
     tag = f"gpt{secrets.token_hex(3)}"
     root = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir="/tmp"))
     root.chmod(0o755)
@@ -200,7 +254,7 @@ def throwaway_world(n_users: int = 2) -> Iterator[World]:
             name = f"{tag}-{i}"
             home = root / name
             extra = ["-G", group] if i == 1 else []
-            _sh("useradd", "-m", "-d", str(home), "-s", "/bin/sh", *extra, name)
+            _sh("useradd", "-m", "-d", str(home), "-s", "/bin/sh", "-c", owner_comment(), *extra, name)
             made_users.append(name)
             pw = pwd.getpwnam(name)
             home.chmod(0o700)

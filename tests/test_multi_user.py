@@ -8,7 +8,11 @@ and the kill -9 cycle holds with two users. Skipped with the reason when not roo
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import secrets
+import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -17,7 +21,15 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import Daemon, wait_until
-from multiuser_support import User, World, require_users, throwaway_world
+from multiuser_support import (
+    User,
+    World,
+    owner_comment,
+    require_users,
+    stale_users,
+    sweep_stale_users,
+    throwaway_world,
+)
 
 
 @pytest.fixture(scope="module")
@@ -348,3 +360,49 @@ def test_a_user_posing_as_the_shared_agent_is_refused_before_anything_is_sent(wo
     finally:
         fake.kill()
         fake.communicate()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_users_are_those_whose_creating_run_is_gone() -> None:
+    def entry(name: str, comment: str) -> pwd.struct_passwd:
+        return pwd.struct_passwd((name, "x", 60001, 60001, comment, f"/tmp/{name[:9]}-x/{name}", "/bin/sh"))
+
+    me = owner_comment()
+    this_pid = me.split()[1]  # "pid=N"
+    entries = [
+        entry("gpt0a1b2c-1", f"gpuplan-test pid={_dead_pid()} start=123"),  # its run is gone
+        entry("gpt0a1b2c-2", f"gpuplan-test {this_pid} start=1"),  # this pid, another process (reused pid)
+        entry("gpt0d0d0d-1", me),  # a live run's (this one)
+        entry("gpt0e0e0e-1", ""),  # made by something else: not ours to remove
+        entry("alice", f"gpuplan-test pid={_dead_pid()} start=1"),  # not a throw-away name
+    ]
+    assert stale_users(entries) == ["gpt0a1b2c-1", "gpt0a1b2c-2"]
+
+
+def test_a_killed_runs_users_are_swept_and_a_live_runs_kept(world: World) -> None:
+    tag = f"gpt{secrets.token_hex(3)}"
+    root = Path(f"/tmp/{tag}-left")
+    root.mkdir()
+    try:
+        subprocess.run(["groupadd", f"{tag}g"], check=True, capture_output=True)
+        name = f"{tag}-1"
+        comment = f"gpuplan-test pid={_dead_pid()} start=1"
+        subprocess.run(["useradd", "-m", "-d", str(root / name), "-c", comment, "-G", f"{tag}g", name],
+                       check=True, capture_output=True)  # fmt: skip
+        assert sweep_stale_users() == [name]
+        with pytest.raises(KeyError):
+            pwd.getpwnam(name)
+        with pytest.raises(KeyError):
+            grp.getgrnam(f"{tag}g")
+        assert not root.exists()
+        for user in world.users:  # this live run's users stay
+            assert pwd.getpwnam(user.name).pw_uid == user.uid
+    finally:
+        subprocess.run(["userdel", "-r", f"{tag}-1"], capture_output=True, check=False)
+        subprocess.run(["groupdel", f"{tag}g"], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
