@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.core import preemption
-from gpuplan.core.forecast import Deferred, forecast
+from gpuplan.core.forecast import forecast
 from gpuplan.core.preemption import DEFAULT_RESTART_OVERHEAD_S, PreemptionCost
 from gpuplan.core.preemptive import Gittins, Las, Tiresias
 from gpuplan.core.scheduler import Scheduler
@@ -73,18 +73,19 @@ def test_a_forecast_with_a_tiny_las_quantum_returns_the_simulated_ends() -> None
 def test_the_forecast_safety_net_leaves_jobs_it_did_not_reach_without_a_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A 100 s job whose LAS level changes every 10 s, and a job that waits for it: with a net of 3
-    passes per job and one job's worth (9 in all) the forecast stops at 90 s, before the first ends; the first keeps its
-    start and has no expected end, the second has no expected start. Without the net both are known."""
+    """A 100 s job that may not be preempted, whose LAS level changes every 10 s, and a job that waits
+    behind it (each change is a pass: a job waits): with a net of 3 passes per job and one job's worth
+    (9 in all) the forecast stops at 90 s, before the first ends; the first keeps its start and has no
+    expected end, the second has no expected start. Without the net both are known."""
     s = Scheduler(ONE_GPU, Las(quantum_gpu_s=10.0), "none", "first-fit")
-    s.submit(1, Job("long", 0.0, 1, requested_s=100.0), now=0.0)
-    after = [Deferred(2, Job("next", 0.0, 1, requested_s=5.0), after=(1,))]
-    whole = forecast(s, 0.0, deferred=after)
+    s.submit(1, Job("long", 0.0, 1, requested_s=100.0, meta={"preempt": "never"}), now=0.0)
+    s.submit(2, Job("next", 0.0, 1, requested_s=5.0), now=0.0)
+    whole = forecast(s, 0.0)
     assert whole.stopped == "" and [(whole[j].start_s, whole[j].end_s) for j in (1, 2)] == [
         (0.0, 100.0), (100.0, 105.0)
     ]  # fmt: skip
     monkeypatch.setattr(preemption, "MAX_PASSES_PER_JOB", 3)
-    cut = forecast(s, 0.0, deferred=after)
+    cut = forecast(s, 0.0)
     assert cut.stopped.startswith("the forecast stopped at 90 s after 9 scheduler passes (3 per job)")
     assert (cut[1].start_s, cut[1].end_s, cut[1].detail) == (0.0, None, cut.stopped)
     assert (cut[2].start_s, cut[2].end_s, cut[2].detail) == (None, None, cut.stopped)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gpuplan.core.preemption import DEFAULT_RESTART_OVERHEAD_S, PreemptionCost
@@ -10,6 +12,7 @@ from gpuplan.core.scheduler import Scheduler
 from gpuplan.errors import ScheduleError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 from gpuplan.sim.engine import simulate
+from gpuplan.sim.preempt import PreemptiveRun
 
 ONE_GPU = ClusterSpec("1x1", (NodeSpec("n1", 1, GpuSpec("A100-80GB", 80.0)),))
 
@@ -113,6 +116,33 @@ def test_scheduler_exposes_preemption_to_every_clock() -> None:
         sched.schedule(151.0)
     with pytest.raises(ScheduleError, match="not running"):
         sched.preempt(0, 151.0)
+
+
+def test_a_level_change_with_nobody_waiting_waits_for_the_next_pass() -> None:
+    """No pass at a level change while nothing waits (it could decide nothing); the next pass ranks
+    the job at its own instant, so the victims are those of a pass at every change."""
+    two = ClusterSpec("1x2", (NodeSpec("n1", 2, GpuSpec("A100-80GB", 80.0)),))
+    sched = Scheduler(two, Las(quantum_gpu_s=100.0), "none")
+    sched.submit(0, Job("a", 0.0, 1), now=0.0)
+    assert [s.jid for s in sched.decide(0.0).started] == [0]
+    assert sched.next_event_s() == pytest.approx(100.0)  # a leaves level 0 then
+    assert sched.next_pass_s() == math.inf  # ... which moves no decision: nothing waits
+    sched.submit(1, Job("c", 250.0, 1), now=250.0)
+    assert [s.jid for s in sched.decide(250.0).started] == [1]
+    assert sched.next_pass_s() == math.inf
+    sched.submit(2, Job("b", 380.0, 1), now=380.0)
+    assert sched.next_pass_s() == pytest.approx(300.0)  # a job waits: a's change to level 3 is due
+    decided = sched.decide(380.0)  # a is at level 3 by now, c at level 1: a is the victim
+    assert [p.jid for p in decided.preempted] == [0] and [s.jid for s in decided.started] == [2]
+    assert (sched.slot(0).level, sched.slot(1).level) == (3.0, 1.0)
+
+
+def test_a_run_alone_costs_a_pass_at_its_start_and_its_end() -> None:
+    sched = Scheduler(ONE_GPU, Las(quantum_gpu_s=10.0), "none")
+    run = PreemptiveRun([Job("a", 0.0, 1, duration_s=100.0)], sched, PreemptionCost())
+    run.loop()
+    assert [e[1] for e in run.events] == ["start", "finish"] and run.events[-1][0] == 100.0
+    assert run.passes == 2  # not one more per quantum it crossed
 
 
 def test_preemptive_policies_need_an_exclusive_cluster() -> None:

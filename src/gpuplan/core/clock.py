@@ -7,9 +7,9 @@ preempted or its progress rate changes, and an entry whose version is stale is s
 that enter the queue (a trace's submits, known in advance and sorted; or jobs found as the run goes, a
 deferred job whose dependency ended and whose begin time comes later), then one scheduling pass
 (`Scheduler.decide` under a preemptive policy: its preemptions, then its starts; `Scheduler.schedule`
-otherwise). The clock then jumps to the next end, entry or level change (`Scheduler.next_event_s`:
-a preemptive policy's quantum promotions and lease ends), until nothing is left, a driver says it has
-learned enough, or the safety net (a bound on passes) trips.
+otherwise). The clock then jumps to the next end, entry or level change (`Scheduler.next_pass_s`:
+a preemptive policy's quantum promotions and lease ends, while a job waits), until nothing is left, a
+driver says it has learned enough, or the safety net (a bound on passes) trips.
 
 What differs between clocks is a hook of its driver: what an end means (a job's finish, or a sharing
 job's phase end that moves its neighbours' rates), what an entry submits, what a start and a
@@ -108,7 +108,7 @@ class EventClock:
             self.arrival_s[self.next_arrival],
             self.begins[0][0] if self.begins else _INF,
         )
-        return min(t, self.sched.next_event_s()) if self.preemptive else t
+        return min(t, self.sched.next_pass_s()) if self.preemptive else t
 
     # -- the loop ------------------------------------------------------------------------------------
     def loop(self, start_s: float | None = None) -> None:
@@ -151,7 +151,7 @@ class EventClock:
             if begins and begins[0][0] < t_next:
                 t_next = begins[0][0]
             if preemptive:
-                level_s = sched.next_event_s()
+                level_s = sched.next_pass_s()
                 if level_s < t_next:
                     t_next = level_s
             if self.after_pass(t, t_next):

@@ -465,6 +465,13 @@ class PreemptiveQueue:
         nxt = ch[0][0] if ch else _INF
         return min(nxt, r.wakes[0]) if r.wakes else nxt
 
+    def next_pass_s(self) -> float:
+        """The next instant a level change or a lease end may move a decision: `next_change_s`, or
+        inf while no job waits (a pass with nobody waiting decides nothing, so a running job's
+        change waits for the next pass, whose `refresh` ranks it at that pass's instant: its level
+        is a function of that instant, so the ranks come out as if it had moved at each change)."""
+        return self.next_change_s() if self._r.waiting else _INF
+
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was
         one no pass can act on: a running job whose level, before and after, is at most every waiting

@@ -179,6 +179,12 @@ class Scheduler:
         changes); `math.inf` for the others."""
         return _INF if self._pre is None else self._pre.next_change_s()
 
+    def next_pass_s(self) -> float:
+        """When a preemptive policy's pass may decide something even if nothing arrives or ends (what
+        a clock waits for): `next_event_s`, or `math.inf` while no job waits (a level change then
+        moves no decision; the next pass ranks the job at its own instant)."""
+        return _INF if self._pre is None else self._pre.next_pass_s()
+
     def preempt(self, jid: int, now: float) -> Preempted:
         """Take a running job's GPUs (`Job.preempt_mode`): `suspend` keeps its memory on them (it resumes
         there), `checkpoint` and `requeue` free them. It waits again, keeping the GPU-service it
