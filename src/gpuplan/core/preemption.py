@@ -193,8 +193,8 @@ class _Levels(Protocol):
 class _Ranks:
     """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
-    waiting, running: entries by rank; entry, slots: each job's entry and slot; changes, stamp: the
-    heap of level changes (stale stamps skipped); shapes, shape_of, by_shape: waiting jobs by level and
+    waiting, running: entries by rank; entry, slots: each job's entry and slot; changes, stamp, due: the
+    heap of level changes (stale stamps skipped) and each job's queued one; shapes, shape_of, by_shape: waiting jobs by level and
     shape; wakes (and wake_set, its members): ends of leases that held a preemption back; start_level:
     a running job's level when the pass started it; lease_held: a lease held a preemption back in this
     job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep their
@@ -223,6 +223,7 @@ class _Ranks:
         self.modes: dict[int, str] = {}
         self.restarts: dict[int, bool] = {}
         self.cost: PreemptionCost | None = None
+        self.due: dict[int, float] = {}  # jid -> the time of its queued level change (its stamp's)
         self.exact_shapes: bool = state.sharing or endless
         self.settled = -1
 
@@ -235,6 +236,7 @@ class _Ranks:
         new.slots = {jid: slots[jid] for jid in self.entry}
         new.changes = list(self.changes)
         new.stamp = dict(self.stamp)
+        new.due = dict(self.due)
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
         new.shape_of = dict(self.shape_of)
         new.by_shape = {shape: entries.copy() for shape, entries in self.by_shape.items()}
@@ -307,12 +309,19 @@ class _Ranks:
     def plan_change(self, slot: JobSlot, now: float, policy: _Levels) -> None:
         """Queue the job's next level change (a new stamp: any earlier one is stale)."""
         jid = slot.jid
-        stamp = self.stamp.get(jid, 0) + 1
-        self.stamp[jid] = stamp
         t = policy.next_change_s(slot, now)
+        due = self.due
         if t < _INF:
             t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
+            if due.get(jid, _INF) == t:
+                return  # the change it has queued stands (gittins' rerank_all moved no crossing)
+        stamp = self.stamp.get(jid, 0) + 1
+        self.stamp[jid] = stamp
+        if t < _INF:
             heapq.heappush(self.changes, (t, jid, stamp))
+            due[jid] = t
+        else:
+            due.pop(jid, None)
 
     def move_running(self, slot: JobSlot, now: float, policy: _Levels, queue: PreemptiveQueue) -> None:
         """`leave` then `enter` of a running job (its level changed), without the steps that undo
@@ -443,6 +452,7 @@ class PreemptiveQueue:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
         r = self._r
         r.stamp.pop(jid, None)
+        r.due.pop(jid, None)
         r.start_level.pop(jid, None)
         r.modes.pop(jid, None)
         r.restarts.pop(jid, None)
@@ -488,6 +498,7 @@ class PreemptiveQueue:
         while ch and ch[0][0] <= now:
             _, jid, stamp = heapq.heappop(ch)
             if stamps.get(jid) == stamp:
+                del r.due[jid]  # popped: `plan_change` queues its next one
                 slot = r.slots[jid]
                 before = slot.level
                 if slot.start_s is not None:
