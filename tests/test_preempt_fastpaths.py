@@ -151,3 +151,20 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     slow = [_schedule(jobs, policy) for jobs in traces]
     assert fast == slow
     assert sum(p for _, p in slow) > 30  # the traces do preempt
+
+
+def test_gittins_levels_follow_each_rebuilt_table() -> None:
+    """Gittins keeps each GPU count's table until one is rebuilt: a level asked before any history is the
+    LAS fallback (its grid point), the same level asked after the bucket's table is built is minus its
+    index; a waiting job's next change is never (it attains nothing)."""
+    from gpuplan.core.preemptive import Gittins
+
+    g = Gittins(first_gpu_s=100.0, levels=4, min_samples=2)
+    running = JobSlot(1, Job("r", 0.0, 1), 1, None, 100.0, False, alloc=(0,), start_s=0.0)
+    waiting = JobSlot(2, Job("w", 0.0, 1), 1, None, 100.0, False)
+    assert g.level(running, 50.0) == 0.0 and g.next_change_s(running, 50.0) == 100.0
+    assert not g.observe(Job("a", 0.0, 1), 150.0)  # one sample: below min_samples, no table of its own
+    assert g.level(running, 50.0) == 0.0
+    assert g.observe(Job("b", 0.0, 1), 150.0)  # two: the table is built and ranks move
+    assert g.level(running, 50.0) == pytest.approx(-2.0 / 300.0)
+    assert g.next_change_s(waiting, 50.0) == float("inf")

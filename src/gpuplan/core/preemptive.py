@@ -106,6 +106,8 @@ class Las(PreemptivePolicy):
         return float(math.floor(attained_gpu_s(slot, now) / self.quantum_gpu_s))
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
+        if slot.start_s is None:
+            return _INF  # a waiting job attains nothing (`_crossing_s`)
         nxt = (self.level(slot, now) + 1.0) * self.quantum_gpu_s
         return _crossing_s(slot, now, nxt)
 
@@ -250,13 +252,20 @@ class Gittins(PreemptivePolicy):
         self.min_samples = min_samples
         self._dist: dict[int | None, _Distribution] = {}
         self._fallback: set[int] = set()
+        self._tables: dict[int, list[float] | None] = {}  # GPU count -> `_table` (until a table is rebuilt)
 
     def _table(self, gpus: int) -> list[float] | None:
+        tables = self._tables
+        if gpus in tables:
+            return tables[gpus]
+        found: list[float] | None = None
         for key in (gpu_bucket(gpus), None):
             d = self._dist.get(key)
             if d is not None and d.built_at >= self.min_samples:
-                return d.table
-        return None
+                found = d.table
+                break
+        tables[gpus] = found
+        return found
 
     def _point(self, slot: JobSlot, now: float) -> int:
         return bisect.bisect_right(self.grid, attained_gpu_s(slot, now)) - 1
@@ -269,6 +278,8 @@ class Gittins(PreemptivePolicy):
         return -table[self._point(slot, now)]
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
+        if slot.start_s is None:
+            return _INF  # a waiting job attains nothing (`_crossing_s`)
         k = self._point(slot, now)
         return _crossing_s(slot, now, self.grid[k + 1]) if k + 1 < len(self.grid) else _INF
 
@@ -276,7 +287,9 @@ class Gittins(PreemptivePolicy):
         changed = False
         for key in (gpu_bucket(job.gpus), None):
             d = self._dist.setdefault(key, _Distribution())
-            changed |= d.add(service_gpu_s, self.grid) and d.built_at >= self.min_samples
+            if d.add(service_gpu_s, self.grid):  # a table rebuilt: `_table`'s answers may change
+                self._tables.clear()
+                changed |= d.built_at >= self.min_samples
         return changed
 
     @property
