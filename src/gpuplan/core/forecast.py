@@ -19,6 +19,7 @@ core says: `Scheduler.wait_rules`); `Forecast.waiting_for` names the jobs whose 
 
 from __future__ import annotations
 
+import gc
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -63,7 +64,7 @@ class Frees(NamedTuple):
     basis: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its own __init__: compiled, a dataclass's one is not
 class JobForecast:
     """One job's forecast.
 
@@ -93,6 +94,50 @@ class JobForecast:
     detail: str = ""
     reserved_s: float | None = None
     after: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        jid: int,
+        state: str,
+        start_s: float | None = None,
+        end_s: float | None = None,
+        gpu_ids: tuple[int, ...] = (),
+        rank: int | None = None,
+        reason: str = "",
+        detail: str = "",
+        reserved_s: float | None = None,
+        after: tuple[int, ...] = (),
+    ) -> None:
+        self.jid = jid
+        self.state = state
+        self.start_s = start_s
+        self.end_s = end_s
+        self.gpu_ids = gpu_ids
+        self.rank = rank
+        self.reason = reason
+        self.detail = detail
+        self.reserved_s = reserved_s
+        self.after = after
+
+    def __reduce__(self) -> tuple[type[JobForecast], tuple[object, ...]]:
+        """Pickled as its constructor's arguments: compiled, a class with its own __init__ is
+        rebuilt through it."""
+        f = self
+        return (
+            JobForecast,
+            (
+                f.jid,
+                f.state,
+                f.start_s,
+                f.end_s,
+                f.gpu_ids,
+                f.rank,
+                f.reason,
+                f.detail,
+                f.reserved_s,
+                f.after,
+            ),
+        )
 
 
 @dataclass
@@ -245,9 +290,18 @@ def forecast(
     Returns:
         A `Forecast` of every running, waiting, deferred and held job.
     """
-    run = _Forecaster(sched, now, list(deferred), cost or sched.preemption_cost, progress_s or {})
-    run.loop()
-    fc = run.result(sched.version)
+    # The cyclic collector is off while it runs: the fork and the records are tens of thousands of
+    # new objects without a reference cycle, so each collection meanwhile (the first ones scan the
+    # live scheduler too) would free nothing; what was made is scanned once, by the next collection.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        run = _Forecaster(sched, now, list(deferred), cost or sched.preemption_cost, progress_s or {})
+        run.loop()
+        fc = run.result(sched.version)
+    finally:
+        if was:
+            gc.enable()
     for jid, why in (held or {}).items():
         fc.jobs[jid] = JobForecast(jid, "held", reason=why)
     return fc
@@ -432,8 +486,12 @@ class _Forecaster(EventClock):
     def _open(self, jid: int, gpus: tuple[int, ...], start: float, seg_start: float, overhead: float) -> None:
         self.seg[jid] = (seg_start, overhead)
         spots = []
+        history = self.history
         for g in gpus:
-            starts, entries = self.history.setdefault(g, ([], []))
+            got = history.get(g)
+            if got is None:  # not setdefault: that would build two lists at every start
+                got = history[g] = ([], [])
+            starts, entries = got
             starts.append(start)
             entries.append((start, _INF, jid))
             spots.append((g, len(entries) - 1))

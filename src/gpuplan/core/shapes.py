@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from mypy_extensions import mypyc_attr
@@ -57,8 +58,23 @@ class ShapeIndex:
         self._basis: tuple[bool, float] | None = None  # what the cached fits-keys were made on
         self._fk: dict[Shape, tuple[object, ...]] = {}
         self._present: set[tuple[object, ...]] | None = None
+        self._rows: list[tuple[tuple[object, ...], _Keys, _Plans]] | None = None  # (fits-key, keys, plans)
+        # in bulk: each shape's two sequences sorted once, not built job by job
+        keys: dict[Shape, list[tuple[object, ...]]] = {}
+        plans: dict[Shape, list[tuple[float, tuple[object, ...]]]] = {}
+        of = self._of
         for slot in slots:
-            self.add(slot)
+            shape = shape_of(slot)
+            key = slot.key
+            of[slot.jid] = (shape, slot.plan_s, key, slot)
+            got = keys.get(shape)
+            if got is None:
+                got = keys[shape] = []
+                plans[shape] = []
+            got.append(key)
+            plans[shape].append((slot.plan_s, key))
+        for shape, shape_keys in keys.items():
+            self._by_shape[shape] = (SortedSeq(shape_keys), SortedSeq(plans[shape]))
 
     def add(self, slot: JobSlot) -> None:
         shape = shape_of(slot)
@@ -66,7 +82,7 @@ class ShapeIndex:
         got = self._by_shape.get(shape)
         if got is None:
             got = self._by_shape[shape] = (SortedSeq(), SortedSeq())
-            self._present = None
+            self._present = self._rows = None
         got[0].add(slot.key)
         got[1].add((slot.plan_s, slot.key))
 
@@ -77,7 +93,7 @@ class ShapeIndex:
         plans.remove((plan_s, key))
         if not keys:
             del self._by_shape[shape]
-            self._present = None
+            self._present = self._rows = None
 
     def copy(self, slots: dict[int, JobSlot]) -> ShapeIndex:
         """The same index over the copied slots of a forked scheduler."""
@@ -103,7 +119,7 @@ class ShapeIndex:
     def _fits_key(self, shape: Shape, state: ClusterState) -> tuple[object, ...]:
         basis = (state.sharing, state.min_cap_gb)  # all of the state that fits_key reads
         if basis != self._basis:
-            self._basis, self._fk, self._present = basis, {}, None
+            self._basis, self._fk, self._present, self._rows = basis, {}, None, None
         fk = self._fk.get(shape)
         if fk is None:
             fk = self._fk[shape] = _shape_fits_key(shape, state)
@@ -121,13 +137,25 @@ class ShapeIndex:
         """The waiting jobs ranked after the queue key `cursor`, in queue order, that are either of a
         fits-key in `every`, or of one in `short` and end by `shadow` if started at `now`."""
         runs: list[Iterator[tuple[object, ...]]] = []
-        for shape, (keys, plans) in self._by_shape.items():
-            fk = self._fits_key(shape, state)
+        for fk, keys, plans in self._rows_on(state):
             if fk in every:
-                runs.append(keys.after(cursor))
+                runs.append(keys.iter_after(cursor))
             elif fk in short:
                 runs.append(self._short(keys, plans, now, shadow, cursor))
-        return self._slots_of(runs[0] if len(runs) == 1 else _merge(runs))
+        if len(runs) == 1:
+            return self._slots_of(runs[0])
+        return _merge(runs, self._of)
+
+    def _rows_on(self, state: ClusterState) -> list[tuple[tuple[object, ...], _Keys, _Plans]]:
+        """Each shape's fits-key on `state` with its two sequences, kept until a shape comes or goes
+        or the state's basis of fits-keys changes."""
+        rows = self._rows
+        if rows is None or self._basis != (state.sharing, state.min_cap_gb):
+            rows = [
+                (self._fits_key(shape, state), keys, plans) for shape, (keys, plans) in self._by_shape.items()
+            ]
+            self._rows = rows
+        return rows
 
     # generator functions, not generator expressions: compiled (mypyc), an expression becomes a list
     def _slots_of(self, keys: Iterator[tuple[object, ...]]) -> Iterator[JobSlot]:
@@ -149,19 +177,23 @@ class ShapeIndex:
         room = shadow - now
         bound = math.nextafter(room, math.inf) + abs(shadow) * 1e-12
         n = plans.bisect_left((bound,))
-        if n <= _FEW:  # few end in time: list them
-            picked = [k for p, k in plans.islice(0, n) if now + p <= shadow and k > cursor]
+        if n <= _FEW:  # few end in time: list them (those after the cursor found by bisection)
+            picked = [k for p, k in plans.head(n) if now + p <= shadow]
             picked.sort()
-            return iter(picked)
-        return self._ending_by(keys.after(cursor), now, shadow)
+            return iter(picked[bisect_right(picked, cursor) :])
+        return self._ending_by(keys.iter_after(cursor), now, shadow)
 
 
 _FEW = 256
 
 
-def _merge(runs: list[Iterator[tuple[object, ...]]]) -> Iterator[tuple[object, ...]]:
-    """The items of sorted runs of queue keys in one sorted run: `heapq.merge`, compiled (that one
-    is a generator in Python); keys are unique (each ends with a job's handle), so no tie is left."""
+def _merge(
+    runs: list[Iterator[tuple[object, ...]]],
+    of: dict[int, tuple[Shape, float, tuple[object, ...], JobSlot]],
+) -> Iterator[JobSlot]:
+    """The slots of sorted runs of queue keys (`of`: the index's records by handle), in the order of
+    their keys: `heapq.merge`, compiled (that one is a generator in Python); keys are unique (each
+    ends with a job's handle), so no tie is left."""
     heap: list[tuple[tuple[object, ...], int]] = []
     for i, run in enumerate(runs):
         first = next(run, None)
@@ -170,7 +202,7 @@ def _merge(runs: list[Iterator[tuple[object, ...]]]) -> Iterator[tuple[object, .
     heapq.heapify(heap)
     while heap:
         key, i = heap[0]
-        yield key
+        yield of[key[-1]][3]  # type: ignore[index]
         nxt = next(runs[i], None)
         if nxt is None:
             heapq.heappop(heap)

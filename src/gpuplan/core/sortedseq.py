@@ -25,8 +25,8 @@ _LOAD = 512
 
 class SortedSeq(Generic[T]):
     """Tuples kept in ascending order: `add`, `remove`, `clear`, `len`, iteration in order (and
-    `reversed_items`), `first`, `last`, `first_after`, `after`, `starting_at`, `bisect_left`,
-    `bisect_right`, `islice` and `copy`."""
+    `reversed_items`), `first`, `last`, `first_after`, `after`, `iter_after`, `starting_at`, `bisect_left`,
+    `bisect_right`, `head`, `islice` and `copy`."""
 
     def __init__(self, items: Iterable[T] = ()) -> None:
         ordered = sorted(items)
@@ -152,6 +152,26 @@ class SortedSeq(Generic[T]):
         head = chunk[bisect_right(chunk, bound) :]
         return chain(head, chain.from_iterable(islice(self._lists, pos + 1, None)))
 
+    def iter_after(self, bound: tuple[Any, ...]) -> Iterator[T]:
+        """The items greater than `bound`, in order, read from the sequence as the iteration goes
+        (`after` copies the rest of the first chunk up front): cheap when only a few are taken. The
+        sequence must not change while it is used."""
+        maxes = self._maxes
+        pos = bisect_right(maxes, bound)
+        if pos == len(maxes):
+            return iter(())
+        return self._walk(pos, bisect_right(self._lists[pos], bound))
+
+    def _walk(self, pos: int, i: int) -> Iterator[T]:
+        lists = self._lists
+        while pos < len(lists):
+            chunk = lists[pos]
+            while i < len(chunk):
+                yield chunk[i]
+                i += 1
+            pos += 1
+            i = 0
+
     def bisect_left(self, item: tuple[Any, ...]) -> int:
         """How many items are smaller than `item`."""
         maxes = self._maxes
@@ -173,6 +193,16 @@ class SortedSeq(Generic[T]):
         for k in range(pos):
             before += len(self._lists[k])
         return before + bisect_right(self._lists[pos], item)
+
+    def head(self, n: int) -> list[T]:
+        """The `n` smallest items, in order, as a list (all of them when there are fewer)."""
+        out: list[T] = []
+        for chunk in self._lists:
+            if len(out) + len(chunk) >= n:
+                out.extend(chunk[: n - len(out)])
+                return out
+            out.extend(chunk)
+        return out
 
     def islice(self, start: int, stop: int) -> Iterator[T]:
         """The items of ranks start..stop-1, in order."""

@@ -35,7 +35,7 @@ class WaitReason(NamedTuple):
     detail: str
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)  # its own __init__: compiled, a dataclass's one is not
 class JobSlot:
     """Everything the scheduler knows of one job.
 
@@ -84,6 +84,51 @@ class JobSlot:
     reservation: Any = None
     need: Need | None = None
 
+    def __init__(
+        self,
+        jid: int,
+        job: Job,
+        gpus: int,
+        mem_gb: float | None,
+        plan_s: float,
+        may_span: bool,
+        key: tuple[object, ...] = (),
+        alloc: tuple[int, ...] = (),
+        start_s: float | None = None,
+        expected_end_s: float = math.inf,
+        service_gpu_s: float = 0.0,
+        run_since_promotion_s: float = 0.0,
+        waiting_since_s: float = 0.0,
+        preemptions: int = 0,
+        suspended_on: tuple[int, ...] = (),
+        level: float = 0.0,
+        reservation: Any = None,
+        need: Need | None = None,
+    ) -> None:
+        self.jid = jid
+        self.job = job
+        self.gpus = gpus
+        self.mem_gb = mem_gb
+        self.plan_s = plan_s
+        self.may_span = may_span
+        self.key = key
+        self.alloc = alloc
+        self.start_s = start_s
+        self.expected_end_s = expected_end_s
+        self.service_gpu_s = service_gpu_s
+        self.run_since_promotion_s = run_since_promotion_s
+        self.waiting_since_s = waiting_since_s
+        self.preemptions = preemptions
+        self.suspended_on = suspended_on
+        self.level = level
+        self.reservation = reservation
+        self.need = need
+
+    def __reduce__(self) -> tuple[type[JobSlot], tuple[Any, ...]]:
+        """Pickled as its constructor's arguments (records of a sweep travel to workers): compiled, a
+        class with its own __init__ is rebuilt through it."""
+        return (JobSlot, _fields_of(self))
+
     @property
     def is_running(self) -> bool:
         return self.start_s is not None
@@ -125,6 +170,30 @@ def fits_key(
     if not state.sharing and mem_gb is not None and mem_gb <= state.min_cap_gb:
         mem_gb = None
     return (gpus, mem_gb, may_span, need)
+
+
+def _fields_of(slot: JobSlot) -> tuple[Any, ...]:
+    """Every field of `slot`, in the order JobSlot's constructor takes them."""
+    return (
+        slot.jid,
+        slot.job,
+        slot.gpus,
+        slot.mem_gb,
+        slot.plan_s,
+        slot.may_span,
+        slot.key,
+        slot.alloc,
+        slot.start_s,
+        slot.expected_end_s,
+        slot.service_gpu_s,
+        slot.run_since_promotion_s,
+        slot.waiting_since_s,
+        slot.preemptions,
+        slot.suspended_on,
+        slot.level,
+        slot.reservation,
+        slot.need,
+    )
 
 
 class WaitingShapes(Protocol):

@@ -1,0 +1,37 @@
+"""The core's records keep every field through pickle and copy (sweeps send them to workers): JobSlot
+and JobForecast have their own constructors (compiled, they are rebuilt through them)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from dataclasses import fields
+
+from gpuplan.core.forecast import JobForecast
+from gpuplan.core.view import JobSlot
+from gpuplan.model import Job
+
+
+def _slot() -> JobSlot:
+    return JobSlot(
+        7, Job("j", 1.0, 2), 2, 40.0, 30.0, True, (1.0, 7), (3, 4), 5.0, 35.0, 6.0, 7.0, 8.0, 9, (5,), 2.0,
+        {0: 1}, None,
+    )  # fmt: skip  # need None: a Need is a frozen native class, which pickle cannot rebuild
+
+
+def test_a_job_slot_keeps_every_field_through_pickle_and_deepcopy() -> None:
+    slot = _slot()
+    values = {f.name: getattr(slot, f.name) for f in fields(JobSlot)}
+    for twin in (pickle.loads(pickle.dumps(slot)), copy.deepcopy(slot)):
+        assert twin is not slot
+        assert {f.name: getattr(twin, f.name) for f in fields(JobSlot)} == values
+
+
+def test_a_job_forecast_keeps_every_field_through_pickle() -> None:
+    fc = JobForecast(3, "waiting", 10.0, 20.0, (1, 2), 4, "Priority", "why", 9.0, (1,))
+    twin = pickle.loads(pickle.dumps(fc))
+    assert twin == fc and twin is not fc
+    assert [getattr(twin, f.name) for f in fields(JobForecast)] == [
+        3, "waiting", 10.0, 20.0, (1, 2), 4, "Priority", "why", 9.0, (1,)
+    ]  # fmt: skip
+    assert JobForecast(1, "held", reason="JobHeldUser").end_s is None  # the defaults hold
