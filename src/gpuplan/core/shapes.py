@@ -193,7 +193,41 @@ def _merge(
 ) -> Iterator[JobSlot]:
     """The slots of sorted runs of queue keys (`of`: the index's records by handle), in the order of
     their keys: `heapq.merge`, compiled (that one is a generator in Python); keys are unique (each
-    ends with a job's handle), so no tie is left."""
+    ends with a job's handle), so no tie is left. A few runs (the common case) are merged by
+    comparing their heads, without a heap."""
+    if len(runs) > _HEAP_RUNS:
+        yield from _heap_merge(runs, of)
+        return
+    heads: list[tuple[object, ...]] = []
+    live: list[Iterator[tuple[object, ...]]] = []
+    for run in runs:
+        first = next(run, None)
+        if first is not None:
+            heads.append(first)
+            live.append(run)
+    while heads:
+        m = 0
+        for i in range(1, len(heads)):
+            if heads[i] < heads[m]:
+                m = i
+        key = heads[m]
+        yield of[key[-1]][3]  # type: ignore[index]
+        nxt = next(live[m], None)
+        if nxt is None:
+            del heads[m]
+            del live[m]
+        else:
+            heads[m] = nxt
+
+
+_HEAP_RUNS = 4
+"""More runs than this: `_merge` keeps their heads in a heap."""
+
+
+def _heap_merge(
+    runs: list[Iterator[tuple[object, ...]]],
+    of: dict[int, tuple[Shape, float, tuple[object, ...], JobSlot]],
+) -> Iterator[JobSlot]:
     heap: list[tuple[tuple[object, ...], int]] = []
     for i, run in enumerate(runs):
         first = next(run, None)
