@@ -35,3 +35,20 @@ def test_a_job_forecast_keeps_every_field_through_pickle() -> None:
         3, "waiting", 10.0, 20.0, (1, 2), 4, "Priority", "why", 9.0, (1,)
     ]  # fmt: skip
     assert JobForecast(1, "held", reason="JobHeldUser").end_s is None  # the defaults hold
+
+
+def test_a_forecast_explains_the_same_after_pickle() -> None:
+    from gpuplan.core.forecast import forecast
+    from gpuplan.core.scheduler import Scheduler
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+
+    spec = ClusterSpec("1x8", (NodeSpec("n0", 8, GpuSpec("A100-80GB", 80.0)),))
+    s = Scheduler(spec, "fifo", "easy")
+    s.adopt(100, Job("r", 0.0, 8, requested_s=50.0), range(8), 0.0)
+    for i in range(6):
+        s.submit(i, Job(str(i), float(i), 1 + i % 4, requested_s=10.0 * (i + 1)), now=float(i))
+    fc = forecast(s, 6.0)
+    twin = pickle.loads(pickle.dumps(fc))
+    assert any(fc.waiting_for(j) for j in range(6)), "no job waits for another: the test does not test it"
+    for j in range(6):
+        assert twin.waiting_for(j) == fc.waiting_for(j) and twin.explain(j) == fc.explain(j)

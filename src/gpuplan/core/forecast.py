@@ -153,7 +153,7 @@ class Forecast:
     """Why the forecast stopped short ("" when it ran to its end): its safety net
     (core/preemption.py's MAX_PASSES_PER_JOB); jobs not started then get no expected start, those not
     ended no expected end, and their `detail` says why."""
-    _history: dict[int, tuple[list[float], list[tuple[float, float, int]]]] = field(default_factory=dict)
+    _history: dict[int, tuple[list[float], list[_Segment]]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[JobForecast]:
         return iter(self.jobs.values())
@@ -176,7 +176,8 @@ class Forecast:
             k = bisect_left(starts, t)
             while k > 0:
                 k -= 1
-                s, e, other = entries[k]
+                seg = entries[k]
+                s, e, other = seg.start_s, seg.end_s, seg.jid
                 if other != jid and self.now_s <= e <= t and s < t:
                     got = freed.setdefault(other, [0, e])
                     got[0] += 1
@@ -325,8 +326,8 @@ class _Forecaster(EventClock):
         self.cost = sched.preemption_cost = cost  # the fork's pass leases each start by the same cost
         self.jobs: dict[int, JobForecast] = {}
         self.end_of: dict[int, float] = {}  # expected end of each job running in the fork
-        self.history: dict[int, tuple[list[float], list[tuple[float, float, int]]]] = {}
-        self.open: dict[int, list[tuple[int, int]]] = {}  # jid -> (gpu, index) of its open segments
+        self.history: dict[int, tuple[list[float], list[_Segment]]] = {}  # per GPU: starts, segments
+        self.open: dict[int, _Segment] = {}  # jid -> its open segment
         self.basis: dict[int, str] = {}
         # preemptive policies: work left at the segment's start, its start and restart overhead
         self.left: dict[int, float] = {}
@@ -485,22 +486,20 @@ class _Forecaster(EventClock):
     # -- GPU history (what `waiting_for` reads) ---------------------------------------------------------
     def _open(self, jid: int, gpus: tuple[int, ...], start: float, seg_start: float, overhead: float) -> None:
         self.seg[jid] = (seg_start, overhead)
-        spots = []
+        seg = _Segment(start, jid)  # one record on each of its GPUs: its end is set once
         history = self.history
         for g in gpus:
             got = history.get(g)
             if got is None:  # not setdefault: that would build two lists at every start
                 got = history[g] = ([], [])
-            starts, entries = got
-            starts.append(start)
-            entries.append((start, _INF, jid))
-            spots.append((g, len(entries) - 1))
-        self.open[jid] = spots
+            got[0].append(start)
+            got[1].append(seg)
+        self.open[jid] = seg
 
     def _close(self, jid: int, t: float) -> None:
-        for g, k in self.open.pop(jid, ()):
-            s, _, j = self.history[g][1][k]
-            self.history[g][1][k] = (s, t, j)
+        seg = self.open.pop(jid, None)
+        if seg is not None:
+            seg.end_s = t
 
     def result(self, version: int) -> Forecast:
         for jid, end in self.end_of.items():  # still running when every job had started
@@ -510,6 +509,19 @@ class _Forecaster(EventClock):
             if fc.end_s is not None and fc.start_s is not None and fc.end_s < fc.start_s:
                 fc.end_s = fc.start_s
         return Forecast(self.now, self.jobs, version, self.basis, self.stopped, self.history)
+
+
+class _Segment:
+    """A job's run on its GPUs, from `start_s` to `end_s` (inf while it runs): the forecast's GPU
+    history (`Forecast.waiting_for`) lists it under each of them."""
+
+    def __init__(self, start_s: float, jid: int, end_s: float = _INF) -> None:
+        self.start_s = start_s
+        self.jid = jid
+        self.end_s = end_s
+
+    def __reduce__(self) -> tuple[type[_Segment], tuple[float, int, float]]:
+        return (_Segment, (self.start_s, self.jid, self.end_s))
 
 
 def _basis(job: Job) -> str:
