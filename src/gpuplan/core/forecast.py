@@ -290,6 +290,8 @@ def forecast(
 
     Returns:
         A `Forecast` of every running, waiting, deferred and held job.
+
+    The cyclic garbage collector is off during the call (on again after it, if it was on).
     """
     # The cyclic collector is off while it runs: the fork and the records are tens of thousands of
     # new objects without a reference cycle, so each collection meanwhile (the first ones scan the
