@@ -35,7 +35,7 @@ from mypy_extensions import mypyc_attr
 from gpuplan.core.placement import Placer
 from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState
-from gpuplan.core.view import JobSlot, SchedulerView, Started
+from gpuplan.core.view import JobSlot, Started
 from gpuplan.model import Job
 
 __all__ = [
@@ -159,12 +159,27 @@ class Decisions(NamedTuple):
     started: list[Started]
 
 
-class PreemptingScheduler(SchedulerView, Protocol):
-    """What the preemptive pass needs of its scheduler (core/scheduler.py's `Scheduler` is one): the
-    read-only view, plus starting a waiting job and preempting a running one, and what a preemption
-    costs (the lease it gives a started job)."""
+class PreemptingScheduler(Protocol):
+    """What the preemptive pass needs of its scheduler (core/scheduler.py's `Scheduler` is one): some
+    of the read-only view (`SchedulerView`, a base class, so this protocol names those members
+    itself), plus starting a waiting job and preempting a running one, and what a preemption costs
+    (the lease it gives a started job)."""
 
     preemption_cost: PreemptionCost
+
+    @property
+    def state(self) -> ClusterState:
+        """The live cluster (`SchedulerView.state`)."""
+
+    @property
+    def placer(self) -> Placer: ...
+
+    @property
+    def version(self) -> int:
+        """Bumped by every change (`SchedulerView.version`)."""
+
+    def slot(self, jid: int) -> JobSlot:
+        """The record of a waiting or running job (KeyError when unknown)."""
 
     def start_waiting(
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]

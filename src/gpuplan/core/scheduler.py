@@ -39,7 +39,7 @@ _INF = math.inf
 _LAST, _SECOND_LAST, _THIRD = itemgetter(-1), itemgetter(-2), itemgetter(2)
 
 
-class Scheduler:
+class Scheduler(SchedulerView):
     """Decides which waiting jobs start now and on which GPUs.
 
     Jobs are known by an integer handle `jid` chosen by the caller (the simulator uses trace order).
@@ -57,8 +57,7 @@ class Scheduler:
         quotas: Quotas | None = None,
     ) -> None:
         self.spec = spec
-        self.identity = object()
-        """Unique to this scheduler (a fork gets its own): what backfill memos keep (SchedulerView)."""
+        self._identity = object()  # unique to this scheduler (a fork gets its own): `identity`
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.backfill = get_backfill(backfill) if isinstance(backfill, str) else backfill
         self._placer = get_placer(placer) if isinstance(placer, str) else placer
@@ -478,7 +477,7 @@ class Scheduler:
         fields: dict[str, object] = self.__getstate__()  # type: ignore[assignment]  # every attribute
         for name, value in fields.items():  # (interpreted: the instance dict; compiled: its fields)
             setattr(new, name, value)
-        new.identity = object()  # the copy is another view: no memo of this one applies to it
+        new._identity = object()  # the copy is another view: no memo of this one applies to it
         new.policy = copy.deepcopy(self.policy) if self.policy.preemptive else self.policy
         new.backfill = copy.copy(self.backfill)  # its pass memo names this scheduler: never reused there
         new._state = self._state.copy()
@@ -506,6 +505,11 @@ class Scheduler:
     @property
     def placer(self) -> Placer:
         return self._placer
+
+    @property
+    def identity(self) -> object:
+        """Unique to this scheduler (a fork gets its own): what backfill memos keep (SchedulerView)."""
+        return self._identity
 
     @property
     def waiting_count(self) -> int:

@@ -233,8 +233,12 @@ class RunningObserver(Protocol):
         """A GPU went offline or back, or memory held by other processes changed."""
 
 
-class SchedulerView(Protocol):
+class SchedulerView:
     """The read-only surface of a Scheduler (plus `start`, the one change a backfill mode makes).
+
+    A base class that `Scheduler` subclasses, not a Protocol: the compiled core (backfill modes, their
+    plans) then calls the scheduler's members natively instead of looking each up by name at every
+    call. Every member here raises NotImplementedError; a subclass implements them all.
 
     Backfill modes must not change `state` themselves: `start` books a job on it.
     """
@@ -242,51 +246,65 @@ class SchedulerView(Protocol):
     @property
     def state(self) -> ClusterState:
         """The live cluster: GPUs held by running jobs, offline GPUs, memory held by others."""
+        raise NotImplementedError
 
     @property
-    def placer(self) -> Placer: ...
+    def placer(self) -> Placer:
+        raise NotImplementedError
 
     @property
     def identity(self) -> object:
         """An object unique to this view (a scheduler's fork gets its own): what a backfill mode's
         memo of a pass keeps instead of the view itself, so that a scheduler holding its backfill
         mode makes no reference cycle."""
+        raise NotImplementedError
 
     @property
-    def waiting_count(self) -> int: ...
+    def waiting_count(self) -> int:
+        raise NotImplementedError
 
     @property
     def version(self) -> int:
         """Bumped by every change to the queue, the running jobs or the cluster (see Scheduler)."""
+        raise NotImplementedError
 
     def waiting(self) -> Iterator[JobSlot]:
         """Waiting jobs in policy order."""
+        raise NotImplementedError
 
     def running(self) -> Iterator[JobSlot]:
         """Running jobs by expected end (then jid)."""
+        raise NotImplementedError
 
     @property
     def plain_order(self) -> bool:
         """`waiting()` is the plain queue order (no preemptive or fair-share order, no quota passing
         jobs by): an order that moves only when jobs are queued or leave it."""
+        raise NotImplementedError
 
     def waiting_shapes(self) -> WaitingShapes | None:
         """The waiting jobs by fits-shape and planned duration (core/shapes.py), or None where
         `waiting()` is not plain queue order (a backfill pass then visits every job)."""
+        raise NotImplementedError
 
     def slot(self, jid: int) -> JobSlot:
         """The record of a waiting or running job (KeyError when unknown)."""
+        raise NotImplementedError
 
     def projected_state(self, at_s: float) -> ClusterState:
         """A copy of the cluster as it will be at `at_s` if every running job ends at its expected end."""
+        raise NotImplementedError
 
     def start(
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
         """Book a waiting job on `gpu_ids` at `now` and append the decision to `started`."""
+        raise NotImplementedError
 
     def observe(self, observer: RunningObserver) -> None:
         """Tell `observer` of every change to the running jobs and the cluster's holds from now on."""
+        raise NotImplementedError
 
     def unobserve(self, observer: RunningObserver) -> None:
         """Stop telling `observer` (no error when it was not observing)."""
+        raise NotImplementedError
