@@ -189,3 +189,35 @@ def test_streamed_jsonl_lines_of_odd_values_are_json_dumps_text() -> None:
     want = [json.dumps({**run, **row}) + "\n" for row in schedule_rows(result)]
     assert list(jsonl_lines(result)) == want
     assert '"job_id": 7,' in want[2] and '"end_s": Infinity' in want[1] and "\\u00e9" in want[0]
+
+
+def test_streamed_jsonl_times_of_every_magnitude_are_json_dumps_text() -> None:
+    """The streamed rows format times in Arrow: its text must be repr's at every magnitude, where the
+    two forms part (whole numbers, exponents below 1e-4 and from 1e10 and 1e16 on, -0.0, inf, nan)."""
+    import random
+    from dataclasses import replace
+
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.schedule_io import jsonl_lines, schedule_rows
+    from gpuplan.synth import synth_poisson
+
+    cluster = ClusterSpec("c", (NodeSpec("n", 8, GpuSpec("A100-80GB", 80.0)),))
+    result = simulate(synth_poisson(3000, seed=5, load=0.9, total_gpus=8), cluster, "fifo", "easy")
+    rng = random.Random(3)
+    edges = [0.0, -0.0, 1e-4, 9.999999999999999e-05, 1e10, 9999999999.5, 1e16, 9999999999999998.0, 5e-324,
+             float("inf"), float("-inf"), float("nan"), 3742.0, -12.0, 123456789.125]  # fmt: skip
+
+    def value(k: int) -> float:
+        if k < len(edges):
+            return edges[k]
+        x = 10.0 ** rng.uniform(-8, 20) * rng.choice((-1, 1))
+        return [x, round(x), round(x, rng.randrange(0, 8))][k % 3]
+
+    result.records = [
+        replace(r, submit_s=value(3 * k), start_s=value(3 * k + 1), end_s=value(3 * k + 2))
+        for k, r in enumerate(result.records)
+    ]
+    run = {"policy": result.policy, "backfill": result.backfill, "placer": result.placer, "oracle": False}
+    want = [json.dumps({**run, **row}) + "\n" for row in schedule_rows(result)]
+    assert list(jsonl_lines(result)) == want
+    assert any('"start_s": 1e-05' in w or "e-0" in w for w in want) and '"submit_s": 0.0,' in want[0]

@@ -8,8 +8,7 @@ local agent, Slurm) are checked against these rows.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from json.encoder import encode_basestring_ascii
 from operator import attrgetter
 from pathlib import Path
@@ -55,50 +54,105 @@ def inline_schedules(results: Sequence[SimResult]) -> bool:
 
 def jsonl_lines(result: SimResult) -> Iterator[str]:
     """The run's rows as JSONL lines, streamed: the text of `json.dumps({**run fields, **row})` for
-    each row of `schedule_rows`, built by columns from pieces encoded once (the run's fields, the GPU
-    labels of each distinct allocation), a slice of rows at a time, so a million rows cost a fraction
-    of a pass (tests/test_cli_schedule.py compares the two)."""
-    head = json.dumps(_run_fields(result))[:-1] + ", "
+    each row of `schedule_rows` (tests/test_cli_schedule.py compares the two). The lines come from
+    `_jsonl_chunks`, the text `write_schedule_jsonl` writes."""
+    for chunk in _jsonl_chunks(result):
+        lines = memoryview(chunk).tobytes().decode("ascii").split("\n")
+        yield from (line + "\n" for line in lines[:-1])  # every line ends with one; json escapes the rest
+
+
+def _jsonl_chunks(result: SimResult) -> Iterator[Any]:
+    """The run's JSONL text, a slice of rows at a time, each an ASCII buffer of whole lines (json.dumps
+    escapes every other character). Built by columns in Arrow (C): each row joins pieces encoded once
+    (the run's fields, the text of each distinct GPU set) with its id's and times' texts, so a million
+    rows cost a small share of a pass (Python's float repr alone took about 0.5 s a column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    head = json.dumps(_run_fields(result))[:-1] + ', "job_id": '
     labels = [json.dumps(label) for label in result.gpu_labels]
-    allocs: dict[tuple[int, ...], str] = {}
+    codes: dict[tuple[int, ...], int] = {}  # each distinct GPU set: its index in `texts`
+    texts: list[str] = []
     records = result.records
     for offset in range(0, len(records), _SLICE_ROWS):
         rows = records[offset : offset + _SLICE_ROWS]
-        gpus = [
-            allocs.get(g) or allocs.setdefault(g, ", ".join([labels[i] for i in g])) for g in map(_GPUS, rows)
-        ]
-        columns = zip(
-            _id_texts(list(map(_JOB_ID, rows))),
-            _float_texts(list(map(_SUBMIT, rows))),
-            _float_texts(list(map(_START, rows))),
-            _float_texts(list(map(_END, rows))),
-            gpus,
-            strict=True,
-        )
-        yield from (
-            f'{head}"job_id": {i}, "submit_s": {sub}, "start_s": {start}, "end_s": {end}, "gpus": [{g}]}}\n'
-            for i, sub, start, end, g in columns
-        )
+        sets = list(map(_GPUS, rows))
+        index = list(map(codes.get, sets))
+        if None in index:
+            for g in sets:
+                if g not in codes:
+                    codes[g] = len(texts)
+                    texts.append(", ".join([labels[i] for i in g]))
+            index = list(map(codes.__getitem__, sets))
+        gpus = pc.take(pa.array(texts, pa.string()), pa.array(index, pa.int64()))
+        lines = pc.binary_join_element_wise(
+            head, *_id_texts(list(map(_JOB_ID, rows))),
+            ', "submit_s": ', *_float_texts(list(map(_SUBMIT, rows))),
+            ', "start_s": ', *_float_texts(list(map(_START, rows))),
+            ', "end_s": ', *_float_texts(list(map(_END, rows))),
+            ', "gpus": [', gpus, "]}\n",
+            "",
+        )  # fmt: skip
+        yield _text_of(lines)
 
 
 _SLICE_ROWS = 1 << 16
 _JOB_ID, _GPUS = attrgetter("job_id"), attrgetter("gpus")
 _SUBMIT, _START, _END = attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s")
+_JSON_SAFE = r"^[ !#-\[\]-~]*$"  # printable ASCII but '"' and '\': json.dumps keeps such a string as it is
 
 
-def _float_texts(values: list[Any]) -> Iterable[str]:
-    """json.dumps' text of each value: the repr of a finite float (at C speed when all are), else
-    json's own (an int, inf)."""
-    if set(map(type, values)) <= {float} and all(map(math.isfinite, values)):
-        return map(float.__repr__, values)
-    return map(json.dumps, values)
+def _text_of(lines: Any) -> memoryview:
+    """The bytes of an Arrow string array's values, one after the other (no nulls): its data buffer
+    between its first and its last offset."""
+    import numpy as np
+
+    offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
+    return memoryview(lines.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
-def _id_texts(values: list[Any]) -> Iterable[str]:
-    """json.dumps' text of each id: its ASCII-escaped string, as json.dumps gives a str."""
+def _float_texts(values: list[Any]) -> tuple[Any, Any]:
+    """json.dumps' text of each value, as two Arrow string arrays to join (a number and its suffix).
+
+    Finite floats are cast in Arrow, whose text has the same shortest round-trip digits as Python's
+    repr; repr's own form is kept where the two differ in form: ".0" after a whole number (the
+    suffix), and a value repr writes with an exponent (below 1e-4 or from 1e16 on) or that Arrow
+    writes with one (from about 1e10 on) is json's text of it (repr), as are inf and nan, and every
+    value of a column that is not all floats (an int: json's "3")."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(values)
+    try:  # float.is_integer refuses anything but a float: the type check and the whole numbers at once
+        whole = np.fromiter(map(float.is_integer, values), np.bool_, n)
+    except TypeError:
+        return pa.array(list(map(json.dumps, values)), pa.string()), ""
+    numbers = np.fromiter(values, np.float64, n)
+    texts = pc.cast(pa.array(numbers), pa.string())
+    size = np.abs(numbers)
+    odd = ~np.isfinite(numbers) | (size >= 1e16) | ((size < 1e-4) & (size != 0.0))
+    odd |= pc.match_substring(texts, "e").to_numpy(zero_copy_only=False)
+    if odd.any():
+        picked = np.flatnonzero(odd)
+        repr_texts = pa.array([json.dumps(values[i]) for i in picked], pa.string())
+        texts = pc.replace_with_mask(texts, pa.array(odd), repr_texts)
+        whole &= ~odd
+    return texts, pc.take(pa.array(["", ".0"], pa.string()), pa.array(whole.view(np.int8)))
+
+
+def _id_texts(values: list[Any]) -> tuple[Any, ...]:
+    """json.dumps' text of each id, as Arrow string arrays (and quotes) to join: a string of printable
+    ASCII without a quote or a backslash in quotes as it is, any other id as json.dumps escapes it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if set(map(type, values)) <= {str}:
-        return map(encode_basestring_ascii, values)
-    return map(json.dumps, values)
+        ids = pa.array(values, pa.string())
+        if pc.all(pc.match_substring_regex(ids, _JSON_SAFE)).as_py():
+            return '"', ids, '"'
+        return (pa.array(list(map(encode_basestring_ascii, values)), pa.string()),)
+    return (pa.array(list(map(json.dumps, values)), pa.string()),)
 
 
 def write_schedule_jsonl(results: Sequence[SimResult], path: Path) -> int:
@@ -111,9 +165,10 @@ def write_schedule_jsonl(results: Sequence[SimResult], path: Path) -> int:
     rows = 0
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as f:
+        with path.open("wb") as f:
             for result in results:
-                f.writelines(jsonl_lines(result))
+                for chunk in _jsonl_chunks(result):
+                    f.write(chunk)
                 rows += len(result.records)
     except OSError as e:
         raise GpuplanError(
