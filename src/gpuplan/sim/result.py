@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclasses_fields
@@ -48,7 +49,8 @@ def start_order(records: list[JobRecord]) -> list[JobRecord]:
 class Timeline(Sequence[tuple[float, int]]):
     """A run's utilization steps, (time_s, occupied GPUs from then on), read as a sequence of pairs but
     kept in two arrays: 16 bytes a step instead of a tuple and two numbers (about 110 bytes; a
-    million-job pass has two million steps). Clocks add a step with `add` and read `busy[-1]`."""
+    million-job pass has two million steps). Clocks add a step with `add` and read `busy[-1]`; the
+    simulator's compiled loop (sim/engine.py) appends to both arrays itself, without a call per step."""
 
     __slots__ = ("busy", "times_s")
 
@@ -199,14 +201,19 @@ class SimResult:
         """Jobs that ran on GPUs of more than one node."""
         import numpy as np
 
-        # by columns: a record spans when the nodes of its GPUs (as numbers) do not all equal the
-        # node of its first GPU; records of one GPU (most of a large trace) never do
-        allocs = list(map(_GPUS, self.records))
+        # by columns over each distinct GPU set once (the simulator shares one tuple among the records
+        # of a set: a million records hold a few thousand), weighted by how many records hold it: a set
+        # spans when the nodes of its GPUs (as numbers) do not all equal the node of its first GPU
+        counts = Counter(map(_GPUS, self.records))
+        allocs = list(counts)
         widths = np.fromiter(map(len, allocs), np.intp, len(allocs))
         if len(allocs) == 0 or widths.max() < 2:
             return 0
-        if widths.min() < 1:  # a record without GPUs: one at a time
-            return sum(1 for g in allocs if len({self.gpu_labels[i].split("/", 1)[0] for i in g}) > 1)
+        weights = np.fromiter(counts.values(), np.int64, len(allocs))
+        if widths.min() < 1:  # a set without GPUs never spans
+            keep = widths > 0
+            allocs = [g for g, k in zip(allocs, keep.tolist(), strict=True) if k]
+            widths, weights = widths[keep], weights[keep]
         nodes: dict[str, int] = {}
         node_of = np.array(
             [nodes.setdefault(label.split("/", 1)[0], len(nodes)) for label in self.gpu_labels]
@@ -214,7 +221,7 @@ class SimResult:
         on = node_of[np.fromiter(chain.from_iterable(allocs), np.intp, int(widths.sum()))]
         starts = np.cumsum(widths) - widths
         first = np.repeat(on[starts], widths)
-        return int(np.count_nonzero(np.add.reduceat(on != first, starts)))
+        return int(weights[np.add.reduceat(on != first, starts) > 0].sum())
 
     @property
     def uses_true_durations(self) -> bool:
