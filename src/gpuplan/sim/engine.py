@@ -116,6 +116,7 @@ def simulate(
     else:
         bound_s = _live_bound(jobs, running, cluster, now_s)
     metrics = compute_metrics(records, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound_s)
+    unknown = _without_estimate(jobs, sched, oracle)  # once for the warnings and the estimate use
     return SimResult(
         policy=sched.policy.spec,
         backfill=sched.backfill.spec,
@@ -126,8 +127,8 @@ def simulate(
         records=records,
         util_timeline=run.timeline,
         gpu_labels=[sched.state.gpu_label(g) for g in range(sched.state.total_gpus)],
-        warnings=_warnings(jobs, sched, oracle) if estimator is None else [],
-        estimates=estimate_use(jobs, sched, oracle, run.by_level if estimator is not None else None),
+        warnings=_warnings(jobs, sched, oracle, unknown) if estimator is None else [],
+        estimates=estimate_use(jobs, sched, oracle, run.by_level if estimator is not None else None, unknown),
     )
 
 
@@ -218,16 +219,21 @@ def _live_bound(
 
 
 def estimate_use(
-    jobs: Sequence[Job], sched: Scheduler, oracle: bool, by_level: dict[str, int] | None = None
+    jobs: Sequence[Job],
+    sched: Scheduler,
+    oracle: bool,
+    by_level: dict[str, int] | None = None,
+    unknown: int | None = None,
 ) -> EstimateUse:
     """Where the run's estimates came from and what the policy and backfill did for jobs without one.
 
-    `by_level`: jobs per level of an online estimator ("none": no estimate); None: the trace's own."""
+    `by_level`: jobs per level of an online estimator ("none": no estimate); None: the trace's own.
+    `unknown`: `_without_estimate(jobs, sched, oracle)` when the caller has it (counted here otherwise)."""
     needed = sched.policy.needs_duration or sched.backfill.plans_ahead
     if oracle:
         return EstimateUse("oracle", needed)
     if by_level is None:
-        without = sum(1 for j in jobs if j.planning_duration_s(False) is None) if needed else 0
+        without = _without_estimate(jobs, sched, oracle) if unknown is None else unknown
     else:
         without = by_level.get("none", 0) if needed else 0
     parts = []
@@ -242,10 +248,18 @@ def estimate_use(
     )
 
 
-def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> list[str]:
+def _without_estimate(jobs: Sequence[Job], sched: Scheduler, oracle: bool) -> int:
+    """How many jobs have no duration to plan with, when the run needs estimates (else 0)."""
+    if oracle or not (sched.policy.needs_duration or sched.backfill.plans_ahead):
+        return 0
+    return sum(1 for j in jobs if j.planning_duration_s(False) is None)
+
+
+def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool, unknown: int | None = None) -> list[str]:
     out = []
     if not oracle and (sched.policy.needs_duration or sched.backfill.plans_ahead):
-        unknown = sum(1 for j in jobs if j.planning_duration_s(False) is None)
+        if unknown is None:
+            unknown = _without_estimate(jobs, sched, oracle)
         if unknown:
             out.append(
                 f"{unknown} of {len(jobs)} jobs have neither est_duration_s nor requested_s: "
@@ -288,6 +302,11 @@ class _Run(EventClock):
         self.work = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of each job in all
         self.records: list[JobRecord] = []
         self.timeline = Timeline([(0.0, 0)])
+        # its two arrays and last busy count, kept here: the pass appends a step without a call into the
+        # interpreted Timeline (two million steps in a million-job run)
+        self.step_times = self.timeline.times_s
+        self.step_busy = self.timeline.busy
+        self.last_busy = 0
         self.idle_wait_gpu_s = 0.0
         self.gpu_count = len(sched.state.gpu_node)
         self.done = 0
@@ -315,6 +334,7 @@ class _Run(EventClock):
             self.start_t[jid] = start
             self._seed(jid, slot.alloc, elapsed, left)
         self.timeline[0] = (0.0, self.sched.state.busy_gpus)
+        self.last_busy = self.sched.state.busy_gpus
 
     def _seed(self, jid: int, gpus: tuple[int, ...], elapsed: float, left: float) -> None:
         """A job running when the run starts, `elapsed` seconds into its work, with `left` to go."""
@@ -330,8 +350,10 @@ class _Run(EventClock):
     def after_pass(self, t: float, t_next: float) -> bool:
         idle = self.state.idle_total
         busy = self.gpu_count - idle
-        if busy != self.timeline.busy[-1]:
-            self.timeline.add(t, busy)
+        if busy != self.last_busy:  # Timeline.add's step, appended here
+            self.step_times.append(t)
+            self.step_busy.append(busy)
+            self.last_busy = busy
         if self.sched.waiting_count and t_next < _INF:
             self.idle_wait_gpu_s += idle * (t_next - t)
         return False
