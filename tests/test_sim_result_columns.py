@@ -95,3 +95,64 @@ def test_spanned_jobs_counts_the_records_on_more_than_one_node() -> None:
     result = SimResult("fifo", "none", "first-fit", False, cluster, metrics, recs, Timeline(), labels)
     assert 0 < expected < len(recs) and result.spanned_jobs == expected
     assert replace(result, records=[r for r in recs if len(r.gpus) == 1]).spanned_jobs == 0
+
+
+def test_start_order_of_many_ties_is_one_stable_sort_on_start_then_id() -> None:
+    import random
+
+    rng = random.Random(11)
+    # few distinct starts and ids: long runs of equal starts, and equal (start, id) pairs whose order
+    # must stay as it was (a stable sort); the records come in end order, as a run appends them
+    recs = [
+        JobRecord(f"j{rng.randrange(40)}", 0.0, s, s + rng.choice([1.0, 5.0, 60.0]), (0,))
+        for s in (float(rng.randrange(200)) for _ in range(3_000))
+    ]
+    recs.sort(key=lambda r: r.end_s)
+    want = sorted(recs, key=lambda r: (r.start_s, r.job_id))
+    got = start_order(list(recs))
+    assert [id(r) for r in got] == [id(r) for r in want]
+    assert start_order([]) == [] and start_order(recs[:1]) == recs[:1]
+
+
+def test_spanned_jobs_counts_each_record_of_a_shared_gpu_set_and_none_without_gpus() -> None:
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.metrics import compute_metrics
+
+    cluster = ClusterSpec("2x2", tuple(NodeSpec(f"n{i}", 2, GpuSpec("A100-80GB", 80.0)) for i in range(2)))
+    labels = ["n0/gpu0", "n0/gpu1", "n1/gpu0", "n1/gpu1"]
+    across, within = (1, 2), (0, 1)  # one tuple shared by several records, as the simulator keeps them
+    gpu_sets = [across, within, across, (), (3,), across, (0, 1, 2, 3), within]
+    recs = [JobRecord(f"j{i}", 0.0, 0.0, 1.0, g) for i, g in enumerate(gpu_sets)]
+    metrics = compute_metrics(recs, Timeline([(0.0, 0)]), 4, 0.0, 1.0)
+    result = SimResult("fifo", "none", "first-fit", False, cluster, metrics, recs, Timeline(), labels)
+    assert result.spanned_jobs == 4  # three records on `across` and the one on every GPU
+
+
+def test_never_fitting_jobs_split_as_a_test_of_each_job_would() -> None:
+    import random
+
+    from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
+    from gpuplan.sim.fits import allow_spanning, fits_on, split_never_fitting
+
+    cluster = ClusterSpec("2x4", tuple(NodeSpec(f"n{i}", 4, GpuSpec("A100-40GB", 40.0)) for i in range(2)))
+    rng = random.Random(3)
+    jobs = [
+        Job(
+            f"j{i}",
+            float(i),
+            rng.choice([1, 2, 4, 6, 8, 9]),
+            mem_gb=rng.choice([None, 10.0, 39.5, 41.0]),
+            est_mem_gb=rng.choice([None, 5.0, 40.0, 45.0]),
+            duration_s=1.0,
+            may_span_nodes=rng.random() < 0.3,
+        )
+        for i in range(2_000)
+    ]
+    for oracle in (False, True):
+        fits = fits_on(cluster, oracle)
+        ok, never = split_never_fitting(jobs, cluster, oracle)
+        assert ok == [j for j in jobs if fits(j)] and never == [j for j in jobs if not fits(j)]
+        assert ok and never
+    _, n = allow_spanning(jobs, cluster)
+    assert n == sum(1 for j in jobs if 4 < j.gpus <= 8 and not j.may_span_nodes) > 0
+    assert allow_spanning([j for j in jobs if j.gpus <= 4], cluster)[1] == 0
