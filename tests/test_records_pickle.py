@@ -8,6 +8,7 @@ import pickle
 from dataclasses import fields
 
 from gpuplan.core.forecast import JobForecast
+from gpuplan.core.state import Need
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 
@@ -15,8 +16,8 @@ from gpuplan.model import Job
 def _slot() -> JobSlot:
     return JobSlot(
         7, Job("j", 1.0, 2), 2, 40.0, 30.0, True, (1.0, 7), (3, 4), 5.0, 35.0, 6.0, 7.0, 8.0, 9, (5,), 2.0,
-        {0: 1}, None,
-    )  # fmt: skip  # need None: a Need is a frozen native class, which pickle cannot rebuild
+        {0: 1}, Need(250.0, 16.0, 0.5),
+    )  # fmt: skip
 
 
 def test_a_job_slot_keeps_every_field_through_pickle_and_deepcopy() -> None:
@@ -25,6 +26,12 @@ def test_a_job_slot_keeps_every_field_through_pickle_and_deepcopy() -> None:
     for twin in (pickle.loads(pickle.dumps(slot)), copy.deepcopy(slot)):
         assert twin is not slot
         assert {f.name: getattr(twin, f.name) for f in fields(JobSlot)} == values
+
+
+def test_a_need_keeps_its_fields_through_pickle_and_deepcopy() -> None:
+    need = Need(250.0, 16.0, None)  # frozen and compiled: rebuilt through its constructor
+    for twin in (pickle.loads(pickle.dumps(need)), copy.deepcopy(need)):
+        assert twin == need and twin is not need
 
 
 def test_a_job_forecast_keeps_every_field_through_pickle() -> None:

@@ -28,6 +28,11 @@ class Need:
     host_mem_gb: float = 0.0
     gpu_share: float | None = None
 
+    def __reduce__(self) -> tuple[type[Need], tuple[float, float, float | None]]:
+        """Pickled as its constructor's arguments: compiled and frozen, it cannot be rebuilt field by
+        field (a sweep's worker or a deepcopy would get FrozenInstanceError)."""
+        return (Need, (self.cpu_milli, self.host_mem_gb, self.gpu_share))
+
 
 def need_of(job: Job, host: bool, sharing: bool) -> Need | None:
     """The job's needs a cluster can tell apart, or None when there are none (the fast GPU-only path):
