@@ -147,7 +147,7 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     elif plain == "fits":  # no two jobs share a fit key: each new shape is tried
         monkeypatch.setattr(preemption, "_fit_key", lambda slot, cap: object())
     else:
-        monkeypatch.setattr(PreemptiveQueue, "_shape", _exact_shape)
+        monkeypatch.setattr(PreemptiveQueue, "shape", _exact_shape)
     slow = [_schedule(jobs, policy) for jobs in traces]
     assert fast == slow
     assert sum(p for _, p in slow) > 30  # the traces do preempt

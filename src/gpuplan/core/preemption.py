@@ -28,12 +28,12 @@ import heapq
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
 
 from gpuplan.core.placement import Placer
-from gpuplan.core.sortedseq import SortedSeq
+from gpuplan.core.ranks import Entry, Levels, Ranks
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.model import Job
@@ -134,13 +134,6 @@ class PreemptionCost:
         return (overhead if resumed else 0.0) + pays
 
 
-_MAX_LEVELS = 64
-"""More distinct waiting levels than this: a pass does not look for the point where all fail."""
-
-_Entry = tuple[Any, ...]
-"""A job's place in the queue: (level, *the policy's static key ending in the job's handle)."""
-
-
 def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
     """What decides whether a job that does not wait suspended finds GPUs on an exclusive cluster where
     no GPU holds a suspended job's memory: memory that every GPU has does not matter there."""
@@ -193,249 +186,22 @@ class PreemptingScheduler(Protocol):
         """Bump `version`: the pass changed live state (ranks, a suspended job's memory)."""
 
 
-class _Levels(Protocol):
-    """What the pass asks of its policy: a `core.preemptive.PreemptivePolicy`, or a wrapper that passes
-    one's levels on (the agent's, which is no subclass of it)."""
-
-    @property
-    def endless_levels(self) -> bool: ...
-
-    def level(self, slot: JobSlot, now: float) -> float: ...
-
-    def next_change_s(self, slot: JobSlot, now: float) -> float: ...
-
-
-class _Ranks:
-    """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
-
-    waiting, running: entries by rank; entry, slots: each job's entry and slot; changes, stamp, due: the
-    heap of level changes (stale stamps skipped) and each job's queued one; shapes, shape_of, by_shape: waiting jobs by level and
-    shape; wakes (and wake_set, its members): ends of leases that held a preemption back; start_level:
-    a running job's level when the pass started it; lease_held: a lease held a preemption back in this
-    job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep their
-    memory); modes, restarts: each job's preempt mode and whether a restart costs it time (under
-    `cost`), read once; exact_shapes: shapes keep memory that every GPU has once a job that keeps its
-    memory when preempted (mode `suspend`) or waits suspended is known, on sharing clusters, and under
-    leases (las: a job a lease may bind is tried for itself, as its exact shape says); settled: the
-    scheduler's version after a pass that decided nothing (-1: none)."""
-
-    def __init__(self, state: ClusterState, endless: bool) -> None:
-        self.endless = endless
-        self.waiting: SortedSeq[_Entry] = SortedSeq()  # (level, *static key ending in jid)
-        self.running: SortedSeq[_Entry] = SortedSeq()
-        self.entry: dict[int, _Entry] = {}
-        self.slots: dict[int, JobSlot] = {}
-        self.changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
-        self.stamp: dict[int, int] = {}
-        self.shapes: dict[float, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
-        self.shape_of: dict[int, tuple[object, ...]] = {}
-        self.by_shape: dict[tuple[object, ...], SortedSeq[_Entry]] = {}  # shape -> its waiting entries
-        self.wakes: list[float] = []
-        self.wake_set: set[float] = set()
-        self.start_level: dict[int, float] = {}
-        self.lease_held = False
-        self.suspend_running = 0
-        self.modes: dict[int, str] = {}
-        self.restarts: dict[int, bool] = {}
-        self.cost: PreemptionCost | None = None
-        self.due: dict[int, float] = {}  # jid -> the time of its queued level change (its stamp's)
-        self.exact_shapes: bool = state.sharing or endless
-        self.settled = -1
-
-    def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> _Ranks:
-        """A copy on `state` whose entries name `slots` (a forked scheduler's records)."""
-        new = _Ranks(state, self.endless)
-        new.waiting = self.waiting.copy()
-        new.running = self.running.copy()
-        new.entry = dict(self.entry)
-        new.slots = {jid: slots[jid] for jid in self.entry}
-        new.changes = list(self.changes)
-        new.stamp = dict(self.stamp)
-        new.due = dict(self.due)
-        new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
-        new.shape_of = dict(self.shape_of)
-        new.by_shape = {shape: entries.copy() for shape, entries in self.by_shape.items()}
-        new.wakes = list(self.wakes)
-        new.wake_set = set(self.wakes)
-        new.start_level = dict(self.start_level)
-        new.suspend_running = self.suspend_running
-        new.modes = dict(self.modes)
-        new.exact_shapes = self.exact_shapes
-        return new
-
-    def mode(self, slot: JobSlot) -> str:
-        mode = self.modes.get(slot.jid)
-        if mode is None:
-            mode = self.modes[slot.jid] = slot.job.preempt_mode
-        return mode
-
-    def restart_costs(self, slot: JobSlot, cost: PreemptionCost) -> bool:
-        if cost is not self.cost:
-            self.cost, self.restarts = cost, {}
-        pays = self.restarts.get(slot.jid)
-        if pays is None:
-            pays = self.restarts[slot.jid] = cost.overhead_s(slot.job) > 0.0
-        return pays
-
-    def lease_free(self, by: JobSlot, cost: PreemptionCost) -> bool:
-        return not self.endless or not by.preemptions or not self.restart_costs(by, cost)
-
-    def leased(self, victim: JobSlot, by: JobSlot, now: float, cost: PreemptionCost) -> bool:
-        if not self.endless:
-            return False  # its levels run out: a trade of places ends at the last one
-        if not by.preemptions or not self.restart_costs(by, cost):
-            return False  # its first start (or one that costs no restart): nothing to trade back
-        return self.lease_binds(victim, by.level, now, cost)
-
-    def lease_binds(self, victim: JobSlot, level: float, now: float, cost: PreemptionCost) -> bool:
-        """`leased` for a job of `level` that no first start or free restart exempts."""
-        if self.start_level.get(victim.jid, _INF) > level:
-            return False  # it outranked `by` when it started: its lease is not what makes it a victim
-        start = victim.start_s if victim.start_s is not None else -_INF
-        end = start + cost.lease_s(victim.job, resumed=victim.preemptions > 0)
-        if end <= now + 1e-9:
-            return False
-        if end not in self.wake_set:
-            heapq.heappush(self.wakes, end)
-            self.wake_set.add(end)
-        self.lease_held = True
-        return True
-
-    def pop_wake(self) -> None:
-        self.wake_set.discard(heapq.heappop(self.wakes))
-
-    def enter(self, slot: JobSlot, now: float, policy: _Levels, queue: PreemptiveQueue) -> None:
-        jid = slot.jid
-        level = slot.level = policy.level(slot, now)
-        entry: _Entry = (level, *slot.key)
-        self.entry[jid] = entry
-        self.slots[jid] = slot
-        if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
-            self.keep_memory_in_shapes(queue)
-        if slot.start_s is None:
-            self.waiting.add(entry)
-            self.index_shape(entry, jid, level, queue._shape(slot))
-        else:
-            self.running.add(entry)
-            if self.mode(slot) == "suspend":
-                self.suspend_running += 1
-        self.plan_change(slot, now, policy)
-
-    def plan_change(self, slot: JobSlot, now: float, policy: _Levels) -> None:
-        """Queue the job's next level change (a new stamp: any earlier one is stale)."""
-        jid = slot.jid
-        t = policy.next_change_s(slot, now)
-        due = self.due
-        if t < _INF:
-            t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
-            if due.get(jid, _INF) == t:
-                return  # the change it has queued stands (gittins' rerank_all moved no crossing)
-        stamp = self.stamp.get(jid, 0) + 1
-        self.stamp[jid] = stamp
-        if t < _INF:
-            heapq.heappush(self.changes, (t, jid, stamp))
-            due[jid] = t
-        else:
-            due.pop(jid, None)
-
-    def move_running(self, slot: JobSlot, now: float, policy: _Levels, queue: PreemptiveQueue) -> None:
-        """`leave` then `enter` of a running job (its level changed), without the steps that undo
-        each other."""
-        jid = slot.jid
-        self.running.remove(self.entry[jid])
-        level = slot.level = policy.level(slot, now)
-        entry: _Entry = (level, *slot.key)
-        self.entry[jid] = entry
-        if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
-            self.keep_memory_in_shapes(queue)
-        self.running.add(entry)
-        self.plan_change(slot, now, policy)
-
-    def leave(self, slot: JobSlot) -> None:
-        entry = self.entry.pop(slot.jid)
-        del self.slots[slot.jid]
-        if slot.start_s is None:
-            self.waiting.remove(entry)
-            shape = self.shape_of.pop(slot.jid)
-            same = self.by_shape[shape]
-            same.remove(entry)
-            if not same:
-                del self.by_shape[shape]
-            level: float = entry[0]
-            at = self.shapes[level]
-            left = at[shape] - 1
-            if left:
-                at[shape] = left
-            elif len(at) > 1:
-                del at[shape]
-            else:
-                del self.shapes[level]
-        else:
-            self.running.remove(entry)
-            if self.mode(slot) == "suspend":
-                self.suspend_running -= 1
-
-    def keep_memory_in_shapes(self, queue: PreemptiveQueue) -> None:
-        self.exact_shapes = True
-        self.shapes.clear()
-        self.by_shape.clear()
-        for entry in self.waiting:
-            jid: int = entry[-1]
-            self.index_shape(entry, jid, entry[0], queue._shape(self.slots[jid]))
-
-    def index_shape(self, entry: _Entry, jid: int, level: float, shape: tuple[object, ...]) -> None:
-        """Count a waiting job's entry under its level and fits-shape (`shapes`, `by_shape`)."""
-        self.shape_of[jid] = shape
-        at = self.shapes.get(level)
-        if at is None:
-            at = self.shapes[level] = {}
-        at[shape] = at.get(shape, 0) + 1
-        same = self.by_shape.get(shape)
-        if same is None:
-            same = self.by_shape[shape] = SortedSeq()
-        same.add(entry)
-
-    def next_open(self, cursor: _Entry, failed: set[tuple[object, ...]]) -> _Entry | None:
-        best: _Entry | None = None
-        for shape, same in self.by_shape.items():
-            if shape in failed:
-                continue
-            first = same.first_after(cursor)
-            if first is not None and (best is None or first < best):
-                best = first
-        return best
-
-    def all_fail(self, failed: set[tuple[object, ...]], level: float, worst: float, full: bool) -> bool:
-        if len(self.shapes) > _MAX_LEVELS:
-            return False
-        for at, shapes in self.shapes.items():
-            if at < level or (full and at >= worst):
-                continue
-            for shape in shapes:
-                if shape not in failed:
-                    return False
-        return True
-
-    def worst(self) -> float:
-        return self.running.last()[0] if self.running else -_INF
-
-
 @mypyc_attr(native_class=False)  # a Python class (a test swaps a method for the plain rule); methods compiled
 class PreemptiveQueue:
     """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change.
 
-    Its records are a `_Ranks` (`waiting` and `running` are that one's, to read); the methods a test
-    may swap for a plain rule (`refresh`, `_shape`, `_evict_for`) are called as methods of this class."""
+    Its records are a `Ranks` (`waiting` and `running` are that one's, to read); the methods a test
+    may swap for a plain rule (`refresh`, `shape`, `_evict_for`) are called as methods of this class."""
 
-    def __init__(self, sched: PreemptingScheduler, policy: _Levels) -> None:
+    def __init__(self, sched: PreemptingScheduler, policy: Levels) -> None:
         self.sched = sched
         self.policy = policy
         self.state: ClusterState = sched.state  # the scheduler's, for its life
-        self._r = _Ranks(self.state, policy.endless_levels)
+        self._r = Ranks(self.state, policy.endless_levels)
         self.waiting = self._r.waiting
         self.running = self._r.running
 
-    def fork(self, sched: PreemptingScheduler, policy: _Levels) -> PreemptiveQueue:
+    def fork(self, sched: PreemptingScheduler, policy: Levels) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
         new._r = self._r.copy(new.state, {jid: sched.slot(jid) for jid in self._r.entry})
@@ -450,7 +216,7 @@ class PreemptiveQueue:
     def leave(self, slot: JobSlot) -> None:
         self._r.leave(slot)
 
-    def _shape(self, slot: JobSlot) -> tuple[object, ...]:
+    def shape(self, slot: JobSlot) -> tuple[object, ...]:
         """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
         on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
         mem = slot.mem_gb
@@ -591,7 +357,7 @@ class PreemptiveQueue:
         min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = r.waiting
-        entries: Iterator[_Entry] = iter(waiting)  # rebuilt from the cursor whenever the pass changes it
+        entries: Iterator[Entry] = iter(waiting)  # rebuilt from the cursor whenever the pass changes it
         worst, full = r.worst(), _full(state)
         n_preempted = 0
         examined = 0
