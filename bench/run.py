@@ -38,6 +38,8 @@ Cases (`python bench/run.py [CASE ...]`; all by default):
   conservative-exclusive-10k: the same comparison for 10,000 Poisson jobs on 128 x 8 exclusive A100s.
   slurm-plan-apply-1000: `gpuplan slurm plan` + `apply` for 1,000 pending jobs on a real Slurm started
     by the test harness (issue #11 floor <= 5 s, aim <= 2 s; needs root and Slurm's Debian packages).
+  The first row, "machine", says where the figures come from (CPU model, cores, a fixed Python loop's
+    time, the load): figures compare only between like machines.
   scale-1m-pass, scale-ratios, scale-conservative, scale-readers, scale-startup, scale-sweep: issue #25's figures
     (bench/bench_scale.py: the 1M-job pass, preemptive and conservative ratios to fifo+EASY, readers'
     rows/s, start-up, the 4-worker sweep's speed-up; docs/benchmarks.md).
@@ -463,12 +465,40 @@ def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def machine() -> dict[str, object]:
+    """The first row of every run: what machine the figures come from. The project's 2-core machines
+    differ: the same build ran the 1M-job pass in 48.9 s on one and 15.5 s on another, so a figure is
+    only comparable with another from the same CPU model and a like `python_loop_s` (a fixed pure-Python
+    loop's CPU seconds, bench_traces.python_loop_s) at a like load."""
+    import os
+    import platform
+
+    from bench_traces import python_loop_s
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model = platform.processor()
+    return {
+        "case": "machine",
+        "cpu_model": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "python_loop_s": python_loop_s(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--case":
         print(json.dumps(run_case(sys.argv[2])))
         return 0
     names = sys.argv[1:] or ["demo-article", *CASES, *_OTHER]
-    out = []
+    out: list[object] = [machine()]
     for name in names:
         proc = subprocess.run([sys.executable, __file__, "--case", name], capture_output=True, text=True)
         if proc.returncode != 0:

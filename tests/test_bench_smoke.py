@@ -26,7 +26,8 @@ def test_run_py_prints_json_for_a_case() -> None:
         [sys.executable, str(BENCH / "run.py"), "demo-article"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    (row,) = json.loads(proc.stdout)
+    first, row = json.loads(proc.stdout)
+    assert first["case"] == "machine" and first["cores"] >= 1 and first["python_loop_s"] > 0
     assert row["case"] == "demo-article" and row["runs"] == 24
     assert {"wall_s", "runs_per_s", "best", "best_utilization", "best_bound_ratio", "peak_rss_mb"} <= set(row)
 
