@@ -87,3 +87,34 @@ def test_a_shape_whose_jobs_all_left_leaves_the_index_and_comes_back_with_a_re_a
     assert index.fits_keys(state) == {one, two}
     assert [s.jid for s in index.after(state, {one, two}, set(), 0.0, 1.0, (-1.0, -1))] == [2, 5, 6]
     assert [s.jid for s in index.after(state, {one}, set(), 0.0, 1.0, (-1.0, -1))] == [2]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_jobs_added_and_removed_between_reads_leave_the_index_as_if_never_added(seed: int) -> None:
+    """An add enters the sequences only when the index is next read (most jobs start in the pass they
+    arrive in): runs of adds and removals between reads, re-adds of a pending handle included, must
+    read back as the plain model."""
+    rng = random.Random(100 + seed)
+    state = ClusterState(_SPEC)
+    waiting = {j: _slot(rng, j) for j in range(40)}
+    index = ShapeIndex(sorted(waiting.values(), key=lambda s: s.key))
+    keys = sorted({fits_key(g, None, False, None, state) for g in (1, 2, 4, 8)})
+    for step in range(3000):
+        r = rng.random()
+        if r < 0.4 and waiting:
+            jid = rng.choice(list(waiting))
+            index.remove(jid)
+            del waiting[jid]
+        elif r < 0.85:
+            jid = rng.choice(list(waiting)) if waiting and rng.random() < 0.1 else 1000 + step
+            if jid in waiting:  # a pending or indexed handle leaves and comes back with another shape
+                index.remove(jid)
+            waiting[jid] = _slot(rng, jid)
+            index.add(waiting[jid])
+        assert len(index) == len(waiting)
+        if rng.random() < 0.15:  # a read: the pending adds enter the sequences
+            every = set(rng.sample(keys, rng.randint(1, len(keys))))
+            got = [s.jid for s in index.after(state, every, set(), 0.0, 1.0, (-1.0, -1))] if waiting else []
+            assert got == _expected(waiting, state, every, set(), 0.0, 1.0, (-1.0, -1))
+            want = {fits_key(s.gpus, None, False, None, state) for s in waiting.values()}
+            assert index.fits_keys(state) == want

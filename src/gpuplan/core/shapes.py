@@ -59,6 +59,9 @@ class ShapeIndex:
         self._fk: dict[Shape, tuple[object, ...]] = {}
         self._present: set[tuple[object, ...]] | None = None
         self._rows: list[tuple[tuple[object, ...], _Keys, _Plans]] | None = None  # (fits-key, keys, plans)
+        # jobs added since the index was last read, not yet in its sequences: most jobs start in the
+        # pass they arrive in, and their add and removal then cost a dict entry (`_flush`)
+        self._pending: dict[int, JobSlot] = {}
         # in bulk: each shape's two sequences sorted once, not built job by job
         keys: dict[Shape, list[tuple[object, ...]]] = {}
         plans: dict[Shape, list[tuple[float, tuple[object, ...]]]] = {}
@@ -77,6 +80,20 @@ class ShapeIndex:
             self._by_shape[shape] = (SortedSeq(shape_keys), SortedSeq(plans[shape]))
 
     def add(self, slot: JobSlot) -> None:
+        """Index a waiting job (its shape, planned duration and queue key: fixed while it waits); it
+        enters the sequences when the index is next read."""
+        self._pending[slot.jid] = slot
+
+    def _flush(self) -> None:
+        """Put the jobs added since the last read into the sequences (the order of the adds does not
+        matter: every key is unique)."""
+        pending = self._pending
+        if pending:
+            for slot in pending.values():
+                self._insert(slot)
+            pending.clear()
+
+    def _insert(self, slot: JobSlot) -> None:
         shape = shape_of(slot)
         self._of[slot.jid] = (shape, slot.plan_s, slot.key, slot)
         got = self._by_shape.get(shape)
@@ -87,6 +104,8 @@ class ShapeIndex:
         got[1].add((slot.plan_s, slot.key))
 
     def remove(self, jid: int) -> None:
+        if self._pending.pop(jid, None) is not None:
+            return  # never read while it waited: it never entered the sequences
         shape, plan_s, key, _ = self._of.pop(jid)
         keys, plans = self._by_shape[shape]
         keys.remove(key)
@@ -97,6 +116,7 @@ class ShapeIndex:
 
     def copy(self, slots: dict[int, JobSlot]) -> ShapeIndex:
         """The same index over the copied slots of a forked scheduler."""
+        self._flush()
         new = ShapeIndex()
         new._by_shape = {
             shape: (keys.copy(), plans.copy()) for shape, (keys, plans) in self._by_shape.items()
@@ -105,11 +125,12 @@ class ShapeIndex:
         return new
 
     def __len__(self) -> int:
-        return len(self._of)
+        return len(self._of) + len(self._pending)
 
     def fits_keys(self, state: ClusterState) -> set[tuple[object, ...]] | None:
         """The fits-keys of the waiting jobs on `state` (do not change the set), or None when there
         are too many shapes."""
+        self._flush()
         if len(self._by_shape) > MAX_SHAPES:
             return None
         if self._present is None or self._basis != (state.sharing, state.min_cap_gb):
@@ -136,6 +157,7 @@ class ShapeIndex:
     ) -> Iterator[JobSlot]:
         """The waiting jobs ranked after the queue key `cursor`, in queue order, that are either of a
         fits-key in `every`, or of one in `short` and end by `shadow` if started at `now`."""
+        self._flush()
         runs: list[Iterator[tuple[object, ...]]] = []
         for fk, keys, plans in self._rows_on(state):
             if fk in every:
