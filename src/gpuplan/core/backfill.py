@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -41,7 +41,7 @@ __all__ = [
     "register_backfill",
 ]
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # plugins and test doubles subclass it
@@ -204,7 +204,7 @@ class _Scan:
         return self.index.after(state, every, hurts - no_fit, self.now, self.shadow, slot.key)
 
 
-_NARROW_AFTER = 8
+_NARROW_AFTER: Final = 8
 """Jobs a backfill scan visits past a new no-fit or hurts-head shape before it narrows (`_Scan`)."""
 
 

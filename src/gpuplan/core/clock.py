@@ -28,6 +28,7 @@ import math
 import sys
 from collections.abc import Iterator
 from heapq import heappop, heappush
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -37,7 +38,7 @@ from gpuplan.core.view import Started
 
 __all__ = ["EventClock"]
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # drivers outside the compiled core (sim/preempt.py)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from operator import itemgetter
-from typing import Any
+from typing import Any, Final
 
 from gpuplan.core import shapes
 from gpuplan.core.backfill import Backfill, get_backfill
@@ -34,7 +34,7 @@ __all__ = ["Decisions", "Preempted", "Scheduler", "Started", "WaitRule"]
 WaitRule = Callable[[SchedulerView, JobSlot, float], "WaitReason | None"]
 """An eligibility rule's say on a waiting job (a quota, a limit): why it may not start now, or None."""
 
-_INF = math.inf
+_INF: Final = math.inf
 # queue entries end with (jid, slot), running entries are (expected end, jid, slot): C-level getters
 _LAST, _SECOND_LAST, _THIRD = itemgetter(-1), itemgetter(-2), itemgetter(2)
 

@@ -14,6 +14,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -26,7 +27,7 @@ __all__ = ["INDEX_WAITING", "MAX_SHAPES", "Shape", "ShapeIndex"]
 _Keys = SortedSeq[tuple[object, ...]]  # a shape's queue keys
 _Plans = SortedSeq[tuple[float, tuple[object, ...]]]  # its (planned duration, queue key)
 
-MAX_SHAPES = 64
+MAX_SHAPES: Final = 64
 """More distinct shapes than this waiting: the index does not pay, the pass scans every job."""
 
 INDEX_WAITING = True
@@ -206,7 +207,7 @@ class ShapeIndex:
         return self._ending_by(keys.iter_after(cursor), now, shadow)
 
 
-_FEW = 256
+_FEW: Final = 256
 
 
 def _merge(
@@ -242,7 +243,7 @@ def _merge(
             heads[m] = nxt
 
 
-_HEAP_RUNS = 4
+_HEAP_RUNS: Final = 4
 """More runs than this: `_merge` keeps their heads in a heap."""
 
 

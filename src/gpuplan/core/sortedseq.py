@@ -13,13 +13,13 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator
 from itertools import chain, islice
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 __all__ = ["SortedSeq"]
 
 T = TypeVar("T", bound=tuple[Any, ...])
 
-_LOAD = 512
+_LOAD: Final = 512
 """Items per chunk after a split (a chunk splits at twice this)."""
 
 

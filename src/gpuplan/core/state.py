@@ -4,12 +4,13 @@ that the simulator, the local agent and the Slurm loop all schedule against."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from gpuplan.model import ClusterSpec, Job
 
 __all__ = ["ClusterState", "Need", "need_of"]
 
-_EPS = 1e-9
+_EPS: Final = 1e-9
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from gpuplan.core.backfill import Backfill
 from gpuplan.core.booking import booked_mem_gb
@@ -48,8 +48,8 @@ __all__ = [
 ]
 
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
-_INF = math.inf
-_GPU_PHASE = 2  # phases of a sharing job: 0 start-up, 1 init, 2 GPU work
+_INF: Final = math.inf
+_GPU_PHASE: Final = 2  # phases of a sharing job: 0 start-up, 1 init, 2 GPU work
 
 
 def simulate(
