@@ -1,14 +1,16 @@
-"""core/sortedseq.py: the scheduler's sorted container against a plain sorted list, through chunk splits
-and removals that empty chunks (random operations, several thousand items)."""
+"""core/sortedseq.py: the scheduler's sorted containers against a plain sorted list, through chunk splits
+and removals that empty chunks (random operations, several thousand items); KeyedSeq also against
+SortedSeq of the same (key, handle, value) tuples."""
 
 from __future__ import annotations
 
 import bisect
+import math
 import random
 
 import pytest
 
-from gpuplan.core.sortedseq import SortedSeq
+from gpuplan.core.sortedseq import KeyedSeq, SortedSeq
 
 
 def _check(seq: SortedSeq[tuple[float, int]], ref: list[tuple[float, int]], rng: random.Random) -> None:
@@ -61,3 +63,42 @@ def test_removing_what_is_absent_or_reading_an_empty_one_raises() -> None:
     assert not seq and list(seq.after((0, 0))) == []
     with pytest.raises(IndexError):
         seq.first()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_keyed_seq_keeps_the_order_of_sorted_tuples_of_key_handle_and_value(seed: int) -> None:
+    """Ties on the key (running jobs that end at one instant) are broken by the handle, as the
+    tuples' order breaks them; infinite keys (jobs without an estimate) sort last."""
+    rng = random.Random(seed)
+    keyed: KeyedSeq[str] = KeyedSeq()
+    plain: SortedSeq[tuple[float, int, str]] = SortedSeq()
+    live: list[tuple[float, int, str]] = []
+    for handle in range(8000):
+        if live and rng.random() < 0.45:
+            key, h, value = live.pop(rng.randrange(len(live)) if rng.random() < 0.6 else 0)
+            assert keyed.remove(key, h) == value
+            plain.remove((key, h, value))
+        else:
+            key = rng.choice([float(rng.randrange(60)), rng.uniform(0, 60), math.inf, -0.0])
+            entry = (
+                key,
+                rng.randrange(100_000) * 100_000 + handle,
+                f"v{handle}",
+            )  # unique, unordered handles
+            keyed.add(*entry)
+            plain.add(entry)
+            live.append(entry)
+            live.sort()
+        if handle % 700 == 0 or handle == 7999:
+            assert len(keyed) == len(plain) and bool(keyed) == bool(plain)
+            assert list(keyed.items()) == list(plain)
+            assert list(keyed.values()) == [v for _, _, v in plain]
+    twin = keyed.copy_with(str.upper)
+    assert list(twin.items()) == [(k, h, v.upper()) for k, h, v in plain]
+    if live:
+        keyed.remove(live[0][0], live[0][1])
+        assert len(twin) == len(live)  # the copy is independent
+    with pytest.raises(ValueError):
+        keyed.remove(1e9, -1)
+    with pytest.raises(ValueError):
+        KeyedSeq().remove(0.0, 0)

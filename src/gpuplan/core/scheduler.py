@@ -23,9 +23,9 @@ from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
-from gpuplan.core.sortedseq import SortedSeq
+from gpuplan.core.sortedseq import KeyedSeq, SortedSeq
 from gpuplan.core.state import ClusterState, Need, need_of
-from gpuplan.core.view import JobSlot, RunningObserver, SchedulerView, Started, WaitReason
+from gpuplan.core.view import JobSlot, RunningObserver, SchedulerView, Started, WaitReason, new_started
 from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
 
@@ -35,8 +35,8 @@ WaitRule = Callable[[SchedulerView, JobSlot, float], "WaitReason | None"]
 """An eligibility rule's say on a waiting job (a quota, a limit): why it may not start now, or None."""
 
 _INF: Final = math.inf
-# queue entries end with (jid, slot), running entries are (expected end, jid, slot): C-level getters
-_LAST, _SECOND_LAST, _THIRD = itemgetter(-1), itemgetter(-2), itemgetter(2)
+# queue entries end with (jid, slot): C-level getters
+_LAST, _SECOND_LAST = itemgetter(-1), itemgetter(-2)
 
 
 class Scheduler(SchedulerView):
@@ -76,7 +76,7 @@ class Scheduler(SchedulerView):
         self._use: QuotaUse | None = None  # each user's running jobs and GPUs, kept while quotas are set
         self._in_pass = False
         self._shapes: ShapeIndex | None = None  # built on first use by a backfill pass (waiting_shapes)
-        self._running: SortedSeq[tuple[float, int, JobSlot]] = SortedSeq()  # (expected end, jid, slot)
+        self._running: KeyedSeq[JobSlot] = KeyedSeq()  # by (expected end, jid)
         self.preemption_cost = PreemptionCost()
         """What a preemption costs (the clock sets its own: the simulator's, the forecast's); the
         preemptive pass gives each started job the lease it implies (`PreemptionCost.lease_s`)."""
@@ -205,7 +205,7 @@ class Scheduler(SchedulerView):
         self._unbook_user(slot, now)
         slot.service_gpu_s += slot.gpus * run_s
         slot.run_since_promotion_s += run_s
-        self._running.remove((slot.expected_end_s, jid, slot))
+        self._running.remove(slot.expected_end_s, jid)
         self._state.release(slot.alloc, slot.mem_gb, slot.need)
         for o in self._observers:
             o.job_stopped(slot)
@@ -286,7 +286,7 @@ class Scheduler(SchedulerView):
                     self._pre.rerank_all(now)
         slot = self._slots.pop(jid)
         self._version += 1
-        self._running.remove((slot.expected_end_s, jid, slot))
+        self._running.remove(slot.expected_end_s, jid)
         self._state.release(slot.alloc, slot.mem_gb, slot.need)
         for o in self._observers:
             o.job_stopped(slot)
@@ -369,8 +369,8 @@ class Scheduler(SchedulerView):
         old = slot.expected_end_s
         if old != end_s:
             self._version += 1
-            self._running.remove((old, jid, slot))
-            self._running.add((end_s, jid, slot))
+            self._running.remove(old, jid)
+            self._running.add(end_s, jid, slot)
             slot.expected_end_s = end_s
             for o in self._observers:
                 o.end_moved(slot)
@@ -399,7 +399,7 @@ class Scheduler(SchedulerView):
             self._use = None  # no quota to check: no use to keep (a start and an end cost nothing more)
         elif self._use is None:  # the running jobs' use as it stands, kept from now on
             self._use = QuotaUse()
-            for _, _, slot in self._running:
+            for slot in self._running.values():
                 self._use.add(slot.job.user, slot.gpus)
         self._version += 1
 
@@ -492,7 +492,7 @@ class Scheduler(SchedulerView):
             new._queue = SortedSeq((*e[:-1], slots[e[-2]]) for e in self._queue)
         new._use = None if self._use is None else copy.deepcopy(self._use)
         new._shapes = None if self._shapes is None else self._shapes.copy(slots)
-        new._running = SortedSeq((e[0], e[1], slots[e[1]]) for e in self._running)
+        new._running = self._running.copy_with(partial(_slot_of, slots))
         new._pre = None if self._pre is None else self._pre.fork(new, new.policy)  # type: ignore[arg-type]
         return new
 
@@ -567,7 +567,7 @@ class Scheduler(SchedulerView):
 
     def running(self) -> Iterator[JobSlot]:
         """Running jobs by expected end, then handle."""
-        return map(_THIRD, self._running)
+        return self._running.values()
 
     def slot(self, jid: int) -> JobSlot:
         """The record of a waiting or running job (KeyError when the handle is unknown)."""
@@ -579,7 +579,7 @@ class Scheduler(SchedulerView):
     def projected_state(self, at_s: float) -> ClusterState:
         """A copy of the cluster as it will be at `at_s` if every running job ends at its expected end."""
         proj = self._state.copy()
-        for end, _jid, slot in self._running:
+        for end, _jid, slot in self._running.items():
             if end > at_s:
                 break
             proj.release(slot.alloc, slot.mem_gb, slot.need)
@@ -602,7 +602,7 @@ class Scheduler(SchedulerView):
         """Book a waiting job on `gpu_ids` at `now` (called by backfill modes during `schedule`)."""
         gpu_ids = tuple(gpu_ids)
         self._book(slot, gpu_ids, now, now + slot.plan_s)
-        started.append(Started(slot.jid, gpu_ids))
+        started.append(new_started(slot.jid, gpu_ids))
 
     def _book(self, slot: JobSlot, gpu_ids: tuple[int, ...], start_s: float, end_s: float) -> None:
         self._version += 1
@@ -610,7 +610,7 @@ class Scheduler(SchedulerView):
         slot.alloc = gpu_ids
         slot.start_s = start_s
         slot.expected_end_s = end_s
-        self._running.add((end_s, slot.jid, slot))
+        self._running.add(end_s, slot.jid, slot)
         for o in self._observers:
             o.job_started(slot)
         if self._use is not None:
@@ -622,3 +622,8 @@ class Scheduler(SchedulerView):
 def _entry_on(slots: dict[int, JobSlot], entry: tuple[Any, ...]) -> tuple[Any, ...]:
     """A queue entry `(*key, jid, slot)` on the copied slot of a forked scheduler."""
     return (*entry[:-1], slots[entry[-2]])
+
+
+def _slot_of(slots: dict[int, JobSlot], slot: JobSlot) -> JobSlot:
+    """The copied record of `slot` in a forked scheduler's `slots`."""
+    return slots[slot.jid]

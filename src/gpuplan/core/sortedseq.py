@@ -6,21 +6,31 @@ insert or a removal moves at most a chunk's items), written with the few operati
 typed, so that the compiled core (docs/install.md, "The compiled core") runs it as C: on the hot path
 of every clock, an add or a removal per start, end and submit. Items are compared as tuples; two
 equal items are the same entry (every entry of the core ends with a unique handle).
+
+`KeyedSeq` is the same layout for values ordered by a float and an integer handle (the running jobs
+by expected end, then handle): the two are kept in typed lists beside the values, so a search compares
+two numbers in C, not two tuples through Python's generic comparisons (a tuple comparison cost about as
+much as a whole search on the typed lists).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["SortedSeq"]
+__all__ = ["KeyedSeq", "SortedSeq"]
 
 T = TypeVar("T", bound=tuple[Any, ...])
+V = TypeVar("V")
 
 _LOAD: Final = 512
 """Items per chunk after a split (a chunk splits at twice this)."""
+
+_KEYED_LOAD: Final = 64
+"""Values per KeyedSeq chunk after a split: smaller than SortedSeq's, as an insert or a removal there
+shifts three lists (CPython moves their items one by one) while a search step is cheap."""
 
 
 class SortedSeq(Generic[T]):
@@ -73,18 +83,21 @@ class SortedSeq(Generic[T]):
         Raises:
             ValueError: no entry equals it.
         """
-        maxes = self._maxes
-        pos = bisect_left(maxes, item)
-        if pos == len(maxes):
-            raise ValueError(f"{item!r} is not in the sequence")
-        chunk = self._lists[pos]
-        idx = bisect_left(chunk, item)
-        if not chunk[idx] == item:
-            raise ValueError(f"{item!r} is not in the sequence")
+        lists, maxes = self._lists, self._maxes
+        if lists and lists[0][0] == item:  # the first: a pass mostly starts the jobs at the queue's head
+            pos, chunk, idx = 0, lists[0], 0
+        else:
+            pos = bisect_left(maxes, item)
+            if pos == len(maxes):
+                raise ValueError(f"{item!r} is not in the sequence")
+            chunk = lists[pos]
+            idx = bisect_left(chunk, item)
+            if not chunk[idx] == item:
+                raise ValueError(f"{item!r} is not in the sequence")
         del chunk[idx]
         self._len -= 1
         if not chunk:
-            del self._lists[pos]
+            del lists[pos]
             del maxes[pos]
         elif idx == len(chunk):
             maxes[pos] = chunk[-1]
@@ -215,3 +228,123 @@ class SortedSeq(Generic[T]):
         new._maxes = list(self._maxes)
         new._len = self._len
         return new
+
+
+class KeyedSeq(Generic[V]):
+    """Values kept in ascending order of (`key`, `handle`), a float and an int, the handle unique:
+    `add`, `remove`, `len`, `values` and `items` in order, `copy_with`. What `SortedSeq` of
+    `(key, handle, value)` tuples gives, in the same order, with the numbers compared as numbers."""
+
+    def __init__(self) -> None:
+        self._keys: list[list[float]] = []  # per chunk, ascending (key, handle)
+        self._handles: list[list[int]] = []
+        self._values: list[list[V]] = []
+        self._max_keys: list[float] = []  # each chunk's last key and handle
+        self._max_handles: list[int] = []
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def values(self) -> Iterator[V]:
+        """The values in order (read as the iteration goes: do not change the sequence meanwhile)."""
+        return chain.from_iterable(self._values)
+
+    def items(self) -> Iterator[tuple[float, int, V]]:
+        """(key, handle, value) in order."""
+        for keys, handles, values in zip(self._keys, self._handles, self._values):
+            yield from zip(keys, handles, values)
+
+    def add(self, key: float, handle: int, value: V) -> None:
+        """Insert `value` at (`key`, `handle`), which no value holds yet."""
+        self._len += 1
+        if not self._keys:
+            self._keys.append([key])
+            self._handles.append([handle])
+            self._values.append([value])
+            self._max_keys.append(key)
+            self._max_handles.append(handle)
+            return
+        pos = _lower(self._max_keys, self._max_handles, key, handle)
+        if pos == len(self._max_keys):  # after every value: the end of the last chunk
+            pos -= 1
+            self._keys[pos].append(key)
+            self._handles[pos].append(handle)
+            self._values[pos].append(value)
+            self._max_keys[pos] = key
+            self._max_handles[pos] = handle
+        else:
+            keys, handles = self._keys[pos], self._handles[pos]
+            i = _lower(keys, handles, key, handle)
+            keys.insert(i, key)
+            handles.insert(i, handle)
+            self._values[pos].insert(i, value)
+        if len(self._keys[pos]) > 2 * _KEYED_LOAD:
+            self._split(pos)
+
+    def _split(self, pos: int) -> None:
+        _split_chunk(self._keys, pos)
+        _split_chunk(self._handles, pos)
+        _split_chunk(self._values, pos)
+        self._max_keys[pos] = self._keys[pos][-1]
+        self._max_handles[pos] = self._handles[pos][-1]
+        self._max_keys.insert(pos + 1, self._keys[pos + 1][-1])
+        self._max_handles.insert(pos + 1, self._handles[pos + 1][-1])
+
+    def remove(self, key: float, handle: int) -> V:
+        """Take out and return the value at (`key`, `handle`).
+
+        Raises:
+            ValueError: no value is there.
+        """
+        pos = _lower(self._max_keys, self._max_handles, key, handle)
+        if pos < len(self._max_keys):
+            keys, handles = self._keys[pos], self._handles[pos]
+            i = _lower(keys, handles, key, handle)
+            if i < len(keys) and keys[i] == key and handles[i] == handle:
+                values = self._values[pos]
+                value = values[i]
+                del keys[i], handles[i], values[i]
+                self._len -= 1
+                if not keys:
+                    del self._keys[pos], self._handles[pos], self._values[pos]
+                    del self._max_keys[pos], self._max_handles[pos]
+                elif i == len(keys):
+                    self._max_keys[pos] = keys[-1]
+                    self._max_handles[pos] = handles[-1]
+                return value
+        raise ValueError(f"nothing at ({key!r}, {handle!r}) in the sequence")
+
+    def copy_with(self, value_of: Callable[[V], V]) -> KeyedSeq[V]:
+        """The same keys and handles with `value_of(value)` for each value (a forked scheduler's
+        copied records)."""
+        new: KeyedSeq[V] = KeyedSeq()
+        new._keys = [list(c) for c in self._keys]
+        new._handles = [list(c) for c in self._handles]
+        new._values = [[value_of(v) for v in c] for c in self._values]
+        new._max_keys = list(self._max_keys)
+        new._max_handles = list(self._max_handles)
+        new._len = self._len
+        return new
+
+
+def _split_chunk(lists: list[list[Any]], pos: int) -> None:
+    chunk = lists[pos]
+    lists.insert(pos + 1, chunk[_KEYED_LOAD:])
+    del chunk[_KEYED_LOAD:]
+
+
+def _lower(keys: list[float], handles: list[int], key: float, handle: int) -> int:
+    """The first index whose (key, handle) is not below (`key`, `handle`) (keys ascending)."""
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        k = keys[mid]
+        if k < key or (k == key and handles[mid] < handle):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
