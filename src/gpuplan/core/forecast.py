@@ -335,6 +335,7 @@ class _Forecaster(EventClock):
         self.left: dict[int, float] = {}
         self.seg: dict[int, tuple[float, float]] = {}
         self.ran: set[int] = set()
+        self.terms: dict[int, tuple[float, bool, str]] = {}  # `_terms`
         self.deferred = {d.jid: d for d in deferred}
         self.blocking: dict[int, list[int]] = {}  # dependency -> deferred jobs waiting for it
         self.unmet: dict[int, int] = {}
@@ -417,7 +418,7 @@ class _Forecaster(EventClock):
             end = slot.expected_end_s
             overhead = 0.0
         else:  # the work left after what earlier segments kept, plus a restart's overhead
-            overhead = self.cost.overhead_s(slot.job) if jid in self.ran else 0.0
+            overhead = self._terms(jid, slot.job)[0] if jid in self.ran else 0.0
             end = t + overhead + self.left[jid]
             self.ran.add(jid)
         self.basis[jid] = _basis(slot.job)
@@ -430,9 +431,18 @@ class _Forecaster(EventClock):
         self.end_of.pop(jid, None)
         slot = self.sched.slot(jid)
         seg_start, overhead = self.seg.pop(jid, (t, 0.0))
-        kept = self.cost.kept_s(slot.job, max(t - seg_start - overhead, 0.0))
-        self.left[jid] = self.left[jid] - kept if slot.job.checkpointable else slot.plan_s
+        _, checkpointable, mode = self._terms(jid, slot.job)
+        kept = self.cost.kept_by_s(checkpointable, mode, max(t - seg_start - overhead, 0.0))
+        self.left[jid] = self.left[jid] - kept if checkpointable else slot.plan_s
         self._close(jid, t)
+
+    def _terms(self, jid: int, job: Job) -> tuple[float, bool, str]:
+        """The job's restart overhead, whether it checkpoints and its preempt mode, read once (they are
+        properties of its `meta`)."""
+        got = self.terms.get(jid)
+        if got is None:
+            got = self.terms[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
+        return got
 
     def _expect(self, jid: int, end: float) -> None:
         self.end_of[jid] = end

@@ -114,9 +114,13 @@ class PreemptionCost:
 
     def kept_s(self, job: Job, progress_s: float) -> float:
         """Progress of one run segment that survives a preemption."""
-        if not job.checkpointable or progress_s <= 0.0:
+        return self.kept_by_s(job.checkpointable, job.preempt_mode, progress_s)
+
+    def kept_by_s(self, checkpointable: bool, mode: str, progress_s: float) -> float:
+        """`kept_s` of a job of `checkpointable` and preempt `mode` (a clock reads them once per job)."""
+        if not checkpointable or progress_s <= 0.0:
             return 0.0
-        if job.preempt_mode == "suspend":  # its process is only stopped: nothing is lost
+        if mode == "suspend":  # its process is only stopped: nothing is lost
             return progress_s
         c = self.checkpoint_interval_s
         return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
@@ -126,12 +130,15 @@ class PreemptionCost:
         the job may be preempted: the overhead paid plus the kept progress that pays the next restart
         (its overhead, rounded up to whole checkpoint intervals with periodic checkpoints). 0 for a job
         whose preemption costs no restart (suspended in place, or restarted from scratch)."""
-        overhead = self.overhead_s(job)
-        if overhead <= 0.0:
+        return self.lease_by_s(self.overhead_s(job), resumed)
+
+    def lease_by_s(self, overhead_s: float, resumed: bool) -> float:
+        """`lease_s` of a job whose `overhead_s` is given (the pass reads it once per job)."""
+        if overhead_s <= 0.0:
             return 0.0
         c = self.checkpoint_interval_s
-        pays = overhead if c <= 0.0 else max(math.ceil(overhead / c), 1) * c
-        return (overhead if resumed else 0.0) + pays
+        pays = overhead_s if c <= 0.0 else max(math.ceil(overhead_s / c), 1) * c
+        return (overhead_s if resumed else 0.0) + pays
 
 
 def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
@@ -236,7 +243,7 @@ class PreemptiveQueue:
         r.due.pop(jid, None)
         r.start_level.pop(jid, None)
         r.modes.pop(jid, None)
-        r.restarts.pop(jid, None)
+        r.overheads.pop(jid, None)
 
     def mode(self, slot: JobSlot) -> str:
         """The job's `Job.preempt_mode`, read once per job."""
@@ -297,9 +304,7 @@ class PreemptiveQueue:
         """Rank every job again (the policy learned something that moves every level)."""
         r = self._r
         slots = [r.slots[e[-1]] for e in (*r.waiting, *r.running)]
-        r.waiting.clear()
-        r.running.clear()
-        r.entry.clear()
+        r.clear()
         for slot in slots:
             r.enter(slot, now, self.policy, self)
         self.sched.note_change()
@@ -357,15 +362,25 @@ class PreemptiveQueue:
         min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = r.waiting
-        entries: Iterator[Entry] = iter(waiting)  # rebuilt from the cursor whenever the pass changes it
+        # read from the live queue (no copy), so rebuilt from the cursor whenever the pass changes it;
+        # `pending`: the entry a jump landed on, taken before the iterator's next
+        entries: Iterator[Entry] = iter(waiting)
+        pending: Entry | None = None
+        rank, known = -1, True  # the current entry's rank in `waiting`, while no change made it unknown
+        heads: dict[object, Entry | None] = {}  # `Ranks.next_open`'s answers, while the queue stands
         worst, full = r.worst(), _full(state)
         n_preempted = 0
         examined = 0
         while examined < MAX_EXAMINED:
             examined += 1
-            entry = next(entries, None)
+            entry = pending
             if entry is None:
-                break
+                entry = next(entries, None)
+                if entry is None:
+                    break
+                rank += 1
+            else:
+                pending = None  # its rank was set by the jump
             cursor = entry
             level: float = entry[0]
             jid: int = entry[-1]
@@ -376,15 +391,17 @@ class PreemptiveQueue:
             slot = slots[jid]
             shape = shape_of[jid]
             if shape in failed:  # jump the run of failed shapes (each counts as examined)
-                nxt = r.next_open(cursor, failed)
+                nxt = r.next_open(cursor, failed, heads)
                 if nxt is None:
                     break
                 if full:
                     after = waiting.first_after(cursor)
                     if after is not None and after[0] >= worst:
                         break
-                examined += waiting.bisect_left(nxt) - waiting.bisect_right(cursor)
-                entries = waiting.starting_at(nxt)
+                at = waiting.bisect_left(nxt)
+                examined += at - (rank + 1 if known else waiting.bisect_right(cursor))
+                rank, known = at, True
+                pending, entries = nxt, waiting.iter_after(nxt)
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
@@ -415,7 +432,9 @@ class PreemptiveQueue:
                     failed.clear()
                     fits_failed.clear()
                     n_preempted = len(out.preempted)
-                entries = waiting.after(cursor)
+                entries = waiting.iter_after(cursor)
+                heads.clear()
+                known = False
                 worst, full = r.worst(), _full(state)
             elif memo and not resumed and not r.lease_held:  # a lease binds this job only
                 failed.add(shape)

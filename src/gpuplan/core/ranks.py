@@ -36,7 +36,7 @@ class Cost(Protocol):
 
     def overhead_s(self, job: Job) -> float: ...
 
-    def lease_s(self, job: Job, resumed: bool) -> float: ...
+    def lease_by_s(self, overhead_s: float, resumed: bool) -> float: ...
 
 
 class Levels(Protocol):
@@ -59,9 +59,9 @@ class Ranks:
     shape; wakes (and wake_set, its members): ends of leases that held a preemption back; start_level:
     a running job's level when the pass started it; lease_held: a lease held a preemption back in this
     job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep their
-    memory); modes, restarts: each job's preempt mode and whether a restart costs it time (under
-    `cost`), read once; exact_shapes: shapes keep memory that every GPU has once a job that keeps its
-    memory when preempted (mode `suspend`) or waits suspended is known, on sharing clusters, and under
+    memory); modes, overheads: each job's preempt mode and restart overhead (under `cost`), read once;
+    boxes: each level's one boxed float; exact_shapes: shapes keep memory that every GPU has once a job
+    that keeps its memory when preempted (mode `suspend`) or waits suspended is known, on sharing clusters, and under
     leases (las: a job a lease may bind is tried for itself, as its exact shape says); settled: the
     scheduler's version after a pass that decided nothing (-1: none)."""
 
@@ -82,11 +82,25 @@ class Ranks:
         self.lease_held = False
         self.suspend_running = 0
         self.modes: dict[int, str] = {}
-        self.restarts: dict[int, bool] = {}
+        self.overheads: dict[int, float] = {}  # jid -> `Cost.overhead_s` under `cost`
         self.cost: Cost | None = None
         self.due: dict[int, float] = {}  # jid -> the time of its queued level change (its stamp's)
         self.exact_shapes: bool = state.sharing or endless
         self.settled = -1
+        self.boxes: dict[float, object] = {}  # each level's one boxed float (`box`)
+
+    def box(self, level: float) -> object:
+        """The one boxed float of `level` in every entry: entries of one level then share it, and a tuple
+        comparison passes an identical first item without comparing it (most compared entries share a
+        level). Equal levels compare equal either way, so the order is the same."""
+        boxes = self.boxes
+        got = boxes.get(level)
+        if got is None:
+            if len(boxes) >= 4096:  # levels a learning policy no longer gives (gittins' rebuilt tables)
+                boxes.clear()
+            got = level
+            boxes[level] = got
+        return got
 
     def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> Ranks:
         """A copy on `state` whose entries name `slots` (a forked scheduler's records)."""
@@ -107,6 +121,7 @@ class Ranks:
         new.suspend_running = self.suspend_running
         new.modes = dict(self.modes)
         new.exact_shapes = self.exact_shapes
+        new.boxes = dict(self.boxes)
         return new
 
     def mode(self, slot: JobSlot) -> str:
@@ -115,13 +130,17 @@ class Ranks:
             mode = self.modes[slot.jid] = slot.job.preempt_mode
         return mode
 
-    def restart_costs(self, slot: JobSlot, cost: Cost) -> bool:
+    def overhead(self, slot: JobSlot, cost: Cost) -> float:
+        """The job's restart overhead under `cost` (`Cost.overhead_s`), read once per job and cost."""
         if cost is not self.cost:
-            self.cost, self.restarts = cost, {}
-        pays = self.restarts.get(slot.jid)
-        if pays is None:
-            pays = self.restarts[slot.jid] = cost.overhead_s(slot.job) > 0.0
-        return pays
+            self.cost, self.overheads = cost, {}
+        got = self.overheads.get(slot.jid)
+        if got is None:
+            got = self.overheads[slot.jid] = cost.overhead_s(slot.job)
+        return got
+
+    def restart_costs(self, slot: JobSlot, cost: Cost) -> bool:
+        return self.overhead(slot, cost) > 0.0
 
     def lease_free(self, by: JobSlot, cost: Cost) -> bool:
         return not self.endless or not by.preemptions or not self.restart_costs(by, cost)
@@ -138,7 +157,7 @@ class Ranks:
         if self.start_level.get(victim.jid, _INF) > level:
             return False  # it outranked `by` when it started: its lease is not what makes it a victim
         start = victim.start_s if victim.start_s is not None else -_INF
-        end = start + cost.lease_s(victim.job, resumed=victim.preemptions > 0)
+        end = start + cost.lease_by_s(self.overhead(victim, cost), victim.preemptions > 0)
         if end <= now + 1e-9:
             return False
         if end not in self.wake_set:
@@ -153,7 +172,7 @@ class Ranks:
     def enter(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
         jid = slot.jid
         level = slot.level = policy.level(slot, now)
-        entry: Entry = (level, *slot.key)
+        entry: Entry = (self.box(level), *slot.key)
         self.entry[jid] = entry
         self.slots[jid] = slot
         if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
@@ -166,6 +185,17 @@ class Ranks:
             if self.mode(slot) == "suspend":
                 self.suspend_running += 1
         self.plan_change(slot, now, policy)
+
+    def clear(self) -> None:
+        """Take every job out of the ranks (`PreemptiveQueue.rerank_all` enters them again): waiting and
+        running entries and the waiting jobs' shapes, so no entry of an old level stays behind."""
+        self.waiting.clear()
+        self.running.clear()
+        self.entry.clear()
+        self.shapes.clear()
+        self.shape_of.clear()
+        self.by_shape.clear()
+        self.suspend_running = 0
 
     def plan_change(self, slot: JobSlot, now: float, policy: Levels) -> None:
         """Queue the job's next level change (a new stamp: any earlier one is stale)."""
@@ -190,7 +220,7 @@ class Ranks:
         jid = slot.jid
         self.running.remove(self.entry[jid])
         level = slot.level = policy.level(slot, now)
-        entry: Entry = (level, *slot.key)
+        entry: Entry = (self.box(level), *slot.key)
         self.entry[jid] = entry
         if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
             self.keep_memory_in_shapes(queue)
@@ -241,12 +271,24 @@ class Ranks:
             same = self.by_shape[shape] = SortedSeq()
         same.add(entry)
 
-    def next_open(self, cursor: Entry, failed: set[tuple[object, ...]]) -> Entry | None:
+    def next_open(
+        self, cursor: Entry, failed: set[tuple[object, ...]], heads: dict[object, Entry | None]
+    ) -> Entry | None:
+        """The first waiting entry after `cursor` of a shape not in `failed`, or None. `heads` keeps each
+        shape's answer for a cursor at or before this one, valid while the queue does not change (the
+        caller clears it then): one still after the cursor is the answer again, without a search."""
         best: Entry | None = None
         for shape, same in self.by_shape.items():
             if shape in failed:
                 continue
-            first = same.first_after(cursor)
+            if same in heads:
+                first = heads[same]
+                if first is None:
+                    continue
+                if not first > cursor:
+                    first = heads[same] = same.first_after(cursor)
+            else:
+                first = heads[same] = same.first_after(cursor)
             if first is not None and (best is None or first < best):
                 best = first
         return best

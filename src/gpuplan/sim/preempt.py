@@ -64,6 +64,7 @@ class PreemptiveRun(EventClock):
         self.last_pass_s = 0.0
         self.preemptions = 0
         self.wasted_gpu_s = 0.0
+        self.terms: dict[int, tuple[float, bool, str]] = {}  # `_terms`
         self.in_place: set[int] = set()  # suspended in place (SIGSTOP): it resumes, it does not restart
         self.events: list[tuple[float, str, str]] = []
         """(time, action, job id) of every start, resume, preemption (`preempt:ACTION`) and finish, in
@@ -110,7 +111,7 @@ class PreemptiveRun(EventClock):
     def on_start(self, st: Started, now: float) -> None:
         jid, job = st.jid, self.jobs[st.jid]
         resumed = jid in self.first_start
-        overhead = self.cost.overhead_s(job) if resumed else 0.0
+        overhead = self._terms(jid, job)[0] if resumed else 0.0
         self.events.append((now, "resume" if jid in self.in_place else "start", job.id))
         self.in_place.discard(jid)
         self.first_start.setdefault(jid, now)
@@ -122,13 +123,22 @@ class PreemptiveRun(EventClock):
         self.cancel_end(jid)  # its finish event no longer holds
         seg = now - self.seg_start.pop(jid)
         progress = max(seg - self.seg_overhead.pop(jid), 0.0)
-        kept = self.cost.kept_s(job, progress)
+        _, checkpointable, mode = self._terms(jid, job)
+        kept = self.cost.kept_by_s(checkpointable, mode, progress)
         self.events.append((now, f"preempt:{p.action}", job.id))
         if p.action == "suspend":
             self.in_place.add(jid)
-        self.left[jid] = self.left[jid] - kept if job.checkpointable else float(job.duration_s or 0.0)
+        self.left[jid] = self.left[jid] - kept if checkpointable else float(job.duration_s or 0.0)
         self.wasted_gpu_s += len(p.gpu_ids) * (seg - kept)
         self.preemptions += 1
+
+    def _terms(self, jid: int, job: Job) -> tuple[float, bool, str]:
+        """The job's restart overhead, whether it checkpoints and its preempt mode, read once (they are
+        properties of its `meta`)."""
+        got = self.terms.get(jid)
+        if got is None:
+            got = self.terms[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
+        return got
 
     def on_end(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
