@@ -152,11 +152,25 @@ def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
 _fit_key: Callable[[JobSlot, float], object] = _fit_key_of
 
 
-class Decisions(NamedTuple):
-    """One pass's decisions, in the order a clock carries them out: preemptions, then starts."""
+class Decisions:
+    """One pass's decisions, in the order a clock carries them out: preemptions, then starts (a native
+    class, not a NamedTuple: one is built at every pass, and a NamedTuple's constructor is interpreted)."""
 
-    preempted: list[Preempted]
-    started: list[Started]
+    __slots__ = ("preempted", "started")
+
+    def __init__(self, preempted: list[Preempted], started: list[Started]) -> None:
+        self.preempted = preempted
+        self.started = started
+
+    def __repr__(self) -> str:
+        return f"Decisions(preempted={self.preempted!r}, started={self.started!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Decisions)
+            and self.preempted == other.preempted
+            and self.started == other.started
+        )
 
 
 class PreemptingScheduler(Protocol):
@@ -303,6 +317,7 @@ class PreemptiveQueue:
     def rerank_all(self, now: float) -> None:
         """Rank every job again (the policy learned something that moves every level)."""
         r = self._r
+        r.settle()
         slots = [r.slots[e[-1]] for e in (*r.waiting, *r.running)]
         r.clear()
         for slot in slots:
@@ -368,7 +383,10 @@ class PreemptiveQueue:
         pending: Entry | None = None
         rank, known = -1, True  # the current entry's rank in `waiting`, while no change made it unknown
         heads: dict[object, Entry | None] = {}  # `Ranks.next_open`'s answers, while the queue stands
-        worst, full = r.worst(), _full(state)
+        # the highest running level, read while the cluster is full or to look for victims (reading it
+        # puts running jobs whose level changed in their places, `Ranks.settle`)
+        full = _full(state)
+        worst = r.worst() if full else _INF
         n_preempted = 0
         examined = 0
         while examined < MAX_EXAMINED:
@@ -417,11 +435,15 @@ class PreemptiveQueue:
                 continue
             r.lease_held = False
             if resumed:
+                r.settle()
                 gpus = self._resume_on(slot, now, out.preempted, preempted)
             else:
                 gpus = _find_gpus(state, placer, slot)
-                if gpus is None and level < worst:
-                    gpus = self._evict_for(slot, now, out.preempted, preempted)
+                if gpus is None:
+                    if not full:
+                        worst = r.worst()  # settles `running` for `_evict_for` too
+                    if level < worst:
+                        gpus = self._evict_for(slot, now, out.preempted, preempted)
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
                 r.leave(slot)
@@ -435,7 +457,8 @@ class PreemptiveQueue:
                 entries = waiting.iter_after(cursor)
                 heads.clear()
                 known = False
-                worst, full = r.worst(), _full(state)
+                full = _full(state)
+                worst = r.worst() if full else _INF
             elif memo and not resumed and not r.lease_held:  # a lease binds this job only
                 failed.add(shape)
                 if not state.suspended_n and not r.suspend_running:

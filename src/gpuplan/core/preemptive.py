@@ -103,13 +103,19 @@ class Las(PreemptivePolicy):
         self.quantum_gpu_s = quantum_gpu_s
 
     def level(self, slot: JobSlot, now: float) -> float:
-        return float(math.floor(attained_gpu_s(slot, now) / self.quantum_gpu_s))
+        return _quanta(slot, now, self.quantum_gpu_s)
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
         if slot.start_s is None:
             return _INF  # a waiting job attains nothing (`_crossing_s`)
-        nxt = (self.level(slot, now) + 1.0) * self.quantum_gpu_s
-        return _crossing_s(slot, now, nxt)
+        quantum = self.quantum_gpu_s
+        return _crossing_s(slot, now, (_quanta(slot, now, quantum) + 1.0) * quantum)
+
+
+def _quanta(slot: JobSlot, now: float, quantum_gpu_s: float) -> float:
+    """`Las.level`: whole quanta of GPU-time attained (a function, so `next_change_s` calls it
+    directly rather than through the policy's method)."""
+    return float(math.floor(attained_gpu_s(slot, now) / quantum_gpu_s))
 
 
 @register_policy
@@ -223,6 +229,12 @@ class _Distribution:
         return False
 
 
+def _grid_point(grid: list[float], slot: JobSlot, now: float) -> int:
+    """`Gittins._point`: the grid point at or below the job's attained GPU-time (a function: the
+    policy's methods call it directly)."""
+    return bisect.bisect_right(grid, attained_gpu_s(slot, now)) - 1
+
+
 @register_policy
 class Gittins(PreemptivePolicy):
     """Gittins index from the empirical GPU-time distribution of finished jobs, per GPU-count bucket.
@@ -268,20 +280,21 @@ class Gittins(PreemptivePolicy):
         return found
 
     def _point(self, slot: JobSlot, now: float) -> int:
-        return bisect.bisect_right(self.grid, attained_gpu_s(slot, now)) - 1
+        return _grid_point(self.grid, slot, now)
 
     def level(self, slot: JobSlot, now: float) -> float:
         table = self._table(slot.gpus)
         if table is None:  # no history yet: least attained service, on the same grid
             self._fallback.add(slot.jid)
-            return float(self._point(slot, now))
-        return -table[self._point(slot, now)]
+            return float(_grid_point(self.grid, slot, now))
+        return -table[_grid_point(self.grid, slot, now)]
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
         if slot.start_s is None:
             return _INF  # a waiting job attains nothing (`_crossing_s`)
-        k = self._point(slot, now)
-        return _crossing_s(slot, now, self.grid[k + 1]) if k + 1 < len(self.grid) else _INF
+        grid = self.grid
+        k = _grid_point(grid, slot, now)
+        return _crossing_s(slot, now, grid[k + 1]) if k + 1 < len(grid) else _INF
 
     def observe(self, job: Job, service_gpu_s: float) -> bool:
         changed = False

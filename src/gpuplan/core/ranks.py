@@ -60,7 +60,8 @@ class Ranks:
     a running job's level when the pass started it; lease_held: a lease held a preemption back in this
     job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep their
     memory); modes, overheads: each job's preempt mode and restart overhead (under `cost`), read once;
-    boxes: each level's one boxed float; exact_shapes: shapes keep memory that every GPU has once a job
+    boxes: each level's one boxed float; moved: running jobs whose place in `running` is left for
+    `settle`; exact_shapes: shapes keep memory that every GPU has once a job
     that keeps its memory when preempted (mode `suspend`) or waits suspended is known, on sharing clusters, and under
     leases (las: a job a lease may bind is tried for itself, as its exact shape says); settled: the
     scheduler's version after a pass that decided nothing (-1: none)."""
@@ -88,6 +89,7 @@ class Ranks:
         self.exact_shapes: bool = state.sharing or endless
         self.settled = -1
         self.boxes: dict[float, object] = {}  # each level's one boxed float (`box`)
+        self.moved: dict[int, JobSlot] = {}  # running jobs whose entry `settle` has yet to move
 
     def box(self, level: float) -> object:
         """The one boxed float of `level` in every entry: entries of one level then share it, and a tuple
@@ -104,6 +106,7 @@ class Ranks:
 
     def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> Ranks:
         """A copy on `state` whose entries name `slots` (a forked scheduler's records)."""
+        self.settle()
         new = Ranks(state, self.endless)
         new.waiting = self.waiting.copy()
         new.running = self.running.copy()
@@ -191,6 +194,7 @@ class Ranks:
         running entries and the waiting jobs' shapes, so no entry of an old level stays behind."""
         self.waiting.clear()
         self.running.clear()
+        self.moved.clear()
         self.entry.clear()
         self.shapes.clear()
         self.shape_of.clear()
@@ -215,17 +219,32 @@ class Ranks:
             due.pop(jid, None)
 
     def move_running(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
-        """`leave` then `enter` of a running job (its level changed), without the steps that undo
-        each other."""
-        jid = slot.jid
-        self.running.remove(self.entry[jid])
-        level = slot.level = policy.level(slot, now)
-        entry: Entry = (self.box(level), *slot.key)
-        self.entry[jid] = entry
+        """A running job's level changed: its new level and next change now; its place in `running`
+        when a pass next reads that order (`settle`). A pass reads it only to look for victims (and
+        the highest level, while the cluster is full), so a change no pass looks at costs no move."""
+        slot.level = policy.level(slot, now)
         if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
             self.keep_memory_in_shapes(queue)
-        self.running.add(entry)
+        self.moved[slot.jid] = slot
         self.plan_change(slot, now, policy)
+
+    def settle(self) -> None:
+        """Put every running job that `move_running` left behind in its place in `running` (what a
+        move at each change would have left: the order is a function of the entries)."""
+        moved = self.moved
+        if not moved:
+            return
+        running, entries = self.running, self.entry
+        for jid, slot in moved.items():
+            old = entries[jid]
+            level = self.box(slot.level)
+            if old[0] is level:
+                continue  # back at the level its entry has
+            running.remove(old)
+            entry: Entry = (level, *slot.key)
+            entries[jid] = entry
+            running.add(entry)
+        moved.clear()
 
     def leave(self, slot: JobSlot) -> None:
         entry = self.entry.pop(slot.jid)
@@ -247,7 +266,8 @@ class Ranks:
             else:
                 del self.shapes[level]
         else:
-            self.running.remove(entry)
+            self.running.remove(entry)  # its entry in `running`, moved or not
+            self.moved.pop(slot.jid, None)
             if self.mode(slot) == "suspend":
                 self.suspend_running -= 1
 
@@ -305,4 +325,6 @@ class Ranks:
         return True
 
     def worst(self) -> float:
+        """The highest running level (`settle`d first)."""
+        self.settle()
         return self.running.last()[0] if self.running else -_INF
