@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import pickle
 
-from gpuplan.sim.metrics import occupied_gpu_seconds
+from gpuplan.sim.metrics import compute_metrics, occupied_gpu_seconds
 from gpuplan.sim.result import JobRecord, SimResult, Timeline, start_order
 
 
@@ -156,3 +156,46 @@ def test_never_fitting_jobs_split_as_a_test_of_each_job_would() -> None:
     _, n = allow_spanning(jobs, cluster)
     assert n == sum(1 for j in jobs if 4 < j.gpus <= 8 and not j.may_span_nodes) > 0
     assert allow_spanning([j for j in jobs if j.gpus <= 4], cluster)[1] == 0
+
+
+def test_sorting_gives_start_orders_records_and_the_columns_of_the_sorted_records() -> None:
+    import numpy as np
+
+    from gpuplan.sim.columns import RecordColumns, RecordList
+
+    recs = _records(3_000, seed=12)
+    for r in recs[::7]:  # ties in start, some of them with equal ids too
+        r.start_s = 500.0
+    recs[5].job_id = recs[12].job_id
+    recs.sort(key=lambda r: r.end_s)  # as a run makes them
+    want = start_order(list(recs))
+    made = list(recs)
+    got, columns = RecordColumns.sorting(made)
+    assert isinstance(got, RecordList) and [id(r) for r in got] == [id(r) for r in want] and made == []
+    fresh = RecordColumns(list(got))  # the same columns taken of the sorted records
+    for name in ("submit_s", "start_s", "end_s"):
+        assert np.array_equal(getattr(columns, name), getattr(fresh, name))
+    assert [columns.users[c] for c in columns.user_codes] == [r.user for r in got]
+    assert [columns.gpu_sets[c] for c in columns.set_codes] == [r.gpus for r in got]
+    assert columns.widths().tolist() == [len(r.gpus) for r in got] and columns.exact_floats
+
+
+def test_a_results_columns_are_kept_only_while_its_record_list_is_unchanged() -> None:
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.columns import RecordColumns
+
+    cluster = ClusterSpec("4x8", tuple(NodeSpec(f"n{i}", 8, GpuSpec("A100-80GB", 80.0)) for i in range(4)))
+    labels = [f"n{i // 8}/gpu{i % 8}" for i in range(32)]
+    recs, columns = RecordColumns.sorting(_records(500, seed=3))
+    metrics = compute_metrics(columns, Timeline([(0.0, 0)]), 32, 0.0, 1.0)
+    assert metrics == compute_metrics(list(recs), Timeline([(0.0, 0)]), 32, 0.0, 1.0)
+    result = SimResult("fifo", "none", "first-fit", False, cluster, metrics, recs, Timeline(), labels)
+    assert result.keep_columns(columns).record_columns() is columns
+    before = result.user_figures()
+    recs[0] = JobRecord(recs[0].job_id, 0.0, 0.0, 1e6, (0, 8), user="late")  # a record replaced
+    assert result.record_columns() is not columns and result.record_columns().end_s[0] == 1e6
+    assert result.user_figures() != before and any(u["user"] == "late" for u in result.user_figures())
+    plain = SimResult("fifo", "none", "first-fit", False, cluster, metrics, list(recs), Timeline(), labels)
+    assert plain.keep_columns(result.record_columns()).record_columns() is not result.record_columns()
+    assert plain.user_figures() == result.user_figures() and plain.spanned_jobs == result.spanned_jobs
+    assert pickle.loads(pickle.dumps(result)).user_figures() == result.user_figures()

@@ -29,8 +29,9 @@ from gpuplan.core.view import Started
 from gpuplan.errors import ScheduleError
 from gpuplan.model import ClusterSpec, Job
 from gpuplan.sim.bounds import lower_bound
+from gpuplan.sim.columns import RecordColumns
 from gpuplan.sim.metrics import compute_metrics
-from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline, start_order
+from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
 
 if TYPE_CHECKING:
     from gpuplan.core.estimates import OnlineEstimator
@@ -110,14 +111,14 @@ def simulate(
         run.estimator = estimator
         run.adopt(running)
         run.loop()
-    records = start_order(run.records)
+    records, columns = RecordColumns.sorting(run.records)  # in start order, and their columns
     if now_s is None:
         bound_s = lower_bound(jobs, cluster).value_s if lower_bound_s is None else lower_bound_s
     else:
         bound_s = _live_bound(jobs, running, cluster, now_s)
-    metrics = compute_metrics(records, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound_s)
+    metrics = compute_metrics(columns, run.timeline, cluster.total_gpus, run.idle_wait_gpu_s, bound_s)
     unknown = _without_estimate(jobs, sched, oracle)  # once for the warnings and the estimate use
-    return SimResult(
+    result = SimResult(
         policy=sched.policy.spec,
         backfill=sched.backfill.spec,
         placer=sched.placer.spec,
@@ -130,6 +131,7 @@ def simulate(
         warnings=_warnings(jobs, sched, oracle, unknown) if estimator is None else [],
         estimates=estimate_use(jobs, sched, oracle, run.by_level if estimator is not None else None, unknown),
     )
+    return result.keep_columns(columns)
 
 
 def queue_order(jobs: Sequence[Job], policy: str, oracle: bool) -> bytes:
@@ -151,7 +153,7 @@ def as_policy(result: SimResult, jobs: Sequence[Job], policy: str, oracle: bool)
         policy=sched.policy.spec,
         warnings=_warnings(jobs, sched, oracle),
         estimates=estimate_use(jobs, sched, oracle, None),
-    )
+    ).keep_columns(result.record_columns())  # the same records: their columns too
 
 
 @contextmanager

@@ -8,20 +8,20 @@ so 1 means every user's jobs were slowed down alike by waiting, whoever floods t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gpuplan.sim.columns import RecordColumns
 
 __all__ = ["BSLD_BOUND_S", "jain_index", "user_figures"]
 
 BSLD_BOUND_S = 10.0  # bounded slowdown: run times below this count as this
 
-_USER, _GPUS = attrgetter("user"), attrgetter("gpus")
-_SUBMIT, _START, _END = attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s")
-
 
 class JobRecordLike(Protocol):
     """What the figures read of a `sim.result.JobRecord`."""
 
+    job_id: str
     submit_s: float
     start_s: float
     end_s: float
@@ -38,29 +38,26 @@ def jain_index(values: Sequence[float]) -> float | None:
     return 1.0 if squares == 0 else total * total / (len(values) * squares)
 
 
-def user_figures(records: Sequence[JobRecordLike]) -> list[dict[str, Any]]:
+def user_figures(records: Sequence[JobRecordLike] | RecordColumns) -> list[dict[str, Any]]:
     """Per user (by name; empty when no record names a user): jobs, GPU-hours, mean wait (s) and mean
-    bounded slowdown (10 s bound).
+    bounded slowdown (10 s bound). `records`: the records, or their columns (sim/columns.py; a result
+    gives its own with `SimResult.record_columns`).
 
     By columns, with the float operations of a loop over the records in their order: each record's
     terms as that loop computes them, summed per user in record order (`np.bincount` adds its weights
     one after the other), so the figures are the same to the last bit."""
-    users = list(map(_USER, records))
-    if not any(users):
-        return []
     import numpy as np
 
-    n = len(records)
-    index = {u: i for i, u in enumerate(dict.fromkeys(users))}
-    codes = np.fromiter(map(index.__getitem__, users), np.intp, n)
-    submit = np.fromiter(map(_SUBMIT, records), float, n)
-    start = np.fromiter(map(_START, records), float, n)
-    end = np.fromiter(map(_END, records), float, n)
-    widths = np.fromiter(map(len, map(_GPUS, records)), np.int64, n)
+    from gpuplan.sim.columns import RecordColumns
+
+    columns = records if isinstance(records, RecordColumns) else RecordColumns(records)
+    if not any(columns.users):
+        return []
+    codes, k = columns.user_codes, len(columns.users)
+    submit, start, end = columns.submit_s, columns.start_s, columns.end_s
     run = end - start
-    k = len(index)
     jobs = np.bincount(codes, minlength=k).tolist()
-    gpu_h = np.bincount(codes, widths * run / 3600.0, k).tolist()
+    gpu_h = np.bincount(codes, columns.widths() * run / 3600.0, k).tolist()
     wait = np.bincount(codes, start - submit, k).tolist()
     bsld = np.bincount(codes, np.maximum((end - submit) / np.maximum(run, BSLD_BOUND_S), 1.0), k).tolist()
     return [
@@ -71,5 +68,5 @@ def user_figures(records: Sequence[JobRecordLike]) -> list[dict[str, Any]]:
             "mean_wait_s": wait[i] / jobs[i],
             "mean_bounded_slowdown": bsld[i] / jobs[i],
         }
-        for u, i in sorted(index.items())
+        for u, i in sorted(zip(columns.users, range(k)))
     ]

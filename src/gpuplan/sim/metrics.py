@@ -7,12 +7,13 @@ from operator import attrgetter
 
 import numpy as np
 
+from gpuplan.sim.columns import RecordColumns
 from gpuplan.sim.fairness import BSLD_BOUND_S
 from gpuplan.sim.result import JobRecord, Metrics, Timeline
 
 __all__ = ["BSLD_BOUND_S", "compute_metrics", "occupied_gpu_seconds"]
 
-_SUBMIT, _START, _END = attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s")
+_TIMES = (attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s"))
 
 
 def occupied_gpu_seconds(timeline: Sequence[tuple[float, int]], until_s: float) -> float:
@@ -35,27 +36,28 @@ def occupied_gpu_seconds(timeline: Sequence[tuple[float, int]], until_s: float) 
 
 
 def compute_metrics(
-    records: Sequence[JobRecord],
+    records: Sequence[JobRecord] | RecordColumns,
     timeline: Sequence[tuple[float, int]],
     total_gpus: int,
     idle_wait_gpu_s: float,
     lower_bound_s: float,
 ) -> Metrics:
-    """Metrics of a run; times are seconds from the first submit (which is time 0)."""
-    submit = np.fromiter(map(_SUBMIT, records), float, len(records))
-    start = np.fromiter(map(_START, records), float, len(records))
-    end = np.fromiter(map(_END, records), float, len(records))
+    """Metrics of a run; times are seconds from the first submit (which is time 0). `records`: the
+    run's records, or their columns (sim/columns.py: what the simulator passes, taken once)."""
+    if isinstance(records, RecordColumns):
+        submit, start, end = records.submit_s, records.start_s, records.end_s
+    else:
+        submit, start, end = (np.fromiter(map(get, records), float, len(records)) for get in _TIMES)
     makespan = float(end.max()) if len(records) else 0.0
-    # in place where a column is no longer needed: five columns at once, not nine (a million-job
-    # pass peaks here, with every record alive)
+    # three new columns beside the three read (a million-job pass peaks here, with every record
+    # alive): the bounded slowdowns in the run times' array, as they are computed
     jct = end - submit
-    run = np.subtract(end, start, out=end)
-    wait = np.subtract(start, submit, out=start)
-    del submit, start, end
-    bsld = np.maximum(run, BSLD_BOUND_S)
+    wait = start - submit
+    bsld = np.subtract(end, start)
+    np.maximum(bsld, BSLD_BOUND_S, out=bsld)
     np.divide(jct, bsld, out=bsld)
     np.maximum(bsld, 1.0, out=bsld)
-    del run
+    del submit, start, end
     busy_s = occupied_gpu_seconds(timeline, makespan)
     util = busy_s / (total_gpus * makespan) if makespan > 0 else 0.0
     return Metrics(

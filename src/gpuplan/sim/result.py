@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclasses_fields
 from itertools import chain
 from operator import attrgetter
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from gpuplan.model import ClusterSpec
 from gpuplan.sim.fairness import jain_index, user_figures
+
+if TYPE_CHECKING:
+    from gpuplan.sim.columns import RecordColumns
 
 __all__ = ["PLAN_POLICY", "EstimateUse", "JobRecord", "Metrics", "SimResult", "Timeline", "start_order"]
 
 PLAN_POLICY = "plan"  # the order `gpuplan plan` searched for with true outcomes (a what-if, not a policy)
 _START = attrgetter("start_s")
-_JOB_ID = attrgetter("job_id")
-_GPUS = attrgetter("gpus")
 
 
 @dataclass(slots=True)
@@ -37,12 +37,16 @@ class JobRecord:
 
 
 def start_order(records: list[JobRecord]) -> list[JobRecord]:
-    """The records by start, then job id: the order of a result's records, sorted in place (the run's
-    own list; no copy of a million pointers at the peak of a large pass) and returned. Two stable sorts
-    on keys the records already hold give the same order as one sort on (start_s, job_id), without a
-    million key tuples."""
-    records.sort(key=_JOB_ID)
-    records.sort(key=_START)
+    """The records by start, then job id (equal pairs as they were): the order of a result's records,
+    sorted in place (the run's own list) and returned. By columns (`sim.columns.start_permutation`):
+    one stable sort of the starts, the ids read only where starts tie. The simulator sorts with
+    `RecordColumns.sorting`, the same order, and keeps the columns for the run's figures."""
+    import numpy as np
+
+    from gpuplan.sim.columns import start_permutation
+
+    order = start_permutation(np.fromiter(map(_START, records), np.float64, len(records)), records)
+    records[:] = list(map(records.__getitem__, order.tolist()))
     return records
 
 
@@ -189,6 +193,8 @@ class SimResult:
     warnings: list[str] = field(default_factory=list)
     estimates: EstimateUse = field(default_factory=EstimateUse)
     fragmentation: Any = None  # sim.fragseries.FragSeries, set by `attach_fragmentation` (simulate)
+    # sim.columns.RecordColumns of `records`: the simulator's (`keep_columns`), else taken on first use
+    _columns: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled with its records as columns (a sweep sends every result back from its worker): a
@@ -201,15 +207,14 @@ class SimResult:
         """Jobs that ran on GPUs of more than one node."""
         import numpy as np
 
-        # by columns over each distinct GPU set once (the simulator shares one tuple among the records
-        # of a set: a million records hold a few thousand), weighted by how many records hold it: a set
+        # by columns over each distinct GPU set once, weighted by how many records hold it: a set
         # spans when the nodes of its GPUs (as numbers) do not all equal the node of its first GPU
-        counts = Counter(map(_GPUS, self.records))
-        allocs = list(counts)
+        columns = self.record_columns()
+        allocs = columns.gpu_sets
         widths = np.fromiter(map(len, allocs), np.intp, len(allocs))
         if len(allocs) == 0 or widths.max() < 2:
             return 0
-        weights = np.fromiter(counts.values(), np.int64, len(allocs))
+        weights = np.bincount(columns.set_codes, minlength=len(allocs))
         if widths.min() < 1:  # a set without GPUs never spans
             keep = widths > 0
             allocs = [g for g, k in zip(allocs, keep.tolist(), strict=True) if k]
@@ -222,6 +227,25 @@ class SimResult:
         starts = np.cumsum(widths) - widths
         first = np.repeat(on[starts], widths)
         return int(weights[np.add.reduceat(on != first, starts) > 0].sum())
+
+    def record_columns(self) -> RecordColumns:
+        """The records as columns (sim/columns.py), for the run's figures: the simulator's own while
+        its `RecordList` is unchanged, else taken anew (each column on first use)."""
+        from gpuplan.sim.columns import RecordColumns
+
+        if self._columns is not None and self._columns.holds(self.records):
+            return self._columns
+        columns = RecordColumns(self.records)
+        if columns.holds(self.records):  # a RecordList (the simulator's): kept until it changes
+            self._columns = columns
+        return columns
+
+    def keep_columns(self, columns: RecordColumns) -> SimResult:
+        """Keep `columns`, taken of this result's records (`RecordColumns.sorting` returns both), for its
+        figures; returns the result. Columns of another list, or of a changed one, are not kept."""
+        if columns.holds(self.records):
+            self._columns = columns
+        return self
 
     @property
     def uses_true_durations(self) -> bool:
@@ -267,10 +291,10 @@ class SimResult:
 
     def user_figures(self) -> list[dict[str, Any]]:
         """Per-user figures of the run (`sim.metrics.user_figures`); empty when no job names a user."""
-        return user_figures(self.records)
+        return user_figures(self.record_columns())
 
 
-_RESULT_FIELDS = tuple(f.name for f in dataclasses_fields(SimResult))
+_RESULT_FIELDS = tuple(f.name for f in dataclasses_fields(SimResult) if f.init)
 _RECORD_FIELDS = tuple(f.name for f in dataclasses_fields(JobRecord))
 _TIME_FIELDS = ("submit_s", "start_s", "end_s")
 

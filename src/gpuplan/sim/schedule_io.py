@@ -12,10 +12,13 @@ from collections.abc import Iterator, Sequence
 from json.encoder import encode_basestring_ascii
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.sim.result import SimResult
+
+if TYPE_CHECKING:
+    from gpuplan.sim.columns import RecordColumns
 
 __all__ = ["INLINE_MAX_ROWS", "inline_schedules", "jsonl_lines", "schedule_rows", "write_schedule_jsonl"]
 
@@ -63,33 +66,25 @@ def jsonl_lines(result: SimResult) -> Iterator[str]:
 
 def _jsonl_chunks(result: SimResult) -> Iterator[Any]:
     """The run's JSONL text, a slice of rows at a time, each an ASCII buffer of whole lines (json.dumps
-    escapes every other character). Built by columns in Arrow (C): each row joins pieces encoded once
-    (the run's fields, the text of each distinct GPU set) with its id's and times' texts, so a million
-    rows cost a small share of a pass (Python's float repr alone took about 0.5 s a column)."""
+    escapes every other character). Built by columns in Arrow (C) from the run's record columns
+    (`SimResult.record_columns`): each row joins pieces encoded once (the run's fields, the text of
+    each distinct GPU set) with its id's and times' texts, so a million rows cost a small share of a
+    pass (Python's float repr alone took about 0.5 s a column)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     head = json.dumps(_run_fields(result))[:-1] + ', "job_id": '
     labels = [json.dumps(label) for label in result.gpu_labels]
-    codes: dict[tuple[int, ...], int] = {}  # each distinct GPU set: its index in `texts`
-    texts: list[str] = []
-    records = result.records
-    for offset in range(0, len(records), _SLICE_ROWS):
-        rows = records[offset : offset + _SLICE_ROWS]
-        sets = list(map(_GPUS, rows))
-        index = list(map(codes.get, sets))
-        if None in index:
-            for g in sets:
-                if g not in codes:
-                    codes[g] = len(texts)
-                    texts.append(", ".join([labels[i] for i in g]))
-            index = list(map(codes.__getitem__, sets))
-        gpus = pc.take(pa.array(texts, pa.string()), pa.array(index, pa.int64()))
+    columns = result.record_columns()
+    sets = pa.array([", ".join([labels[i] for i in g]) for g in columns.gpu_sets], pa.string())
+    ids = columns.job_ids()
+    for offset in range(0, len(ids), _SLICE_ROWS):
+        rows = slice(offset, offset + _SLICE_ROWS)
+        gpus = pc.take(sets, pa.array(columns.set_codes[rows]))
+        submit, start, end = _time_texts(result, columns, rows)
         lines = pc.binary_join_element_wise(
-            head, *_id_texts(list(map(_JOB_ID, rows))),
-            ', "submit_s": ', *_float_texts(list(map(_SUBMIT, rows))),
-            ', "start_s": ', *_float_texts(list(map(_START, rows))),
-            ', "end_s": ', *_float_texts(list(map(_END, rows))),
+            head, *_id_texts(ids[rows]),
+            ', "submit_s": ', *submit, ', "start_s": ', *start, ', "end_s": ', *end,
             ', "gpus": [', gpus, "]}\n",
             "",
         )  # fmt: skip
@@ -97,9 +92,17 @@ def _jsonl_chunks(result: SimResult) -> Iterator[Any]:
 
 
 _SLICE_ROWS = 1 << 16
-_JOB_ID, _GPUS = attrgetter("job_id"), attrgetter("gpus")
-_SUBMIT, _START, _END = attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s")
+_TIMES = (attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s"))
 _JSON_SAFE = r"^[ !#-\[\]-~]*$"  # printable ASCII but '"' and '\': json.dumps keeps such a string as it is
+
+
+def _time_texts(result: SimResult, columns: RecordColumns, rows: slice) -> list[tuple[Any, Any]]:
+    """The texts of the rows' submit, start and end times: from the columns when every time is a
+    float, else (a time given as an int: json writes "3", not "3.0") from the records' own values."""
+    if columns.exact_floats:
+        return [_float_texts(c[rows]) for c in (columns.submit_s, columns.start_s, columns.end_s)]
+    records = result.records[rows]
+    return [_value_texts(list(map(get, records))) for get in _TIMES]
 
 
 def _text_of(lines: Any) -> memoryview:
@@ -111,31 +114,37 @@ def _text_of(lines: Any) -> memoryview:
     return memoryview(lines.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
-def _float_texts(values: list[Any]) -> tuple[Any, Any]:
-    """json.dumps' text of each value, as two Arrow string arrays to join (a number and its suffix).
+def _value_texts(values: list[Any]) -> tuple[Any, Any]:
+    """json.dumps' text of each value: `_float_texts` when all are floats, else each its own."""
+    import numpy as np
+    import pyarrow as pa
+
+    if set(map(type, values)) <= {float}:
+        return _float_texts(np.array(values, np.float64))
+    return pa.array(list(map(json.dumps, values)), pa.string()), ""
+
+
+def _float_texts(numbers: Any) -> tuple[Any, Any]:
+    """json.dumps' text of each float of `numbers` (a float64 array), as two Arrow string arrays to
+    join (a number and its suffix).
 
     Finite floats are cast in Arrow, whose text has the same shortest round-trip digits as Python's
     repr; repr's own form is kept where the two differ in form: ".0" after a whole number (the
     suffix), and a value repr writes with an exponent (below 1e-4 or from 1e16 on) or that Arrow
-    writes with one (from about 1e10 on) is json's text of it (repr), as are inf and nan, and every
-    value of a column that is not all floats (an int: json's "3")."""
+    writes with one (from about 1e10 on) is json's text of it (repr), as are inf and nan."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = len(values)
-    try:  # float.is_integer refuses anything but a float: the type check and the whole numbers at once
-        whole = np.fromiter(map(float.is_integer, values), np.bool_, n)
-    except TypeError:
-        return pa.array(list(map(json.dumps, values)), pa.string()), ""
-    numbers = np.fromiter(values, np.float64, n)
+    finite = np.isfinite(numbers)
+    whole = finite & (numbers == np.floor(numbers))  # float.is_integer
     texts = pc.cast(pa.array(numbers), pa.string())
     size = np.abs(numbers)
-    odd = ~np.isfinite(numbers) | (size >= 1e16) | ((size < 1e-4) & (size != 0.0))
+    odd = ~finite | (size >= 1e16) | ((size < 1e-4) & (size != 0.0))
     odd |= pc.match_substring(texts, "e").to_numpy(zero_copy_only=False)
     if odd.any():
         picked = np.flatnonzero(odd)
-        repr_texts = pa.array([json.dumps(values[i]) for i in picked], pa.string())
+        repr_texts = pa.array([json.dumps(float(numbers[i])) for i in picked], pa.string())
         texts = pc.replace_with_mask(texts, pa.array(odd), repr_texts)
         whole &= ~odd
     return texts, pc.take(pa.array(["", ".0"], pa.string()), pa.array(whole.view(np.int8)))
