@@ -104,10 +104,11 @@ class Easy(Backfill):
             s.start(slot, gpus, now, started)
         self.reserved = {}
         if head is not None and not (not state.sharing and state.idle_total == 0):
-            shadow, freed = _reservation(s, head, now)
+            shadow, freed, idle, counted = _reservation(s, head, now)
             if shadow < _INF:
                 self.reserved[head.jid] = shadow
-                self._backfill(s, now, head, shadow, freed, slots, started)
+                proj = _Projection(s, freed, head, idle, counted)
+                self._backfill(s, now, head, shadow, proj, slots, started)
         return started
 
     @staticmethod
@@ -116,14 +117,14 @@ class Easy(Backfill):
         now: float,
         head: JobSlot,
         shadow: float,
-        freed: list[JobSlot],
+        proj: _Projection,
         slots: Iterator[JobSlot],
         started: list[Started],
     ) -> None:
+        """`proj` is built before any backfill: jobs started here that end by the shadow are gone by
+        then too."""
         state, placer = s.state, s.placer
         exclusive = not state.sharing
-        # built before any backfill: jobs started below that end by the shadow are gone by then too
-        proj = _Projection(s, freed, head)
         no_fit: set[tuple[object, ...]] = set()  # the state only fills up during a pass: a miss stays a miss
         hurts_head: set[tuple[object, ...]] = set()
         scan = _Scan(s, slots, now, shadow)
@@ -210,41 +211,53 @@ _NARROW_AFTER: Final = 8
 
 class _Projection:
     """The cluster at the head's shadow time: running jobs that end by then are gone, and backfilled
-    jobs that outlive it are still there. Exclusive single-node heads need only free-GPU counts."""
+    jobs that outlive it are still there. Exclusive clusters need only free-GPU counts per node,
+    begun by `_reservation`: `idle` counts the GPUs of the first `counted` jobs of `freed` (the
+    projection takes the list over); None with sharing."""
 
-    def __init__(self, s: SchedulerView, freed: list[JobSlot], head: JobSlot) -> None:
+    def __init__(
+        self, s: SchedulerView, freed: list[JobSlot], head: JobSlot, idle: list[int] | None, counted: int
+    ) -> None:
         self.s = s
         self.hg, self.hmem, self.hspan = head.gpus, head.mem_gb, head.may_span
-        self.freed = freed
+        self.freed, self.counted = freed, counted
+        self._idle = idle
         self._counts: list[int] | None = None
-        self._idle_before: list[int] | None = None
         self.state: ClusterState | None = None
-        if not s.state.sharing:
-            self._idle_before = s.state.node_idle.copy()  # cheap; the freed jobs are added when needed
-        else:
+        if idle is None:
             self.state = s.state.copy()
             for r in freed:
                 self.state.release(r.alloc, r.mem_gb, r.need)
 
     @property
     def counts(self) -> list[int] | None:
-        """Free GPUs per node at the shadow time (exclusive clusters), built on first use."""
-        if self._counts is None and self._idle_before is not None:
-            counts = self._idle_before
+        """Free GPUs per node at the shadow time (exclusive clusters), completed on first use with the
+        jobs `_reservation` did not count (those that end at the shadow's instant, after the one whose
+        end let the head fit)."""
+        if self._counts is None and self._idle is not None:
+            counts = self._idle
             node_of, held = self.s.state.gpu_node, self.s.state.held
-            for r in self.freed:
-                for g in r.alloc:
+            freed = self.freed
+            for k in range(self.counted, len(freed)):
+                for g in freed[k].alloc:
                     if not held or g not in held:
                         counts[node_of[g]] += 1
             self._counts = counts
         return self._counts
 
     def _head_fits_counts(self, counts: list[int]) -> bool:
+        """Whether the head fits on the free-GPU counts: a node with its GPUs (of enough memory),
+        or enough of them in all for a head that may span nodes."""
         hg, hmem, caps = self.hg, self.hmem, self.s.state.node_cap_gb
-        if hmem is None or hmem <= self.s.state.min_cap_gb:
-            return max(counts) >= hg or (self.hspan and sum(counts) >= hg)
-        usable = [k for n, k in enumerate(counts) if hmem <= caps[n]]
-        return max(usable, default=0) >= hg or (self.hspan and sum(usable) >= hg)
+        need_gb = -1.0 if hmem is None or hmem <= self.s.state.min_cap_gb else hmem  # -1: every node
+        total = 0
+        for n in range(len(counts)):  # a typed loop that stops at the first node that hosts it
+            if caps[n] >= need_gb:
+                k = counts[n]
+                if k >= hg:
+                    return True
+                total += k
+        return self.hspan and total >= hg
 
     def keeps_head_placeable(self, gpus: list[int], mem: float | None) -> bool:
         """Book a candidate that outlives the shadow; undo it and say False if the head no longer fits."""
@@ -291,13 +304,19 @@ class _Projection:
         return gpus
 
 
-def _reservation(s: SchedulerView, head: JobSlot, now: float) -> tuple[float, list[JobSlot]]:
-    """Earliest time the head fits if running jobs end at their expected ends, and the jobs ended by then.
+def _reservation(
+    s: SchedulerView, head: JobSlot, now: float
+) -> tuple[float, list[JobSlot], list[int] | None, int]:
+    """Earliest time the head fits if running jobs end at their expected ends, and the jobs ended by
+    then; on an exclusive cluster also the free GPUs per node once the first k of those ended, and k
+    (the rest end at the same instant: `_Projection.counts` adds them if a pass needs them). With
+    sharing: None and 0.
 
-    Returns (inf, []) when that time is unknown (a running job has no estimate).
+    Returns (inf, [], None, 0) when that time is unknown (a running job has no estimate).
     """
     if s.state.sharing:
-        return _reservation_general(s, head, now)
+        at_s, ended = _reservation_general(s, head, now)
+        return at_s, ended, None, 0
     # exclusive: free-GPU counts per node are all it takes
     idle = s.state.node_idle.copy()
     caps, node_of, held = s.state.node_cap_gb, s.state.gpu_node, s.state.held
@@ -305,12 +324,13 @@ def _reservation(s: SchedulerView, head: JobSlot, now: float) -> tuple[float, li
     usable = sum(k for n, k in enumerate(idle) if hmem is None or hmem <= caps[n]) if hspan else 0
     freed: list[JobSlot] = []
     shadow = _INF
+    counted = 0
     for r in s.running():
         end = r.expected_end_s
         if end > shadow:
             break
         if end == _INF:
-            return _INF, []
+            return _INF, [], None, 0
         freed.append(r)
         if shadow < _INF:
             continue  # jobs ending at the same instant as the shadow are free by then too
@@ -323,7 +343,9 @@ def _reservation(s: SchedulerView, head: JobSlot, now: float) -> tuple[float, li
             usable += mem_ok
             if mem_ok and (idle[n] >= hg or (hspan and usable >= hg)):
                 shadow = max(end, now)
-    return (shadow, freed) if shadow < _INF else (_INF, [])
+        if shadow < _INF:
+            counted = len(freed)
+    return (shadow, freed, idle, counted) if shadow < _INF else (_INF, [], None, 0)
 
 
 def _reservation_general(s: SchedulerView, head: JobSlot, now: float) -> tuple[float, list[JobSlot]]:
