@@ -36,7 +36,8 @@ WaitRule = Callable[[SchedulerView, JobSlot, float], "WaitReason | None"]
 
 _INF: Final = math.inf
 # queue entries end with (jid, slot): C-level getters
-_LAST, _SECOND_LAST = itemgetter(-1), itemgetter(-2)
+_LAST: Final = itemgetter(-1)
+_SECOND_LAST: Final = itemgetter(-2)
 
 
 class Scheduler(SchedulerView):

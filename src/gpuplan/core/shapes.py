@@ -49,6 +49,16 @@ def _shape_fits_key(shape: Shape, state: ClusterState) -> tuple[object, ...]:
     return fits_key(shape[0], shape[1], shape[2], shape[3], state)  # the one rule
 
 
+def _fits_key_of(
+    known: dict[Shape, tuple[object, ...]], shape: Shape, state: ClusterState
+) -> tuple[object, ...]:
+    """`shape`'s fits-key on `state`, from `known` (the shapes met on its basis) or made and kept there."""
+    fk = known.get(shape)
+    if fk is None:
+        fk = known[shape] = _shape_fits_key(shape, state)
+    return fk
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests wrap `after` to see that a scan narrowed
 class ShapeIndex:
     """Waiting jobs by shape: each shape's queue keys in queue order, and by planned duration."""
@@ -105,8 +115,10 @@ class ShapeIndex:
         got[1].add((slot.plan_s, slot.key))
 
     def remove(self, jid: int) -> None:
-        if self._pending.pop(jid, None) is not None:
-            return  # never read while it waited: it never entered the sequences
+        pending = self._pending
+        if jid in pending:  # never read while it waited: it never entered the sequences
+            del pending[jid]
+            return
         shape, plan_s, key, _ = self._of.pop(jid)
         keys, plans = self._by_shape[shape]
         keys.remove(key)
@@ -135,17 +147,20 @@ class ShapeIndex:
         if len(self._by_shape) > MAX_SHAPES:
             return None
         if self._present is None or self._basis != (state.sharing, state.min_cap_gb):
-            self._present = {self._fits_key(shape, state) for shape in self._by_shape}
+            known = self._known_on(state)
+            present: set[tuple[object, ...]] = set()
+            for shape in self._by_shape:
+                present.add(_fits_key_of(known, shape, state))
+            self._present = present
         return self._present
 
-    def _fits_key(self, shape: Shape, state: ClusterState) -> tuple[object, ...]:
+    def _known_on(self, state: ClusterState) -> dict[Shape, tuple[object, ...]]:
+        """The fits-keys of the shapes met so far on `state`'s basis (every cache made on another
+        basis is dropped)."""
         basis = (state.sharing, state.min_cap_gb)  # all of the state that fits_key reads
         if basis != self._basis:
             self._basis, self._fk, self._present, self._rows = basis, {}, None, None
-        fk = self._fk.get(shape)
-        if fk is None:
-            fk = self._fk[shape] = _shape_fits_key(shape, state)
-        return fk
+        return self._fk
 
     def after(
         self,
@@ -174,8 +189,10 @@ class ShapeIndex:
         or the state's basis of fits-keys changes."""
         rows = self._rows
         if rows is None or self._basis != (state.sharing, state.min_cap_gb):
+            known = self._known_on(state)
             rows = [
-                (self._fits_key(shape, state), keys, plans) for shape, (keys, plans) in self._by_shape.items()
+                (_fits_key_of(known, shape, state), keys, plans)
+                for shape, (keys, plans) in self._by_shape.items()
             ]
             self._rows = rows
         return rows

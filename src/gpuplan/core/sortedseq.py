@@ -25,6 +25,8 @@ __all__ = ["KeyedSeq", "SortedSeq"]
 T = TypeVar("T", bound=tuple[Any, ...])
 V = TypeVar("V")
 
+_chain_all: Final = chain.from_iterable  # a C static: the attribute is not looked up at each call
+
 _LOAD: Final = 512
 """Items per chunk after a split (a chunk splits at twice this)."""
 
@@ -51,7 +53,7 @@ class SortedSeq(Generic[T]):
         return self._len > 0
 
     def __iter__(self) -> Iterator[T]:
-        return chain.from_iterable(self._lists)
+        return _chain_all(self._lists)
 
     def add(self, item: T) -> None:
         """Insert `item` in order (after the items equal to it)."""
@@ -153,7 +155,7 @@ class SortedSeq(Generic[T]):
             return iter(())
         chunk = self._lists[pos]
         head = chunk[bisect_left(chunk, bound) :]
-        return chain(head, chain.from_iterable(islice(self._lists, pos + 1, None)))
+        return chain(head, _chain_all(islice(self._lists, pos + 1, None)))
 
     def after(self, bound: T) -> Iterator[T]:
         """The items greater than `bound`, in order."""
@@ -163,7 +165,7 @@ class SortedSeq(Generic[T]):
             return iter(())
         chunk = self._lists[pos]
         head = chunk[bisect_right(chunk, bound) :]
-        return chain(head, chain.from_iterable(islice(self._lists, pos + 1, None)))
+        return chain(head, _chain_all(islice(self._lists, pos + 1, None)))
 
     def iter_after(self, bound: tuple[Any, ...]) -> Iterator[T]:
         """The items greater than `bound`, in order, read from the sequence as the iteration goes
@@ -219,7 +221,7 @@ class SortedSeq(Generic[T]):
 
     def islice(self, start: int, stop: int) -> Iterator[T]:
         """The items of ranks start..stop-1, in order."""
-        return islice(chain.from_iterable(self._lists), start, stop)
+        return islice(_chain_all(self._lists), start, stop)
 
     def copy(self) -> SortedSeq[T]:
         """An independent sequence of the same items (the items themselves are shared)."""
@@ -251,7 +253,7 @@ class KeyedSeq(Generic[V]):
 
     def values(self) -> Iterator[V]:
         """The values in order (read as the iteration goes: do not change the sequence meanwhile)."""
-        return chain.from_iterable(self._values)
+        return _chain_all(self._values)
 
     def items(self) -> Iterator[tuple[float, int, V]]:
         """(key, handle, value) in order."""
