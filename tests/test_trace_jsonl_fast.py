@@ -274,3 +274,22 @@ def test_many_rows_of_few_meta_texts_share_them_by_columns_and_read_as_the_row_r
     lines[9] = 'j8,8,1,"[1, 2]"'  # not an object: the exact reader names the row
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert fast_own_csv_jobs(path, header) is None
+
+
+def test_own_csv_ids_are_unique_by_ascending_order_or_by_hashing(tmp_path: Path) -> None:
+    from gpuplan.traces.fastcsv import fast_own_csv_jobs
+
+    header = ["id", "submit_s", "gpus"]
+    path = tmp_path / "t.csv"
+    cases = {
+        "ascending by length, then bytes": ([f"j{i}" for i in range(1, 300)], True),
+        "unordered, all distinct": ([f"j{i}" for i in range(299, 0, -1)] + ["a", "z9"], True),
+        "a duplicate far apart": ([f"j{i}" for i in range(1, 300)] + ["j7"], False),
+        "a duplicate next to itself": (["j1", "j2", "j2", "j3"], False),
+        "equal length, descending bytes": (["b", "a"], True),
+    }
+    for what, (ids, fast) in cases.items():
+        path.write_text("\n".join([",".join(header), *(f"{j},{i},1" for i, j in enumerate(ids))]) + "\n")
+        jobs = fast_own_csv_jobs(path, header)
+        assert (jobs is not None) == fast, what  # a duplicate: the exact reader names both lines
+        assert jobs is None or [j.id for j in jobs] == ids, what

