@@ -28,3 +28,15 @@ def test_the_lazy_module_imports_on_first_use() -> None:
     code = "from gpuplan.core import fragmentation\nfragmentation.np.zeros(1)"
     assert "numpy" in _imported_after(code)
     assert _imported_after("from gpuplan.core import fragmentation") == set()
+
+
+def test_a_progress_bar_imports_rich_only_when_it_is_drawn() -> None:
+    probe = (
+        "import sys\nfrom gpuplan.progress import LazyProgress\n"
+        "with LazyProgress(10, 'quiet', enabled=False) as p:\n    p.set(5)\n"
+        "before = 'rich.progress' in sys.modules\n"
+        "with LazyProgress(10, 'drawn', delay_s=0.0) as p:\n    p.set(5)\n    drawn = p._bar is not None\n"
+        "print(before, drawn, 'rich.progress' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 __all__ = ["LazyProgress"]
 
@@ -42,6 +43,10 @@ class LazyProgress:
         if description:
             self.description = description
         if self._bar is None and self.enabled and time.monotonic() - self._t0 >= self.delay_s:
+            # rich only once a bar is drawn (about 50 ms of imports a --json run never needs)
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self._bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
