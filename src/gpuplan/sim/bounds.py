@@ -6,7 +6,6 @@ simulator reports the largest. The argument for each is in docs/bounds.md.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -61,10 +60,10 @@ def lower_bound(jobs: Sequence[Job], cluster: ClusterSpec) -> Bound:
 
 def _durations(jobs: Sequence[Job]) -> np.ndarray:
     """Each job's duration_s, 0 when unknown (or zero)."""
-    known = list(map(_DURATION, jobs))
-    if None in known:
-        return np.fromiter((d or 0.0 for d in known), float, len(known))
-    return np.fromiter(known, float, len(known)) + 0.0  # -0.0 counts as 0, as `d or 0.0` gives
+    try:  # fromiter refuses a None: every duration known, read once
+        return np.fromiter(map(_DURATION, jobs), float, len(jobs)) + 0.0  # -0.0 counts as 0, as `d or 0.0`
+    except TypeError:
+        return np.fromiter((d or 0.0 for d in map(_DURATION, jobs)), float, len(jobs))
 
 
 def _area_bound(rel: np.ndarray, work: np.ndarray, capacity: float) -> float:
@@ -82,8 +81,8 @@ def _big_jobs_bound(
 ) -> float:
     """Jobs wider than 1/(k+1) of the cluster (or of a node, for single-node jobs) cannot run k+1 at once."""
     total, node_max, nodes = cluster.total_gpus, cluster.max_node_gpus, len(cluster.nodes)
-    widths = Counter(gpus.tolist())
-    single = Counter(gpus[~span].tolist())
+    widths = _width_counts(gpus)
+    single = _width_counts(gpus[~span])
     best = 0.0
     seen: set[tuple[str, int]] = set()  # groups are nested in k: one already bounded with a smaller k
     for k in range(1, 9):  # gives a weaker bound with this k, so each distinct group is swept once
@@ -100,6 +99,15 @@ def _big_jobs_bound(
                 group &= ~span
             best = max(best, _area_bound(rel[group], dur[group] * 1.0, concurrent))
     return best
+
+
+def _width_counts(gpus: np.ndarray) -> dict[int, int]:
+    """How many jobs ask for each number of GPUs (those that some job asks for), by columns."""
+    if len(gpus) == 0 or gpus.min() < 0:  # (a negative width: no reader makes one)
+        return {int(g): int(n) for g, n in zip(*np.unique(gpus, return_counts=True), strict=True)}
+    counts = np.bincount(gpus)
+    present = np.flatnonzero(counts)
+    return dict(zip(present.tolist(), counts[present].tolist(), strict=True))
 
 
 def _is_share_job(job: Job) -> bool:
