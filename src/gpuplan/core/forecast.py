@@ -24,7 +24,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from gpuplan.core import preemption
 from gpuplan.core.clock import EventClock
@@ -35,7 +35,7 @@ from gpuplan.model import Job
 
 __all__ = ["Deferred", "Forecast", "Frees", "JobForecast", "forecast"]
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 class Deferred(NamedTuple):

@@ -24,11 +24,11 @@ before. The pass asks again when a lease that held a preemption back ends (`next
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from heapq import heappop
+from typing import Final, NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -51,8 +51,8 @@ __all__ = [
     "VictimTally",
 ]
 
-_INF = math.inf
-MAX_EXAMINED = 500
+_INF: Final = math.inf
+MAX_EXAMINED: Final = 500
 
 MAX_PASSES_PER_JOB = 1000
 """Every preemptive clock's safety net: a run (the simulator's, a forecast's) stops after this many
@@ -270,24 +270,21 @@ class PreemptiveQueue:
 
     def next_change_s(self) -> float:
         """The next instant a level may change (the clock calls `decide` again then)."""
-        r = self._r
-        ch, stamp = r.changes, r.stamp
-        while ch and stamp.get(ch[0][1]) != ch[0][2]:
-            heapq.heappop(ch)
-        nxt = ch[0][0] if ch else _INF
-        return min(nxt, r.wakes[0]) if r.wakes else nxt
+        return self._r.next_change_s()
 
     def next_pass_s(self) -> float:
         """The next instant a level change or a lease end may move a decision: `next_change_s`, or
         inf while no job waits (a pass with nobody waiting decides nothing, so a running job's
         change waits for the next pass, whose `refresh` ranks it at that pass's instant: its level
         is a function of that instant, so the ranks come out as if it had moved at each change)."""
-        return self.next_change_s() if self._r.waiting else _INF
+        r = self._r
+        return r.next_change_s() if r.waiting else _INF
 
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was
-        one no pass can act on: a running job whose level, before and after, is at most every waiting
-        job's (it can be nobody's victim, and the highest running level matters only above them)."""
+        one no pass can act on (`_quiet_move`): a running job whose level, before and after, is at most
+        every waiting job's (it can be nobody's victim, and the highest running level matters only
+        above them), or whose level rose past no waiting job's."""
         r, policy, sched = self._r, self.policy, self.sched
         quiet = True
         wakes = r.wakes
@@ -296,9 +293,10 @@ class PreemptiveQueue:
             quiet = False
         if wakes and wakes[0] <= now + 1e-9:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
-        ch, stamps, waiting = r.changes, r.stamp, r.waiting
+        ch, stamps = r.changes, r.stamp
+        moved = False
         while ch and ch[0][0] <= now:
-            _, jid, stamp = heapq.heappop(ch)
+            _, jid, stamp = heappop(ch)
             if stamps.get(jid) == stamp:
                 del r.due[jid]  # popped: `plan_change` queues its next one
                 slot = r.slots[jid]
@@ -308,10 +306,11 @@ class PreemptiveQueue:
                 else:
                     r.leave(slot)
                     r.enter(slot, now, policy, self)
-                sched.note_change()  # its rank moved: a view of the queue is stale
+                moved = True
                 if quiet:
-                    lowest: float = waiting.first()[0] if waiting else _INF
-                    quiet = slot.start_s is not None and before <= lowest and slot.level <= lowest
+                    quiet = slot.start_s is not None and _quiet_move(r, before, slot.level)
+        if moved:
+            sched.note_change()  # ranks moved: a view of the queue is stale
         return quiet
 
     def rerank_all(self, now: float) -> None:
@@ -556,6 +555,21 @@ class PreemptiveQueue:
                 out.append(sched.preempt(victim.jid, now))
                 preempted.add(victim.jid)
         return gpus
+
+
+def _quiet_move(r: Ranks, before: float, after: float) -> bool:
+    """Whether a running job's level change from `before` to `after` can move no decision of a pass
+    that follows one that decided nothing (with nothing else changed since).
+
+    Below every waiting level, it is nobody's victim before or after. A rise past no waiting level
+    (none in [before, after)) leaves every waiting job's victims the same set (those of a higher
+    level), so every eviction that failed fails again (it fails only once all of them are counted,
+    whatever their order), and a suspended job's blockers stay above or below it as they were; the
+    highest running level rises past no waiting job either, so the pass reaches the same jobs."""
+    lowest: float = r.waiting.first()[0] if r.waiting else _INF
+    if before <= lowest and after <= lowest:
+        return True
+    return after >= before and not r.waiting_in(before, after)
 
 
 def _full(state: ClusterState) -> bool:

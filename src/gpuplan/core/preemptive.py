@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -35,7 +35,7 @@ __all__ = [
     "gpu_bucket",
 ]
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 @mypyc_attr(native_class=False)  # a Policy (a Python class): subclassed and deep-copied as one

@@ -5,9 +5,9 @@ lease wakes. A compiled (native) class, so the pass reads them at C speed; what 
 
 from __future__ import annotations
 
-import heapq
 import math
-from typing import Any, Protocol
+from heapq import heappop, heappush
+from typing import Any, Final, Protocol
 
 from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState
@@ -16,9 +16,9 @@ from gpuplan.model import Job
 
 __all__ = ["MAX_LEVELS", "Cost", "Entry", "Levels", "Ranks", "ShapeSource"]
 
-_INF = math.inf
+_INF: Final = math.inf
 
-MAX_LEVELS = 64
+MAX_LEVELS: Final = 64
 """More distinct waiting levels than this: a pass does not look for the point where all fail."""
 
 Entry = tuple[Any, ...]
@@ -164,13 +164,22 @@ class Ranks:
         if end <= now + 1e-9:
             return False
         if end not in self.wake_set:
-            heapq.heappush(self.wakes, end)
+            heappush(self.wakes, end)
             self.wake_set.add(end)
         self.lease_held = True
         return True
 
+    def next_change_s(self) -> float:
+        """`PreemptiveQueue.next_change_s`: the first queued change whose stamp holds (stale ones are
+        dropped), or the first lease end."""
+        ch, stamp = self.changes, self.stamp
+        while ch and stamp.get(ch[0][1]) != ch[0][2]:
+            heappop(ch)
+        nxt = ch[0][0] if ch else _INF
+        return min(nxt, self.wakes[0]) if self.wakes else nxt
+
     def pop_wake(self) -> None:
-        self.wake_set.discard(heapq.heappop(self.wakes))
+        self.wake_set.discard(heappop(self.wakes))
 
     def enter(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
         jid = slot.jid
@@ -213,7 +222,7 @@ class Ranks:
         stamp = self.stamp.get(jid, 0) + 1
         self.stamp[jid] = stamp
         if t < _INF:
-            heapq.heappush(self.changes, (t, jid, stamp))
+            heappush(self.changes, (t, jid, stamp))
             due[jid] = t
         else:
             due.pop(jid, None)
@@ -323,6 +332,13 @@ class Ranks:
                 if shape not in failed:
                     return False
         return True
+
+    def waiting_in(self, lo: float, hi: float) -> bool:
+        """Whether a waiting job's level is in [lo, hi)."""
+        if hi <= lo:
+            return False
+        first = self.waiting.first_after((lo,))  # the first entry of a level >= lo
+        return first is not None and first[0] < hi
 
     def worst(self) -> float:
         """The highest running level (`settle`d first)."""

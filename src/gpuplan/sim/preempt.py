@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import cast
+from typing import Final, cast
 
 from gpuplan.core import preemption
 from gpuplan.core.booking import booked_mem_gb
@@ -31,7 +31,7 @@ from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline, star
 
 __all__ = ["PreemptiveRun", "simulate_preemptive"]
 
-_INF = math.inf
+_INF: Final = math.inf
 
 
 class PreemptiveRun(EventClock):
