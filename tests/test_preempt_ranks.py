@@ -1,0 +1,125 @@
+"""The preemptive queue's records (core/ranks.py) against plain models of what they keep.
+
+- A running job's level change moves its entry only when the order is next read (`Ranks.settle`,
+  `worst`): after any mix of enters, moves, leaves and reads, `running` holds exactly the entries an
+  eager move at each change leaves, in the same order.
+- `next_open` with the answers it keeps (`heads`) gives what a search from each cursor gives.
+- `waiting_in` says whether a waiting level is in [lo, hi), as a scan of the waiting levels does.
+- Entries of one level share one boxed float, and order as the plain tuples do.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpuplan.core.ranks import Ranks
+from gpuplan.core.state import ClusterState
+from gpuplan.core.view import JobSlot
+from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
+
+_SPEC = ClusterSpec("1x8", (NodeSpec("n0", 8, GpuSpec("A100-80GB", 80.0)),))
+
+
+class _Levels:
+    """A policy whose levels a test sets by hand (`at`), that never plans a change."""
+
+    endless_levels = False
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        return self.at.get(slot.jid, 0.0)
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return float("inf")
+
+
+class _Shapes:
+    def shape(self, slot: JobSlot) -> tuple[object, ...]:
+        return (slot.gpus,)
+
+
+def _slot(jid: int, rng: random.Random, running: bool) -> JobSlot:
+    gpus = rng.choice([1, 2, 4])
+    slot = JobSlot(jid, Job(f"j{jid}", float(jid), gpus), gpus, None, 100.0, False)
+    slot.key = (float(rng.randint(0, 20)), jid, jid)  # ties of the static key: the handle breaks them
+    if running:
+        slot.start_s, slot.alloc = 0.0, (0,)
+    return slot
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lazy_moves_leave_the_order_an_eager_move_leaves(seed: int) -> None:
+    rng = random.Random(seed)
+    policy, shapes = _Levels(), _Shapes()
+    r = Ranks(ClusterState(_SPEC), endless=False)
+    plain: dict[int, tuple[object, ...]] = {}  # jid -> the entry an eager move leaves
+    slots: dict[int, JobSlot] = {}
+    for step in range(300):
+        op = rng.random()
+        if op < 0.3 or not slots:
+            jid = step
+            slot = slots[jid] = _slot(jid, rng, running=True)
+            policy.at[jid] = float(rng.randint(0, 5))
+            r.enter(slot, 0.0, policy, shapes)
+            plain[jid] = (policy.at[jid], *slot.key)
+        elif op < 0.75:
+            slot = slots[rng.choice(list(slots))]
+            policy.at[slot.jid] = float(rng.randint(0, 5))
+            r.move_running(slot, 1.0, policy, shapes)
+            plain[slot.jid] = (policy.at[slot.jid], *slot.key)
+        elif op < 0.9:
+            slot = slots.pop(rng.choice(list(slots)))
+            r.leave(slot)
+            del plain[slot.jid]
+        else:
+            worst = max((e[0] for e in plain.values()), default=-float("inf"))
+            assert r.worst() == worst
+            assert list(r.running) == sorted(plain.values())
+            assert r.moved == {}
+    r.settle()
+    assert list(r.running) == sorted(plain.values())
+    assert r.entry == plain
+    for e in r.running:
+        assert e[0] is r.box(e[0])  # one boxed float per level
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_next_open_with_kept_heads_is_a_search_from_each_cursor(seed: int) -> None:
+    rng = random.Random(seed)
+    policy, shapes = _Levels(), _Shapes()
+    r = Ranks(ClusterState(_SPEC), endless=False)
+    for jid in range(rng.randint(5, 200)):
+        policy.at[jid] = float(rng.randint(0, 3))
+        r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
+    entries = list(r.waiting)
+    heads: dict[object, tuple[object, ...] | None] = {}
+    failed: set[tuple[object, ...]] = set()
+    cursor = entries[0]
+    while True:
+        if rng.random() < 0.3:
+            failed.add(r.shape_of[cursor[-1]])
+        got = r.next_open(cursor, failed, heads)
+        want = next((e for e in entries if e > cursor and r.shape_of[e[-1]] not in failed), None)
+        assert got == want
+        if got is None:
+            break
+        later = [e for e in entries if e >= got]
+        cursor = rng.choice(later[:3])  # a jump lands on it; the walk may go on a little further
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_waiting_in_is_a_scan_of_the_waiting_levels(seed: int) -> None:
+    rng = random.Random(seed)
+    policy, shapes = _Levels(), _Shapes()
+    r = Ranks(ClusterState(_SPEC), endless=False)
+    for jid in range(rng.randint(0, 30)):
+        policy.at[jid] = float(rng.choice([0, 1, 1, 3, 7]))
+        r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
+    levels = [e[0] for e in r.waiting]
+    for lo in range(-1, 9):
+        for hi in range(-1, 9):
+            assert r.waiting_in(float(lo), float(hi)) == any(lo <= v < hi for v in levels)
