@@ -11,6 +11,7 @@ by columns) and every figure reads the columns.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
@@ -18,7 +19,7 @@ import numpy as np
 
 __all__ = ["RecordColumns", "RecordLike", "RecordList", "start_permutation"]
 
-_SUBMIT, _START, _END = attrgetter("submit_s"), attrgetter("start_s"), attrgetter("end_s")
+_TIMES = attrgetter("submit_s", "start_s", "end_s")
 _USER, _GPUS, _JOB_ID = attrgetter("user"), attrgetter("gpus"), attrgetter("job_id")
 _SLICE = 1 << 16
 
@@ -124,13 +125,16 @@ class RecordColumns:
     def times(self) -> tuple[Any, Any, Any, bool]:
         """The submit, start and end columns (float64) and whether every time was a float."""
         if self._times is None:
-            n, times, exact = len(self.records), [], True
-            for get in (_SUBMIT, _START, _END):
-                try:  # float.__float__ refuses anything but a float: the type check in the one read
-                    times.append(np.fromiter(map(float.__float__, map(get, self.records)), np.float64, n))
-                except TypeError:
-                    times.append(np.fromiter(map(get, self.records), np.float64, n))
-                    exact = False
+            n, exact = len(self.records), True
+            try:  # one read of each record: float.__float__ refuses anything but a float (the type check)
+                flat = np.fromiter(
+                    map(float.__float__, chain.from_iterable(map(_TIMES, self.records))), np.float64, 3 * n
+                )
+            except TypeError:
+                flat = np.fromiter(chain.from_iterable(map(_TIMES, self.records)), np.float64, 3 * n)
+                exact = False
+            times = flat.reshape(n, 3).T.copy()  # a row a column
+            del flat
             self._times = (times[0], times[1], times[2], exact)
         return self._times
 
