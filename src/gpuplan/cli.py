@@ -172,6 +172,10 @@ def simulate(
             schedules=True,
             schedule_out=schedule_out,
         )
+        if dask is None:  # (a Dask client may still be closing)
+            from gpuplan.quickexit import hand_over
+
+            hand_over(result, jobs, results)  # freed by the process's end, not one by one
 
 
 ESTIMATE_SOURCES = ("trace", "history")

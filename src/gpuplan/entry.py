@@ -15,9 +15,13 @@ def main() -> int:
     status = fast_main(sys.argv[1:])
     if status is not None:
         return status
+    from gpuplan import quickexit
     from gpuplan.cli import main as cli_main
 
-    return cli_main()
+    quickexit.opt_in()
+    status = cli_main()
+    quickexit.end_if_handed(status)  # a batch command's objects are not freed one by one
+    return status
 
 
 if __name__ == "__main__":
