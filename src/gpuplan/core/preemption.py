@@ -314,13 +314,19 @@ class PreemptiveQueue:
         return quiet
 
     def rerank_all(self, now: float) -> None:
-        """Rank every job again (the policy learned something that moves every level)."""
-        r = self._r
+        """Rank every job again (the policy learned something that moves every level). A job whose
+        level stays keeps its entry (the same entry a new one would be) and its queued change when that
+        change's time stands (`Ranks.plan_change`); the others move."""
+        r, policy = self._r, self.policy
         r.settle()
-        slots = [r.slots[e[-1]] for e in (*r.waiting, *r.running)]
-        r.clear()
-        for slot in slots:
-            r.enter(slot, now, self.policy, self)
+        for slot in [r.slots[e[-1]] for e in (*r.waiting, *r.running)]:
+            if policy.level(slot, now) == slot.level:
+                r.plan_change(slot, now, policy)
+            elif slot.start_s is None:
+                r.leave(slot)
+                r.enter(slot, now, policy, self)
+            else:
+                r.move_running(slot, now, policy, self)
         self.sched.note_change()
 
     # -- the lease ---------------------------------------------------------------------------------

@@ -198,18 +198,6 @@ class Ranks:
                 self.suspend_running += 1
         self.plan_change(slot, now, policy)
 
-    def clear(self) -> None:
-        """Take every job out of the ranks (`PreemptiveQueue.rerank_all` enters them again): waiting and
-        running entries and the waiting jobs' shapes, so no entry of an old level stays behind."""
-        self.waiting.clear()
-        self.running.clear()
-        self.moved.clear()
-        self.entry.clear()
-        self.shapes.clear()
-        self.shape_of.clear()
-        self.by_shape.clear()
-        self.suspend_running = 0
-
     def plan_change(self, slot: JobSlot, now: float, policy: Levels) -> None:
         """Queue the job's next level change (a new stamp: any earlier one is stale)."""
         jid = slot.jid
