@@ -4,9 +4,14 @@ seam that keeps it one: no driver has a heap or a loop of its own."""
 from __future__ import annotations
 
 import ast
+import heapq
+import math
+import random
 from pathlib import Path
 
-from gpuplan.core.clock import EventClock
+import pytest
+
+from gpuplan.core.clock import EndHeap, EventClock
 from gpuplan.core.forecast import forecast
 from gpuplan.core.preemption import Preempted
 from gpuplan.core.scheduler import Scheduler
@@ -159,3 +164,26 @@ def _drivers(tree: ast.Module) -> set[str]:
         if any(isinstance(b, ast.Name) and b.id in found for b in c.bases):
             found.add(c.name)
     return found - {"EventClock"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_end_heap_pops_in_the_order_of_heapq_over_time_seq_jid_version_tuples(seed: int) -> None:
+    """Many ends at one instant (ties broken by push order), infinite and negative times, pops that
+    empty the heap and pushes that refill it."""
+    rng = random.Random(seed)
+    ends, ref, seq = EndHeap(), [], 0
+    for _ in range(5000):
+        if ref and rng.random() < 0.45:
+            assert ends.first_s() == ref[0][0]
+            _, _, jid, version = heapq.heappop(ref)
+            assert ends.pop() == (jid, version)
+        else:
+            at_s = rng.choice([float(rng.randrange(30)), rng.uniform(-5, 30), math.inf, 0.0, -0.0])
+            jid, version = rng.randrange(1000), rng.randrange(4)
+            ends.push(at_s, jid, version)
+            heapq.heappush(ref, (at_s, seq, jid, version))
+            seq += 1
+        assert len(ends) == len(ref) and bool(ends) == bool(ref)
+    while ref:
+        assert ends.pop() == heapq.heappop(ref)[2:]
+    assert ends.first_s() == math.inf and not ends

@@ -23,12 +23,10 @@ Plain typed classes, no dynamic tricks: the loop is the hot path of every clock.
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
-from collections.abc import Iterator
 from heapq import heappop, heappush
-from typing import Final
+from typing import Final, final
 
 from mypy_extensions import mypyc_attr
 
@@ -36,9 +34,91 @@ from gpuplan.core.preemption import Preempted
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
 
-__all__ = ["EventClock"]
+__all__ = ["EndHeap", "EventClock"]
 
 _INF: Final = math.inf
+
+
+@final
+class _End:
+    """One expected end in an `EndHeap` (a compiled class: its fields are read as C fields)."""
+
+    __slots__ = ("jid", "seq", "time_s", "version")
+
+    def __init__(self, time_s: float, seq: int, jid: int, version: int) -> None:
+        self.time_s = time_s
+        self.seq = seq
+        self.jid = jid
+        self.version = version
+
+
+def _before(a: _End, b: _End) -> bool:
+    return a.time_s < b.time_s or (a.time_s == b.time_s and a.seq < b.seq)
+
+
+@final
+class EndHeap:
+    """A clock's expected ends: a binary heap ordered by (time, seq), seq counting the pushes (so ties
+    break the same way on every run), each with its job's handle and end version. The order of
+    `heapq` over `(time, seq, jid, version)` tuples, with entries of a compiled class, so that a push
+    or a pop compares two numbers in C (a tuple comparison through Python's generic one cost about
+    ten times more)."""
+
+    def __init__(self) -> None:
+        self.entries: list[_End] = []
+        self.next_seq = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __bool__(self) -> bool:
+        return len(self.entries) > 0
+
+    def first_s(self) -> float:
+        """The earliest time (inf when empty)."""
+        return self.entries[0].time_s if self.entries else _INF
+
+    def push(self, at_s: float, jid: int, version: int) -> None:
+        new = _End(at_s, self.next_seq, jid, version)
+        self.next_seq += 1
+        entries = self.entries
+        entries.append(new)
+        i = len(entries) - 1
+        while i > 0:  # up from the new leaf while the parent comes later
+            parent = (i - 1) >> 1
+            up = entries[parent]
+            if _before(up, new):
+                break
+            entries[i] = up
+            i = parent
+        entries[i] = new
+
+    def pop(self) -> tuple[int, int]:
+        """Take out the earliest end: (jid, version).
+
+        Raises:
+            IndexError: the heap is empty.
+        """
+        entries = self.entries
+        first = entries[0]
+        last = entries.pop()
+        n = len(entries)
+        if n:
+            i = 0
+            while True:  # down from the root, the earlier child up, until the last entry fits
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                down = entries[child]
+                if child + 1 < n and _before(entries[child + 1], down):
+                    child += 1
+                    down = entries[child]
+                if _before(last, down):
+                    break
+                entries[i] = down
+                i = child
+            entries[i] = last
+        return first.jid, first.version
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # drivers outside the compiled core (sim/preempt.py)
@@ -48,7 +128,8 @@ class EventClock:
     Attributes:
         sched: the scheduler the clock drives.
         preemptive: whether its policy preempts (a pass is `decide`, and level changes are events).
-        heap: the expected ends, `(time, seq, jid, version)`; `expect_end` and `cancel_end` keep it.
+        heap: the expected ends (an `EndHeap`: time, then push order); `expect_end` and `cancel_end`
+            keep it.
         version: each job's current end version; a popped entry of another version is skipped.
         arrival_s, arrival_jid: the entries known in advance, sorted by time (`arrival_s` ends with inf);
             `next_arrival` indexes the first not yet entered.
@@ -61,8 +142,7 @@ class EventClock:
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
         self.preemptive: bool = sched.policy.preemptive
-        self.heap: list[tuple[float, int, int, int]] = []
-        self.seq: Iterator[int] = itertools.count()
+        self.heap = EndHeap()
         self.version: dict[int, int] = {}
         self.arrival_s: list[float] = [_INF]
         self.arrival_jid: list[int] = []
@@ -84,7 +164,7 @@ class EventClock:
 
     def push_end(self, jid: int, at_s: float) -> None:
         """`jid` ends at `at_s`, an end that never moves (version 0, never stale: no bookkeeping)."""
-        heappush(self.heap, (at_s, next(self.seq), jid, 0))
+        self.heap.push(at_s, jid, 0)
 
     def expect_end(self, jid: int, at_s: float) -> None:
         """`jid`'s next event (its end, or a phase end) is at `at_s` (inf: none); any earlier one no
@@ -92,7 +172,7 @@ class EventClock:
         v = self.version.get(jid, 0) + 1
         self.version[jid] = v
         if at_s < _INF:
-            heappush(self.heap, (at_s, next(self.seq), jid, v))
+            self.heap.push(at_s, jid, v)
 
     def cancel_end(self, jid: int) -> None:
         """`jid`'s pending event no longer holds (it was preempted)."""
@@ -105,7 +185,7 @@ class EventClock:
     def next_time_s(self) -> float:
         """The next instant with something to do (inf: none)."""
         t = min(
-            self.heap[0][0] if self.heap else _INF,
+            self.heap.first_s(),
             self.arrival_s[self.next_arrival],
             self.begins[0][0] if self.begins else _INF,
         )
@@ -128,8 +208,8 @@ class EventClock:
                 self.too_many_passes(t, passes)
                 return
             passes += 1
-            while heap and heap[0][0] <= t:
-                _, _, jid, ver = heappop(heap)
+            while heap.first_s() <= t:
+                jid, ver = heap.pop()
                 if ver == 0 or version.get(jid) == ver:
                     self.on_end(jid, t)
             while arrival_s[ai] <= t:
@@ -146,7 +226,7 @@ class EventClock:
                 started = sched.schedule(t)
             for st in started:
                 self.on_start(st, t)
-            t_next = heap[0][0] if heap else _INF  # comparisons, not min(): this is the hot path
+            t_next = heap.first_s()  # comparisons, not min(): this is the hot path
             if arrival_s[ai] < t_next:
                 t_next = arrival_s[ai]
             if begins and begins[0][0] < t_next:
