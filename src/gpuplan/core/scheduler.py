@@ -285,7 +285,7 @@ class Scheduler(SchedulerView):
                 service = slot.service_gpu_s + slot.gpus * max(now - slot.start_s, 0.0)
                 if self.policy.observe(slot.job, service):  # type: ignore[attr-defined]
                     self._pre.rerank_all(now)
-        slot = self._slots.pop(jid)
+        del self._slots[jid]  # (a del: dict.pop is a generic method call in the compiled core)
         self._version += 1
         self._running.remove(slot.expected_end_s, jid)
         self._state.release(slot.alloc, slot.mem_gb, slot.need)

@@ -307,9 +307,9 @@ class KeyedSeq(Generic[V]):
             keys, handles = self._keys[pos], self._handles[pos]
             i = _lower(keys, handles, key, handle)
             if i < len(keys) and keys[i] == key and handles[i] == handle:
-                values = self._values[pos]
-                value = values[i]
-                del keys[i], handles[i], values[i]
+                keys.pop(i)  # pop, not del: a list primitive of the compiled core, no generic call
+                handles.pop(i)
+                value = self._values[pos].pop(i)
                 self._len -= 1
                 if not keys:
                     del self._keys[pos], self._handles[pos], self._values[pos]
