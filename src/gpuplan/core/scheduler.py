@@ -161,7 +161,8 @@ class Scheduler(SchedulerView):
             self._in_pass = False
         shapes = self._shapes
         for st in started:
-            self._queue.remove((*self._slots[st.jid].key, self._slots[st.jid]))
+            slot = self._slots[st.jid]
+            self._queue.remove((*slot.key, slot))
             if shapes is not None:
                 shapes.remove(st.jid)
         return started

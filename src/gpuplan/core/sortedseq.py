@@ -96,11 +96,11 @@ class SortedSeq(Generic[T]):
             idx = bisect_left(chunk, item)
             if not chunk[idx] == item:
                 raise ValueError(f"{item!r} is not in the sequence")
-        del chunk[idx]
+        chunk.pop(idx)  # pop, not del: list primitives of the compiled core, no generic call
         self._len -= 1
         if not chunk:
-            del lists[pos]
-            del maxes[pos]
+            lists.pop(pos)
+            maxes.pop(pos)
         elif idx == len(chunk):
             maxes[pos] = chunk[-1]
 
