@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+from dataclasses import replace
 
 from gpuplan.sim.metrics import compute_metrics, occupied_gpu_seconds
 from gpuplan.sim.result import JobRecord, SimResult, Timeline, start_order
@@ -199,3 +200,18 @@ def test_a_results_columns_are_kept_only_while_its_record_list_is_unchanged() ->
     assert plain.keep_columns(result.record_columns()).record_columns() is not result.record_columns()
     assert plain.user_figures() == result.user_figures() and plain.spanned_jobs == result.spanned_jobs
     assert pickle.loads(pickle.dumps(result)).user_figures() == result.user_figures()
+
+
+def test_a_twin_run_shares_its_first_runs_records_and_columns() -> None:
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+    from gpuplan.sim.matrix import run_matrix
+    from gpuplan.synth import synth_poisson
+
+    cluster = ClusterSpec("2x8", tuple(NodeSpec(f"n{i}", 8, GpuSpec("A100-80GB", 80.0)) for i in range(2)))
+    jobs = [
+        replace(j, est_duration_s=None, requested_s=None)
+        for j in synth_poisson(300, seed=2, load=1.2, total_gpus=16)
+    ]
+    fifo, sjf = run_matrix(jobs, cluster, ["fifo", "sjf"], ["easy"], show_progress=False)  # sjf = fifo here
+    assert fifo.records is sjf.records and fifo.record_columns() is sjf.record_columns()
+    assert fifo.user_figures() == sjf.user_figures() and fifo.spanned_jobs == sjf.spanned_jobs
