@@ -339,10 +339,10 @@ def _reservation(
                 continue  # offline, or held by another process: not freed by this job's end
             n = node_of[g]
             idle[n] += 1
-            mem_ok = hmem is None or hmem <= caps[n]
-            usable += mem_ok
-            if mem_ok and (idle[n] >= hg or (hspan and usable >= hg)):
-                shadow = max(end, now)
+            if hmem is None or hmem <= caps[n]:
+                usable += 1
+                if idle[n] >= hg or (hspan and usable >= hg):
+                    shadow = max(end, now)
         if shadow < _INF:
             counted = len(freed)
     return (shadow, freed, idle, counted) if shadow < _INF else (_INF, [], None, 0)

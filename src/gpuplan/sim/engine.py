@@ -419,11 +419,13 @@ class _Run(EventClock):
         job = self.jobs[jid]
         gpus = self.sched.finish(jid, now).alloc
         gpus = self.allocs.setdefault(gpus, gpus)
+        start_s = self.start_t[jid]
+        del self.start_t[jid]  # (a del: dict.pop is a generic method call in the compiled core)
         self.records.append(
             JobRecord(
                 job.id,
                 job.submit_s - self.t0 if self.t0 else job.submit_s,  # one float object fewer a job
-                self.start_t.pop(jid),
+                start_s,
                 now,
                 gpus,
                 job.mem_gb,
