@@ -199,7 +199,9 @@ def test_a_results_columns_are_kept_only_while_its_record_list_is_unchanged() ->
     plain = SimResult("fifo", "none", "first-fit", False, cluster, metrics, list(recs), Timeline(), labels)
     assert plain.keep_columns(result.record_columns()).record_columns() is not result.record_columns()
     assert plain.user_figures() == result.user_figures() and plain.spanned_jobs == result.spanned_jobs
-    assert pickle.loads(pickle.dumps(result)).user_figures() == result.user_figures()
+    back = pickle.loads(pickle.dumps(result))  # as a sweep's worker sends it
+    assert back.user_figures() == result.user_figures() and back.records == list(recs)
+    assert back.record_columns() is back.record_columns()  # a RecordList again: taken once, kept
 
 
 def test_a_twin_run_shares_its_first_runs_records_and_columns() -> None:
@@ -215,3 +217,23 @@ def test_a_twin_run_shares_its_first_runs_records_and_columns() -> None:
     fifo, sjf = run_matrix(jobs, cluster, ["fifo", "sjf"], ["easy"], show_progress=False)  # sjf = fifo here
     assert fifo.records is sjf.records and fifo.record_columns() is sjf.record_columns()
     assert fifo.user_figures() == sjf.user_figures() and fifo.spanned_jobs == sjf.spanned_jobs
+
+
+def test_a_record_list_counts_every_change_and_copies_as_a_record_list() -> None:
+    import copy
+
+    from gpuplan.sim.columns import RecordList
+
+    recs = RecordList(_records(5, seed=1))
+    changes = [
+        lambda r: r.__setitem__(0, r[1]), lambda r: r.__delitem__(0), lambda r: r.__iadd__(r[:1]),
+        lambda r: r.__imul__(1), lambda r: r.append(r[0]), lambda r: r.extend(r[:1]), lambda r: r.insert(0, r[1]),
+        lambda r: r.pop(), lambda r: r.remove(r[0]), lambda r: r.sort(key=lambda x: x.end_s), lambda r: r.reverse(),
+        lambda r: r.clear(),
+    ]  # fmt: skip
+    for n, change in enumerate(changes, start=1):
+        change(recs)
+        assert recs.version == n
+    recs.extend(_records(3, seed=2))
+    for other in (pickle.loads(pickle.dumps(recs)), copy.deepcopy(recs), copy.copy(recs)):
+        assert type(other) is RecordList and other == recs and other.version == 0

@@ -49,13 +49,16 @@ class RecordList(list[R]):
         super().__init__(records)
         self.version = 0
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RecordList, (list(self),))  # a copy or an unpickled list starts at version 0
+
 
 def _counted(name: str) -> Callable[..., Any]:
     change = getattr(list, name)
 
-    def counted(self: RecordList[Any], *args: Any) -> Any:
+    def counted(self: RecordList[Any], *args: Any, **kwargs: Any) -> Any:
         self.version += 1
-        return change(self, *args)
+        return change(self, *args, **kwargs)
 
     counted.__name__ = name
     return counted

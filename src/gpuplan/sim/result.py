@@ -307,5 +307,8 @@ def _record_columns(records: Sequence[JobRecord]) -> tuple[Any, ...]:
 
 
 def _rebuilt_result(fields: tuple[Any, ...], columns: tuple[Any, ...]) -> SimResult:
+    from gpuplan.sim.columns import RecordList
+
     kept = dict(zip((f for f in _RESULT_FIELDS if f != "records"), fields, strict=True))
-    return SimResult(records=list(map(JobRecord, *columns)), **kept)
+    # a RecordList, as the simulator returns: its columns are taken once and kept (sweep workers)
+    return SimResult(records=RecordList(map(JobRecord, *columns)), **kept)
