@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 _INF: Final = math.inf
+# list items are updated as `a[i] = a[i] + 1`: the compiled core makes `a[i] += 1` a generic number call
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # plugins and test doubles subclass it
@@ -237,11 +238,13 @@ class _Projection:
         if self._counts is None and self._idle is not None:
             counts = self._idle
             node_of, held = self.s.state.gpu_node, self.s.state.held
+            any_held = len(held) > 0
             freed = self.freed
             for k in range(self.counted, len(freed)):
                 for g in freed[k].alloc:
-                    if not held or g not in held:
-                        counts[node_of[g]] += 1
+                    if not any_held or g not in held:
+                        at = node_of[g]
+                        counts[at] = counts[at] + 1
             self._counts = counts
         return self._counts
 
@@ -264,11 +267,13 @@ class _Projection:
         if self.counts is not None:
             counts, node_of = self.counts, self.s.state.gpu_node
             for g in gpus:
-                counts[node_of[g]] -= 1
+                at = node_of[g]
+                counts[at] = counts[at] - 1
             if self._head_fits_counts(counts):
                 return True
             for g in gpus:
-                counts[node_of[g]] += 1
+                at = node_of[g]
+                counts[at] = counts[at] + 1
             return False
         assert self.state is not None
         self.state.place(gpus, mem)
@@ -320,6 +325,7 @@ def _reservation(
     # exclusive: free-GPU counts per node are all it takes
     idle = s.state.node_idle.copy()
     caps, node_of, held = s.state.node_cap_gb, s.state.gpu_node, s.state.held
+    any_held = len(held) > 0  # (a set's truth is a generic call in the compiled core, its len is not)
     hg, hmem, hspan = head.gpus, head.mem_gb, head.may_span
     usable = sum(k for n, k in enumerate(idle) if hmem is None or hmem <= caps[n]) if hspan else 0
     freed: list[JobSlot] = []
@@ -335,10 +341,10 @@ def _reservation(
         if shadow < _INF:
             continue  # jobs ending at the same instant as the shadow are free by then too
         for g in r.alloc:
-            if held and g in held:
+            if any_held and g in held:
                 continue  # offline, or held by another process: not freed by this job's end
             n = node_of[g]
-            idle[n] += 1
+            idle[n] = idle[n] + 1
             if hmem is None or hmem <= caps[n]:
                 usable += 1
                 if idle[n] >= hg or (hspan and usable >= hg):

@@ -11,6 +11,7 @@ from gpuplan.model import ClusterSpec, Job
 __all__ = ["ClusterState", "Need", "need_of"]
 
 _EPS: Final = 1e-9
+# list items are updated as `a[i] = a[i] + 1`: the compiled core makes `a[i] += 1` a generic number call
 
 
 @dataclass(slots=True, frozen=True)
@@ -243,16 +244,20 @@ class ClusterState:
             node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
             for g in gpus:
                 if njobs[g] == 0:
-                    node_idle[node_of[g]] -= 1
+                    at = node_of[g]
+                    node_idle[at] = node_idle[at] - 1
                     self.idle_total -= 1
-                njobs[g] += 1
+                njobs[g] = njobs[g] + 1
             return
         for g in gpus:
             if self.gpu_njobs[g] == 0:
-                self.node_idle[self.gpu_node[g]] -= 1
+                at = self.gpu_node[g]
+                self.node_idle[at] = self.node_idle[at] - 1
                 self.idle_total -= 1
-            self.gpu_njobs[g] += 1
-            self.gpu_free_gb[g] -= self.take_gb(g, mem_gb) if not _share_only(mem_gb, need) else 0.0
+            self.gpu_njobs[g] = self.gpu_njobs[g] + 1
+            self.gpu_free_gb[g] = self.gpu_free_gb[g] - (
+                self.take_gb(g, mem_gb) if not _share_only(mem_gb, need) else 0.0
+            )
         if mem_gb is None or need is not None:
             self._take_share(gpus, mem_gb, need)
 
@@ -267,10 +272,10 @@ class ClusterState:
         if not self.sharing:
             node_idle, njobs, node_of, hint = self.node_idle, self.gpu_njobs, self.gpu_node, self.ff_hint
             for g in gpus:
-                njobs[g] -= 1
+                njobs[g] = njobs[g] - 1
                 if njobs[g] == 0:
                     n = node_of[g]
-                    node_idle[n] += 1
+                    node_idle[n] = node_idle[n] + 1
                     self.idle_total += 1
                     if hint[node_idle[n]] > n:
                         hint[node_idle[n]] = n
@@ -281,13 +286,15 @@ class ClusterState:
             take = share if share is not None else (1.0 if mem_gb is None else 0.0)
             if fs is not None and take:
                 for g in gpus:
-                    fs[g] += take
+                    fs[g] = fs[g] + take
         for g in gpus:
-            self.gpu_njobs[g] -= 1
-            self.gpu_free_gb[g] += self.take_gb(g, mem_gb) if not _share_only(mem_gb, need) else 0.0
+            self.gpu_njobs[g] = self.gpu_njobs[g] - 1
+            self.gpu_free_gb[g] = self.gpu_free_gb[g] + (
+                self.take_gb(g, mem_gb) if not _share_only(mem_gb, need) else 0.0
+            )
             if self.gpu_njobs[g] == 0:
                 n = self.gpu_node[g]
-                self.node_idle[n] += 1
+                self.node_idle[n] = self.node_idle[n] + 1
                 self.idle_total += 1
                 self.gpu_free_gb[g] = self.gpu_cap_gb[g]  # no drift from float sums
                 if self.gpu_free_share is not None:
@@ -378,21 +385,22 @@ class ClusterState:
         if self.changed is not None:
             self.changed.add(self.gpu_node[gpu])
         if self.gpu_njobs[gpu] == 0:
-            self.node_idle[self.gpu_node[gpu]] -= 1
+            at = self.gpu_node[gpu]
+            self.node_idle[at] = self.node_idle[at] - 1
             self.idle_total -= 1
-        self.gpu_njobs[gpu] += occupants
+        self.gpu_njobs[gpu] = self.gpu_njobs[gpu] + occupants
         if self.sharing:
-            self.gpu_free_gb[gpu] -= mem_gb
+            self.gpu_free_gb[gpu] = self.gpu_free_gb[gpu] - mem_gb
 
     def _vacate(self, gpu: int, occupants: int, mem_gb: float) -> None:
         if self.changed is not None:
             self.changed.add(self.gpu_node[gpu])
-        self.gpu_njobs[gpu] -= occupants
+        self.gpu_njobs[gpu] = self.gpu_njobs[gpu] - occupants
         if self.sharing:
-            self.gpu_free_gb[gpu] += mem_gb
+            self.gpu_free_gb[gpu] = self.gpu_free_gb[gpu] + mem_gb
         if self.gpu_njobs[gpu] == 0:
             n = self.gpu_node[gpu]
-            self.node_idle[n] += 1
+            self.node_idle[n] = self.node_idle[n] + 1
             self.idle_total += 1
             self.gpu_free_gb[gpu] = self.gpu_cap_gb[gpu]
             if self.gpu_free_share is not None:
