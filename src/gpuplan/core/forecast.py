@@ -28,7 +28,7 @@ from typing import Final, NamedTuple
 
 from gpuplan.core import preemption
 from gpuplan.core.clock import EventClock
-from gpuplan.core.preemption import Preempted, PreemptionCost
+from gpuplan.core.preemption import JobTerms, Preempted, PreemptionCost
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
 from gpuplan.model import Job
@@ -335,7 +335,7 @@ class _Forecaster(EventClock):
         self.left: dict[int, float] = {}
         self.seg: dict[int, tuple[float, float]] = {}
         self.ran: set[int] = set()
-        self.terms: dict[int, tuple[float, bool, str]] = {}  # `_terms`
+        self.terms = JobTerms(cost)  # each job's restart overhead, checkpointing, preempt mode
         self.deferred = {d.jid: d for d in deferred}
         self.blocking: dict[int, list[int]] = {}  # dependency -> deferred jobs waiting for it
         self.unmet: dict[int, int] = {}
@@ -418,7 +418,7 @@ class _Forecaster(EventClock):
             end = slot.expected_end_s
             overhead = 0.0
         else:  # the work left after what earlier segments kept, plus a restart's overhead
-            overhead = self._terms(jid, slot.job)[0] if jid in self.ran else 0.0
+            overhead = self.terms.of(jid, slot.job)[0] if jid in self.ran else 0.0
             end = t + overhead + self.left[jid]
             self.ran.add(jid)
         self.basis[jid] = _basis(slot.job)
@@ -431,18 +431,10 @@ class _Forecaster(EventClock):
         self.end_of.pop(jid, None)
         slot = self.sched.slot(jid)
         seg_start, overhead = self.seg.pop(jid, (t, 0.0))
-        _, checkpointable, mode = self._terms(jid, slot.job)
+        _, checkpointable, mode = self.terms.of(jid, slot.job)
         kept = self.cost.kept_by_s(checkpointable, mode, max(t - seg_start - overhead, 0.0))
         self.left[jid] = self.left[jid] - kept if checkpointable else slot.plan_s
         self._close(jid, t)
-
-    def _terms(self, jid: int, job: Job) -> tuple[float, bool, str]:
-        """The job's restart overhead, whether it checkpoints and its preempt mode, read once (they are
-        properties of its `meta`)."""
-        got = self.terms.get(jid)
-        if got is None:
-            got = self.terms[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
-        return got
 
     def _expect(self, jid: int, end: float) -> None:
         self.end_of[jid] = end

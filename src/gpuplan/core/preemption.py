@@ -44,6 +44,7 @@ __all__ = [
     "MAX_EXAMINED",
     "MAX_PASSES_PER_JOB",
     "Decisions",
+    "JobTerms",
     "Preempted",
     "PreemptingScheduler",
     "PreemptionCost",
@@ -139,6 +140,23 @@ class PreemptionCost:
         c = self.checkpoint_interval_s
         pays = overhead_s if c <= 0.0 else max(math.ceil(overhead_s / c), 1) * c
         return (overhead_s if resumed else 0.0) + pays
+
+
+class JobTerms:
+    """Each job's restart overhead, whether it checkpoints and its preempt mode under one cost model,
+    read once per job (they are properties of its `meta`): what a preemptive clock (the simulator's
+    `sim.preempt.PreemptiveRun`, the forecast's driver) asks at each start and preemption."""
+
+    def __init__(self, cost: PreemptionCost) -> None:
+        self.cost = cost
+        self.by_jid: dict[int, tuple[float, bool, str]] = {}
+
+    def of(self, jid: int, job: Job) -> tuple[float, bool, str]:
+        """(restart overhead in seconds, checkpointable, preempt mode) of `job`, known as `jid`."""
+        got = self.by_jid.get(jid)
+        if got is None:
+            got = self.by_jid[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
+        return got
 
 
 def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:

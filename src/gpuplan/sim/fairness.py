@@ -8,25 +8,14 @@ so 1 means every user's jobs were slowed down alike by waiting, whoever floods t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuplan.sim.columns import RecordColumns
+    from gpuplan.sim.columns import RecordColumns, RecordLike
 
 __all__ = ["BSLD_BOUND_S", "jain_index", "user_figures"]
 
 BSLD_BOUND_S = 10.0  # bounded slowdown: run times below this count as this
-
-
-class JobRecordLike(Protocol):
-    """What the figures read of a `sim.result.JobRecord`."""
-
-    job_id: str
-    submit_s: float
-    start_s: float
-    end_s: float
-    gpus: tuple[int, ...]
-    user: str
 
 
 def jain_index(values: Sequence[float]) -> float | None:
@@ -38,7 +27,7 @@ def jain_index(values: Sequence[float]) -> float | None:
     return 1.0 if squares == 0 else total * total / (len(values) * squares)
 
 
-def user_figures(records: Sequence[JobRecordLike] | RecordColumns) -> list[dict[str, Any]]:
+def user_figures(records: Sequence[RecordLike] | RecordColumns) -> list[dict[str, Any]]:
     """Per user (by name; empty when no record names a user): jobs, GPU-hours, mean wait (s) and mean
     bounded slowdown (10 s bound). `records`: the records, or their columns (sim/columns.py; a result
     gives its own with `SimResult.record_columns`).

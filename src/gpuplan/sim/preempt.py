@@ -19,15 +19,16 @@ from typing import Final, cast
 from gpuplan.core import preemption
 from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.clock import EventClock
-from gpuplan.core.preemption import Preempted, PreemptionCost
+from gpuplan.core.preemption import JobTerms, Preempted, PreemptionCost
 from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
 from gpuplan.errors import ScheduleError
 from gpuplan.model import Job
 from gpuplan.sim.bounds import lower_bound
+from gpuplan.sim.columns import RecordColumns
 from gpuplan.sim.metrics import compute_metrics
-from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline, start_order
+from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
 
 __all__ = ["PreemptiveRun", "simulate_preemptive"]
 
@@ -64,7 +65,7 @@ class PreemptiveRun(EventClock):
         self.last_pass_s = 0.0
         self.preemptions = 0
         self.wasted_gpu_s = 0.0
-        self.terms: dict[int, tuple[float, bool, str]] = {}  # `_terms`
+        self.terms = JobTerms(cost)  # each job's restart overhead, checkpointing, preempt mode
         self.in_place: set[int] = set()  # suspended in place (SIGSTOP): it resumes, it does not restart
         self.events: list[tuple[float, str, str]] = []
         """(time, action, job id) of every start, resume, preemption (`preempt:ACTION`) and finish, in
@@ -111,7 +112,7 @@ class PreemptiveRun(EventClock):
     def on_start(self, st: Started, now: float) -> None:
         jid, job = st.jid, self.jobs[st.jid]
         resumed = jid in self.first_start
-        overhead = self._terms(jid, job)[0] if resumed else 0.0
+        overhead = self.terms.of(jid, job)[0] if resumed else 0.0
         self.events.append((now, "resume" if jid in self.in_place else "start", job.id))
         self.in_place.discard(jid)
         self.first_start.setdefault(jid, now)
@@ -123,7 +124,7 @@ class PreemptiveRun(EventClock):
         self.cancel_end(jid)  # its finish event no longer holds
         seg = now - self.seg_start.pop(jid)
         progress = max(seg - self.seg_overhead.pop(jid), 0.0)
-        _, checkpointable, mode = self._terms(jid, job)
+        _, checkpointable, mode = self.terms.of(jid, job)
         kept = self.cost.kept_by_s(checkpointable, mode, progress)
         self.events.append((now, f"preempt:{p.action}", job.id))
         if p.action == "suspend":
@@ -131,14 +132,6 @@ class PreemptiveRun(EventClock):
         self.left[jid] = self.left[jid] - kept if checkpointable else float(job.duration_s or 0.0)
         self.wasted_gpu_s += len(p.gpu_ids) * (seg - kept)
         self.preemptions += 1
-
-    def _terms(self, jid: int, job: Job) -> tuple[float, bool, str]:
-        """The job's restart overhead, whether it checkpoints and its preempt mode, read once (they are
-        properties of its `meta`)."""
-        got = self.terms.get(jid)
-        if got is None:
-            got = self.terms[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
-        return got
 
     def on_end(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
@@ -167,9 +160,9 @@ def simulate_preemptive(
     """Run `jobs` under `sched`'s preemptive policy (see `engine.simulate`, which calls this)."""
     run = PreemptiveRun(jobs, sched, cost or PreemptionCost())
     run.loop()
-    records = start_order(run.records)
+    records, columns = RecordColumns.sorting(run.records)  # in start order, and their columns
     bound = lower_bound(jobs, sched.spec).value_s
-    metrics = compute_metrics(records, run.timeline, sched.spec.total_gpus, run.idle_wait_gpu_s, bound)
+    metrics = compute_metrics(columns, run.timeline, sched.spec.total_gpus, run.idle_wait_gpu_s, bound)
     metrics.preemptions = run.preemptions
     metrics.wasted_gpu_hours = run.wasted_gpu_s / 3600.0
     policy = cast(PreemptivePolicy, sched.policy)
@@ -201,4 +194,4 @@ def simulate_preemptive(
         gpu_labels=[sched.state.gpu_label(g) for g in range(sched.state.total_gpus)],
         warnings=warnings,
         estimates=uses,
-    )
+    ).keep_columns(columns)
