@@ -123,3 +123,40 @@ def test_waiting_in_is_a_scan_of_the_waiting_levels(seed: int) -> None:
     for lo in range(-1, 9):
         for hi in range(-1, 9):
             assert r.waiting_in(float(lo), float(hi)) == any(lo <= v < hi for v in levels)
+
+
+@pytest.mark.parametrize("policy", ["las", "tiresias", "gittins"])
+def test_a_preemptive_schedulers_waiting_count_is_its_records_waiting_jobs(policy: str) -> None:
+    """Under a preemptive policy the Scheduler keeps no queue of its own: its count of waiting jobs,
+    `waiting()` and `waiting_jids()` all read the records, through submits, passes (starts and
+    preemptions), withdrawals and ends."""
+    from gpuplan.core.scheduler import Scheduler
+
+    rng = random.Random(7)
+    s = Scheduler(_SPEC, policy, "easy", "first-fit")
+    waiting: set[int] = set()
+    running: set[int] = set()
+    now = 0.0
+    for jid in range(300):
+        now += rng.uniform(0.0, 50.0)
+        job = Job(f"j{jid}", now, rng.choice([1, 2, 4]), requested_s=float(rng.randint(10, 400)))
+        s.submit(jid, job, now=now)
+        waiting.add(jid)
+        if rng.random() < 0.1:
+            gone = rng.choice(sorted(waiting))
+            s.withdraw(gone)
+            waiting.discard(gone)
+        if rng.random() < 0.2 and running:
+            done = rng.choice(sorted(running))
+            s.finish(done, now)
+            running.discard(done)
+        d = s.decide(now)
+        for p in d.preempted:
+            running.discard(p.jid)
+            waiting.add(p.jid)
+        for st in d.started:
+            waiting.discard(st.jid)
+            running.add(st.jid)
+        assert s.waiting_count == len(waiting)
+        assert set(s.waiting_jids()) == waiting
+        assert [slot.jid for slot in s.waiting()] == list(s.waiting_jids())

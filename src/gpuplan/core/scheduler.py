@@ -69,7 +69,8 @@ class Scheduler(SchedulerView):
         self._host = spec.has_host_resources  # some node limits CPU or host memory
         self._slots: dict[int, JobSlot] = {}
         self._ledger: UsageLedger | None = None
-        self._queue: SortedSeq[tuple[Any, ...]] | FairQueue = SortedSeq()  # (policy key..., jid, slot)
+        # (policy key..., jid, slot); empty under a preemptive policy: its records rank the waiting jobs
+        self._queue: SortedSeq[tuple[Any, ...]] | FairQueue = SortedSeq()
         if self.policy.usage_ranked:
             self._ledger = UsageLedger(self.policy.half_life_s)  # type: ignore[attr-defined]
             self._queue = FairQueue(self._ledger)
@@ -124,12 +125,13 @@ class Scheduler(SchedulerView):
         self._version += 1
         key = (*self.policy.key(job, jid, self.oracle), jid)
         slot.key = key
+        if self._pre is not None:  # a preemptive policy's waiting jobs are its records' (`waiting`)
+            slot.waiting_since_s = job.submit_s if now is None else now
+            self._pre.enter(slot, slot.waiting_since_s)
+            return slot
         self._queue.add((*key, slot))
         if self._shapes is not None:
             self._shapes.add(slot)
-        if self._pre is not None:
-            slot.waiting_since_s = job.submit_s if now is None else now
-            self._pre.enter(slot, slot.waiting_since_s)
         return slot
 
     def _new_slot(self, jid: int, job: Job, mem: float | None) -> JobSlot:
@@ -219,11 +221,12 @@ class Scheduler(SchedulerView):
         slot.alloc, slot.start_s, slot.expected_end_s = (), None, _INF
         slot.waiting_since_s = now
         slot.preemptions += 1
-        self._queue.add((*slot.key, slot))
-        if self._shapes is not None:
-            self._shapes.add(slot)
         if self._pre is not None:
             self._pre.enter(slot, now)
+        else:  # (only a preemptive pass preempts today; a caller may still preempt under any policy)
+            self._queue.add((*slot.key, slot))
+            if self._shapes is not None:
+                self._shapes.add(slot)
         return done
 
     def submit_suspended(
@@ -267,9 +270,10 @@ class Scheduler(SchedulerView):
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
         """Start a waiting job on `gpu_ids` and take it out of the queue (the preemptive pass)."""
-        self._queue.remove((*slot.key, slot))
-        if self._shapes is not None:
-            self._shapes.remove(slot.jid)
+        if self._pre is None:
+            self._queue.remove((*slot.key, slot))
+            if self._shapes is not None:
+                self._shapes.remove(slot.jid)
         self.start(slot, gpu_ids, now, started)
 
     def finish(self, jid: int, now: float | None = None, learn: bool = True) -> JobSlot:
@@ -316,9 +320,10 @@ class Scheduler(SchedulerView):
             raise ScheduleError(f"cannot withdraw job handle {jid}: it is {what}")
         del self._slots[jid]
         self._version += 1
-        self._queue.remove((*slot.key, slot))
-        if self._shapes is not None:
-            self._shapes.remove(jid)
+        if self._pre is None:
+            self._queue.remove((*slot.key, slot))
+            if self._shapes is not None:
+                self._shapes.remove(jid)
         if slot.suspended_on:
             self._state.drop_suspended(slot.suspended_on, slot.mem_gb)
             slot.suspended_on = ()
@@ -515,7 +520,7 @@ class Scheduler(SchedulerView):
 
     @property
     def waiting_count(self) -> int:
-        return len(self._queue)
+        return len(self._queue) if self._pre is None else len(self._pre.waiting)
 
     @property
     def version(self) -> int:
