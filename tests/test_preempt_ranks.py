@@ -97,7 +97,7 @@ def test_next_open_with_kept_heads_is_a_search_from_each_cursor(seed: int) -> No
         r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
     entries = list(r.waiting)
     heads: dict[object, tuple[object, ...] | None] = {}
-    failed: set[tuple[object, ...]] = set()
+    failed: set[int] = set()  # shape ids
     cursor = entries[0]
     while True:
         if rng.random() < 0.3:
@@ -160,3 +160,12 @@ def test_a_preemptive_schedulers_waiting_count_is_its_records_waiting_jobs(polic
         assert s.waiting_count == len(waiting)
         assert set(s.waiting_jids()) == waiting
         assert [slot.jid for slot in s.waiting()] == list(s.waiting_jids())
+
+
+def test_shape_ids_name_equal_shapes_alike_and_distinct_shapes_apart() -> None:
+    r = Ranks(ClusterState(_SPEC), endless=False)
+    shapes = [(g, m, span) for g in (1, 2, 4) for m in (None, 40.0, 80.0) for span in (False, True)]
+    ids = [r.shape_id(s) for s in shapes]
+    assert len(set(ids)) == len(shapes)
+    assert [r.shape_id(tuple(list(s))) for s in shapes] == ids  # equal tuples, not the same objects
+    assert [r.copy(ClusterState(_SPEC), {}).shape_id(s) for s in shapes] == ids

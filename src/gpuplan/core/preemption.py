@@ -392,7 +392,7 @@ class PreemptiveQueue:
         # of the shape ranks at the same or a higher level, so its victims are among the same jobs (or
         # jobs started since on GPUs that were idle), and on an exclusive cluster a placement that
         # fails with more free fails with less: it fails alike. Suspended jobs resume by their own rule.
-        failed: set[tuple[object, ...]] = set()
+        failed: set[int] = set()  # shape ids (`Ranks.shape_id`)
         # the same for jobs that differ only in memory the placer does not look at (`_fit_key`): while
         # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
         # key that no lease can bind fails alike (its victims are among those of the job that failed)

@@ -74,9 +74,11 @@ class Ranks:
         self.slots: dict[int, JobSlot] = {}
         self.changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
         self.stamp: dict[int, int] = {}
-        self.shapes: dict[float, dict[tuple[object, ...], int]] = {}  # level -> shape -> waiting jobs
-        self.shape_of: dict[int, tuple[object, ...]] = {}
-        self.by_shape: dict[tuple[object, ...], SortedSeq[Entry]] = {}  # shape -> its waiting entries
+        # shapes by a small id each (`shape_id`): a pass's sets and these dicts hash an int, not a tuple
+        self.shape_ids: dict[tuple[object, ...], int] = {}
+        self.shapes: dict[float, dict[int, int]] = {}  # level -> shape id -> waiting jobs
+        self.shape_of: dict[int, int] = {}  # jid -> shape id
+        self.by_shape: dict[int, SortedSeq[Entry]] = {}  # shape id -> its waiting entries
         self.wakes: list[float] = []
         self.wake_set: set[float] = set()
         self.start_level: dict[int, float] = {}
@@ -117,6 +119,7 @@ class Ranks:
         new.due = dict(self.due)
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
         new.shape_of = dict(self.shape_of)
+        new.shape_ids = dict(self.shape_ids)
         new.by_shape = {shape: entries.copy() for shape, entries in self.by_shape.items()}
         new.wakes = list(self.wakes)
         new.wake_set = set(self.wakes)
@@ -276,8 +279,17 @@ class Ranks:
             jid: int = entry[-1]
             self.index_shape(entry, jid, entry[0], queue.shape(self.slots[jid]))
 
-    def index_shape(self, entry: Entry, jid: int, level: float, shape: tuple[object, ...]) -> None:
+    def shape_id(self, shape: tuple[object, ...]) -> int:
+        """The small int that stands for `shape` (equal shapes, one id; ids are never reused)."""
+        ids = self.shape_ids
+        got = ids.get(shape)
+        if got is None:
+            got = ids[shape] = len(ids)
+        return got
+
+    def index_shape(self, entry: Entry, jid: int, level: float, shape_key: tuple[object, ...]) -> None:
         """Count a waiting job's entry under its level and fits-shape (`shapes`, `by_shape`)."""
+        shape = self.shape_id(shape_key)
         self.shape_of[jid] = shape
         at = self.shapes.get(level)
         if at is None:
@@ -288,9 +300,7 @@ class Ranks:
             same = self.by_shape[shape] = SortedSeq()
         same.add(entry)
 
-    def next_open(
-        self, cursor: Entry, failed: set[tuple[object, ...]], heads: dict[object, Entry | None]
-    ) -> Entry | None:
+    def next_open(self, cursor: Entry, failed: set[int], heads: dict[object, Entry | None]) -> Entry | None:
         """The first waiting entry after `cursor` of a shape not in `failed`, or None. `heads` keeps each
         shape's answer for a cursor at or before this one, valid while the queue does not change (the
         caller clears it then): one still after the cursor is the answer again, without a search."""
@@ -310,7 +320,7 @@ class Ranks:
                 best = first
         return best
 
-    def all_fail(self, failed: set[tuple[object, ...]], level: float, worst: float, full: bool) -> bool:
+    def all_fail(self, failed: set[int], level: float, worst: float, full: bool) -> bool:
         if len(self.shapes) > MAX_LEVELS:
             return False
         for at, shapes in self.shapes.items():
