@@ -35,7 +35,8 @@ def local_table(jobs):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def dask_address():  # type: ignore[no-untyped-def]
-    distributed = pytest.importorskip("distributed")
+    import distributed  # a dependency of gpuplan (dask[distributed]): missing, the test fails
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cluster's own start-up notes (ports, versions)
         cluster = distributed.LocalCluster(
