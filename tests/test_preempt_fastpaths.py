@@ -70,9 +70,9 @@ def _plain_evict_for(self, slot, now, out, preempted):  # type: ignore[no-untype
     released = []
     gpus = None
     for entry in reversed(list(self.running)):
-        if entry[0] <= slot.level:
+        if entry.level <= slot.level:
             break
-        victim = sched.slot(entry[-1])
+        victim = sched.slot(entry.jid)
         mode = victim.job.preempt_mode
         if mode == "never" or self._leased(victim, slot, now):
             continue

@@ -5,17 +5,20 @@
   eager move at each change leaves, in the same order.
 - `next_open` with the answers it keeps (`heads`) gives what a search from each cursor gives.
 - `waiting_in` says whether a waiting level is in [lo, hi), as a scan of the waiting levels does.
-- Entries of one level share one boxed float, and order as the plain tuples do.
+- Each job's order (`Ranks.order_of`) follows its static key, through jobs that go between any two
+  (every job gets a new order when no int is left between two) and jobs that leave for good.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Iterable
 from typing import cast
 
 import pytest
 
-from gpuplan.core.ranks import Ranks
+from gpuplan.core.ranks import Entry, Ranks
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
@@ -41,6 +44,10 @@ class _Levels:
 class _Shapes:
     def shape(self, slot: JobSlot) -> tuple[object, ...]:
         return (slot.gpus,)
+
+
+def _at(e: Entry) -> tuple[float, int]:
+    return (e.level, e.order)
 
 
 def _slot(jid: int, rng: random.Random, running: bool) -> JobSlot:
@@ -81,13 +88,22 @@ def test_lazy_moves_leave_the_order_an_eager_move_leaves(seed: int) -> None:
                 (cast(float, e[0]) for e in plain.values()), default=-float("inf")
             )  # levels are floats
             assert r.worst() == worst
-            assert list(r.running) == sorted(plain.values())
+            assert _seen(r.running) == _by_key(plain)
             assert r.moved == {}
     r.settle()
-    assert list(r.running) == sorted(plain.values())
-    assert r.entry == plain
-    for e in r.running:
-        assert e[0] is r.box(e[0])  # one boxed float per level
+    assert _seen(r.running) == _by_key(plain)
+    assert {jid: (e.level, e.jid) for jid, e in r.entry.items()} == {
+        j: (p[0], p[-1]) for j, p in plain.items()
+    }
+
+
+def _seen(entries: Iterable[Entry]) -> list[tuple[float, int]]:
+    return [(e.level, e.jid) for e in entries]
+
+
+def _by_key(plain: dict[int, tuple[object, ...]]) -> list[tuple[float, int]]:
+    """(level, handle) in the order of (level, *static key): what the entries' orders must follow."""
+    return [(cast(float, p[0]), cast(int, p[-1])) for p in sorted(plain.values())]  # type: ignore[type-var]
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -99,18 +115,18 @@ def test_next_open_with_kept_heads_is_a_search_from_each_cursor(seed: int) -> No
         policy.at[jid] = float(rng.randint(0, 3))
         r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
     entries = list(r.waiting)
-    heads: dict[object, tuple[object, ...] | None] = {}
+    heads: dict[object, Entry | None] = {}
     failed: set[int] = set()  # shape ids
     cursor = entries[0]
     while True:
         if rng.random() < 0.3:
-            failed.add(r.shape_of[cursor[-1]])
+            failed.add(r.shape_of[cursor.jid])
         got = r.next_open(cursor, failed, heads)
-        want = next((e for e in entries if e > cursor and r.shape_of[e[-1]] not in failed), None)
-        assert got == want
+        want = next((e for e in entries if _at(e) > _at(cursor) and r.shape_of[e.jid] not in failed), None)
+        assert got is want
         if got is None:
             break
-        later = [e for e in entries if e >= got]
+        later = [e for e in entries if _at(e) >= _at(got)]
         cursor = rng.choice(later[:3])  # a jump lands on it; the walk may go on a little further
 
 
@@ -122,7 +138,7 @@ def test_waiting_in_is_a_scan_of_the_waiting_levels(seed: int) -> None:
     for jid in range(rng.randint(0, 30)):
         policy.at[jid] = float(rng.choice([0, 1, 1, 3, 7]))
         r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
-    levels = [e[0] for e in r.waiting]
+    levels = [e.level for e in r.waiting]
     for lo in range(-1, 9):
         for hi in range(-1, 9):
             assert r.waiting_in(float(lo), float(hi)) == any(lo <= v < hi for v in levels)
@@ -172,3 +188,40 @@ def test_shape_ids_name_equal_shapes_alike_and_distinct_shapes_apart() -> None:
     assert len(set(ids)) == len(shapes)
     assert [r.shape_id(tuple(list(s))) for s in shapes] == ids  # equal tuples, not the same objects
     assert [r.copy(ClusterState(_SPEC), {}).shape_id(s) for s in shapes] == ids
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed: int) -> None:
+    """Keys that go, again and again, between the last one and the same upper neighbour use up the
+    ints between their orders (a midpoint halves the gap each time): the records then give every job a
+    new order. At every step the waiting entries of one level come in static key order."""
+    rng = random.Random(seed)
+    policy, shapes = _Levels(), _Shapes()
+    r = Ranks(ClusterState(_SPEC), endless=False)
+    keys: dict[int, tuple[object, ...]] = {}
+    lo, hi = 0.0, 1.0
+    gaps: list[int] = []
+    for jid in range(150):
+        slot = JobSlot(jid, Job(f"j{jid}", 0.0, 1), 1, None, 100.0, False)
+        if jid < 2:
+            slot.key = (float(jid), jid)  # the two bounds
+        elif rng.random() < 0.8:  # between the last squeezed key and the upper bound
+            lo = (lo + hi) / 2
+            slot.key = (lo, jid)
+        else:
+            slot.key = (rng.choice([-1.0, 2.0, rng.random()]), jid)
+        keys[jid] = slot.key
+        policy.at[jid] = float(rng.randint(0, 1))
+        r.enter(slot, 0.0, policy, shapes)
+        if jid > 2 and rng.random() < 0.1:  # one leaves for good
+            gone = rng.choice(sorted(keys))
+            r.leave(r.slots[gone])
+            r.forget(gone)
+            del keys[gone]
+        want = sorted((policy.at[j], k, j) for j, k in keys.items())
+        assert [(e.level, e.jid) for e in r.waiting] == [(w[0], w[2]) for w in want]
+        assert len(r.waiting) == len(keys) == len(r.order) == len(r.keys)
+        orders = sorted(r.order.values())
+        if len(orders) > 1:
+            gaps.append(min(b - a for a, b in itertools.pairwise(orders)))
+    assert min(gaps) == 1 and max(gaps[-10:]) > 1  # the ints ran out, and the new orders have room again

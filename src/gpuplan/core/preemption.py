@@ -270,12 +270,7 @@ class PreemptiveQueue:
 
     def forget(self, jid: int) -> None:
         """The job left the scheduler (finished or withdrawn) after `leave`."""
-        r = self._r
-        r.stamp.pop(jid, None)
-        r.due.pop(jid, None)
-        r.start_level.pop(jid, None)
-        r.modes.pop(jid, None)
-        r.overheads.pop(jid, None)
+        self._r.forget(jid)
 
     def mode(self, slot: JobSlot) -> str:
         """The job's `Job.preempt_mode`, read once per job."""
@@ -337,7 +332,7 @@ class PreemptiveQueue:
         change's time stands (`Ranks.plan_change`); the others move."""
         r, policy = self._r, self.policy
         r.settle()
-        for slot in [r.slots[e[-1]] for e in (*r.waiting, *r.running)]:
+        for slot in [r.slots[e.jid] for e in (*r.waiting, *r.running)]:
             if policy.level(slot, now) == slot.level:
                 r.plan_change(slot, now, policy)
             elif slot.start_s is None:
@@ -423,8 +418,8 @@ class PreemptiveQueue:
             else:
                 pending = None  # its rank was set by the jump
             cursor = entry
-            level: float = entry[0]
-            jid: int = entry[-1]
+            level = entry.level
+            jid = entry.jid
             if full and level >= worst:
                 break
             if jid in preempted:
@@ -437,7 +432,7 @@ class PreemptiveQueue:
                     break
                 if full:
                     after = waiting.first_after(cursor)
-                    if after is not None and after[0] >= worst:
+                    if after is not None and after.level >= worst:
                         break
                 at = waiting.bisect_left(nxt)
                 examined += at - (rank + 1 if known else waiting.bisect_right(cursor))
@@ -504,7 +499,7 @@ class PreemptiveQueue:
         slots, cost = r.slots, sched.preemption_cost
         gpus = slot.suspended_on
         on = set(gpus)
-        blockers = [slots[e[-1]] for e in r.running if on.intersection(slots[e[-1]].alloc)]
+        blockers = [slots[e.jid] for e in r.running if on.intersection(slots[e.jid].alloc)]
         for g in gpus:  # every occupant must be a suspended job or a blocker (not offline, not foreign)
             if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.alloc for b in blockers):
                 return None
@@ -545,9 +540,9 @@ class PreemptiveQueue:
         gpus: list[int] | tuple[int, ...] | None = None
         level = slot.level
         for entry in r.running.reversed_items():
-            if entry[0] <= level:
+            if entry.level <= level:
                 break
-            victim = slots[entry[-1]]
+            victim = slots[entry.jid]
             mode = r.mode(victim)
             if mode == "never" or (not lease_free and r.lease_binds(victim, level, now, cost)):
                 continue
@@ -590,7 +585,7 @@ def _quiet_move(r: Ranks, before: float, after: float) -> bool:
     level), so every eviction that failed fails again (it fails only once all of them are counted,
     whatever their order), and a suspended job's blockers stay above or below it as they were; the
     highest running level rises past no waiting job either, so the pass reaches the same jobs."""
-    lowest: float = r.waiting.first()[0] if r.waiting else _INF
+    lowest = r.waiting.first().level if r.waiting else _INF
     if before <= lowest and after <= lowest:
         return True
     return after >= before and not r.waiting_in(before, after)

@@ -9,7 +9,7 @@ import math
 from heapq import heappop, heappush
 from typing import Any, Final, Protocol
 
-from gpuplan.core.sortedseq import SortedSeq
+from gpuplan.core.sortedseq import Ranked, RankedSeq, SortedSeq, ranked_before
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
@@ -21,8 +21,17 @@ _INF: Final = math.inf
 MAX_LEVELS: Final = 64
 """More distinct waiting levels than this: a pass does not look for the point where all fail."""
 
-Entry = tuple[Any, ...]
-"""A job's place in the queue: (level, *the policy's static key ending in the job's handle)."""
+Entry = Ranked
+"""A job's place in the queue: its level, its order among the jobs of one level (`Ranks.order_of`: the
+policy's static key, ending in the job's handle, as one int) and its handle."""
+
+_ORDER_GAP: Final = 1 << 20
+"""The orders of two jobs given one after the other, last in static key order (the common case: jobs
+arrive in that order), are this far apart; a job that goes between two takes the midpoint."""
+
+_ORDER_LIMIT: Final = 1 << 60
+"""Orders stay within +- this (the compiled core's fast ints); past it, or with no int left between
+two neighbours, every job gets a new order (`Ranks.reorder`)."""
 
 
 class ShapeSource(Protocol):
@@ -54,13 +63,15 @@ class Levels(Protocol):
 class Ranks:
     """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
-    waiting, running: entries by rank; entry, slots: each job's entry and slot; changes, stamp, due: the
+    waiting, running: entries by rank; entry, slots: each job's entry and slot; order, keys, key_of: each
+    job's order (an int that follows the policy's static key, `order_of`), the static keys in order, and
+    each job's static key; changes, stamp, due: the
     heap of level changes (stale stamps skipped) and each job's queued one; shapes, shape_of, by_shape: waiting jobs by level and
     shape; wakes (and wake_set, its members): ends of leases that held a preemption back; start_level:
     a running job's level when the pass started it; lease_held: a lease held a preemption back in this
     job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep their
     memory); modes, overheads: each job's preempt mode and restart overhead (under `cost`), read once;
-    boxes: each level's one boxed float; moved: running jobs whose place in `running` is left for
+    moved: running jobs whose place in `running` is left for
     `settle`; exact_shapes: shapes keep memory that every GPU has once a job
     that keeps its memory when preempted (mode `suspend`) or waits suspended is known, on sharing clusters, and under
     leases (las: a job a lease may bind is tried for itself, as its exact shape says); settled: the
@@ -68,9 +79,12 @@ class Ranks:
 
     def __init__(self, state: ClusterState, endless: bool) -> None:
         self.endless = endless
-        self.waiting: SortedSeq[Entry] = SortedSeq()  # (level, *static key ending in jid)
-        self.running: SortedSeq[Entry] = SortedSeq()
+        self.waiting = RankedSeq()  # by (level, order)
+        self.running = RankedSeq()
         self.entry: dict[int, Entry] = {}
+        self.order: dict[int, int] = {}
+        self.keys: SortedSeq[tuple[Any, ...]] = SortedSeq()
+        self.key_of: dict[int, tuple[Any, ...]] = {}
         self.slots: dict[int, JobSlot] = {}
         self.changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
         self.stamp: dict[int, int] = {}
@@ -78,7 +92,7 @@ class Ranks:
         self.shape_ids: dict[tuple[object, ...], int] = {}
         self.shapes: dict[float, dict[int, int]] = {}  # level -> shape id -> waiting jobs
         self.shape_of: dict[int, int] = {}  # jid -> shape id
-        self.by_shape: dict[int, SortedSeq[Entry]] = {}  # shape id -> its waiting entries
+        self.by_shape: dict[int, RankedSeq] = {}  # shape id -> its waiting entries
         self.wakes: list[float] = []
         self.wake_set: set[float] = set()
         self.start_level: dict[int, float] = {}
@@ -90,21 +104,64 @@ class Ranks:
         self.due: dict[int, float] = {}  # jid -> the time of its queued level change (its stamp's)
         self.exact_shapes: bool = state.sharing or endless
         self.settled = -1
-        self.boxes: dict[float, object] = {}  # each level's one boxed float (`box`)
         self.moved: dict[int, JobSlot] = {}  # running jobs whose entry `settle` has yet to move
 
-    def box(self, level: float) -> object:
-        """The one boxed float of `level` in every entry: entries of one level then share it, and a tuple
-        comparison passes an identical first item without comparing it (most compared entries share a
-        level). Equal levels compare equal either way, so the order is the same."""
-        boxes = self.boxes
-        got = boxes.get(level)
-        if got is None:
-            if len(boxes) >= 4096:  # levels a learning policy no longer gives (gittins' rebuilt tables)
-                boxes.clear()
-            got = level
-            boxes[level] = got
+    def order_of(self, slot: JobSlot) -> int:
+        """The job's order: an int that orders it among the jobs of its level as its static key
+        (`JobSlot.key`, which ends in its handle) does, given at its first entry and kept until `forget`.
+        Entries are then compared by two numbers, never by their keys."""
+        jid = slot.jid
+        got = self.order.get(jid)
+        if got is not None:
+            return got
+        key, keys, order = slot.key, self.keys, self.order
+        if not keys or keys.last() < key:  # the common case: after every other job
+            got = order[keys.last()[-1]] + _ORDER_GAP if keys else 0
+            keys.add(key)
+        else:
+            keys.add(key)
+            before, after = keys.neighbours(key)
+            lo = order[before[-1]] if before is not None else None
+            hi = order[after[-1]] if after is not None else None
+            if lo is None:
+                got = hi - _ORDER_GAP if hi is not None else 0
+            elif hi is None:
+                got = lo + _ORDER_GAP
+            elif hi - lo >= 2:
+                got = (lo + hi) >> 1
+            else:
+                got = _ORDER_LIMIT  # no int left between them: every job gets a new order
+        order[jid] = got
+        self.key_of[jid] = key
+        if not -_ORDER_LIMIT < got < _ORDER_LIMIT:
+            self.reorder()
+            got = order[jid]
         return got
+
+    def reorder(self) -> None:
+        """Give every job a new order, `_ORDER_GAP` apart in static key order, and its entries new items
+        in the same places (the order of the entries does not change)."""
+        order = self.order
+        for k, key in enumerate(self.keys):
+            order[key[-1]] = k * _ORDER_GAP
+        fresh = {jid: Ranked(e.level, order[jid], jid) for jid, e in self.entry.items()}
+        self.entry = fresh
+        self.waiting.replace_items(lambda e: fresh[e.jid])
+        self.running.replace_items(lambda e: fresh[e.jid])
+        for same in self.by_shape.values():
+            same.replace_items(lambda e: fresh[e.jid])
+
+    def forget(self, jid: int) -> None:
+        """The job left for good (after `leave`): its order and the rest of what was kept of it."""
+        self.stamp.pop(jid, None)
+        self.due.pop(jid, None)
+        self.start_level.pop(jid, None)
+        self.modes.pop(jid, None)
+        self.overheads.pop(jid, None)
+        key = self.key_of.pop(jid, None)
+        if key is not None:
+            self.keys.remove(key)
+            del self.order[jid]
 
     def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> Ranks:
         """A copy on `state` whose entries name `slots` (a forked scheduler's records)."""
@@ -127,7 +184,9 @@ class Ranks:
         new.suspend_running = self.suspend_running
         new.modes = dict(self.modes)
         new.exact_shapes = self.exact_shapes
-        new.boxes = dict(self.boxes)
+        new.order = dict(self.order)
+        new.keys = self.keys.copy()
+        new.key_of = dict(self.key_of)
         return new
 
     def mode(self, slot: JobSlot) -> str:
@@ -187,7 +246,7 @@ class Ranks:
     def enter(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
         jid = slot.jid
         level = slot.level = policy.level(slot, now)
-        entry: Entry = (self.box(level), *slot.key)
+        entry = Ranked(level, self.order_of(slot), jid)
         self.entry[jid] = entry
         self.slots[jid] = slot
         if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
@@ -237,11 +296,10 @@ class Ranks:
         running, entries = self.running, self.entry
         for jid, slot in moved.items():
             old = entries[jid]
-            level = self.box(slot.level)
-            if old[0] is level:
+            if old.level == slot.level:
                 continue  # back at the level its entry has
             running.remove(old)
-            entry: Entry = (level, *slot.key)
+            entry = Ranked(slot.level, old.order, jid)
             entries[jid] = entry
             running.add(entry)
         moved.clear()
@@ -256,7 +314,7 @@ class Ranks:
             same.remove(entry)
             if not same:
                 del self.by_shape[shape]
-            level: float = entry[0]
+            level = entry.level
             at = self.shapes[level]
             left = at[shape] - 1
             if left:
@@ -276,8 +334,8 @@ class Ranks:
         self.shapes.clear()
         self.by_shape.clear()
         for entry in self.waiting:
-            jid: int = entry[-1]
-            self.index_shape(entry, jid, entry[0], queue.shape(self.slots[jid]))
+            jid = entry.jid
+            self.index_shape(entry, jid, entry.level, queue.shape(self.slots[jid]))
 
     def shape_id(self, shape: tuple[object, ...]) -> int:
         """The small int that stands for `shape` (equal shapes, one id; ids are never reused)."""
@@ -297,7 +355,7 @@ class Ranks:
         at[shape] = at.get(shape, 0) + 1
         same = self.by_shape.get(shape)
         if same is None:
-            same = self.by_shape[shape] = SortedSeq()
+            same = self.by_shape[shape] = RankedSeq()
         same.add(entry)
 
     def next_open(self, cursor: Entry, failed: set[int], heads: dict[object, Entry | None]) -> Entry | None:
@@ -312,11 +370,11 @@ class Ranks:
                 first = heads[same]
                 if first is None:
                     continue
-                if not first > cursor:
+                if not ranked_before(cursor, first):
                     first = heads[same] = same.first_after(cursor)
             else:
                 first = heads[same] = same.first_after(cursor)
-            if first is not None and (best is None or first < best):
+            if first is not None and (best is None or ranked_before(first, best)):
                 best = first
         return best
 
@@ -335,10 +393,10 @@ class Ranks:
         """Whether a waiting job's level is in [lo, hi)."""
         if hi <= lo:
             return False
-        first = self.waiting.first_after((lo,))  # the first entry of a level >= lo
-        return first is not None and first[0] < hi
+        first = self.waiting.first_at_level(lo)
+        return first is not None and first.level < hi
 
     def worst(self) -> float:
         """The highest running level (`settle`d first)."""
         self.settle()
-        return self.running.last()[0] if self.running else -_INF
+        return self.running.last().level if self.running else -_INF

@@ -535,7 +535,7 @@ class Scheduler(SchedulerView):
     def waiting(self) -> Iterator[JobSlot]:
         """Waiting jobs in policy order (a preemptive policy's: level, then key, as of its last pass)."""
         if self._pre is not None:
-            return map(self._slots.__getitem__, map(_LAST, self._pre.waiting))  # lazy (compiled too)
+            return map(self._slots.__getitem__, self._pre.waiting.jids())  # lazy (compiled too)
         if self._in_pass:  # during a pass, jobs over their user's quota are passed by
             return self._within_quota(map(_LAST, self._queue))
         return map(_LAST, self._queue)
@@ -569,7 +569,7 @@ class Scheduler(SchedulerView):
     def waiting_jids(self) -> Iterator[int]:
         """Handles of the waiting jobs in policy order."""
         if self._pre is not None:
-            return map(_LAST, self._pre.waiting)
+            return self._pre.waiting.jids()
         return map(_SECOND_LAST, self._queue)
 
     def running(self) -> Iterator[JobSlot]:

@@ -11,6 +11,9 @@ equal items are the same entry (every entry of the core ends with a unique handl
 by expected end, then handle): the two are kept in typed lists beside the values, so a search compares
 two numbers in C, not two tuples through Python's generic comparisons (a tuple comparison cost about as
 much as a whole search on the typed lists).
+
+`RankedSeq` is the same layout for `Ranked` items (a level, an int order, a handle: the preemptive
+queue's records, core/ranks.py), compared by their two numbers as C fields.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, final
 
-__all__ = ["KeyedSeq", "SortedSeq"]
+__all__ = ["KeyedSeq", "Ranked", "RankedSeq", "SortedSeq", "ranked_before"]
 
 T = TypeVar("T", bound=tuple[Any, ...])
 V = TypeVar("V")
@@ -132,6 +135,16 @@ class SortedSeq(Generic[T]):
             return None
         chunk = self._lists[pos]
         return chunk[bisect_right(chunk, bound)]
+
+    def neighbours(self, item: T) -> tuple[T | None, T | None]:
+        """The items just before and just after `item`, which is in the sequence (None at an end)."""
+        lists = self._lists
+        pos = bisect_left(self._maxes, item)
+        chunk = lists[pos]
+        i = bisect_left(chunk, item)
+        before = chunk[i - 1] if i > 0 else (lists[pos - 1][-1] if pos > 0 else None)
+        after = chunk[i + 1] if i + 1 < len(chunk) else (lists[pos + 1][0] if pos + 1 < len(lists) else None)
+        return before, after
 
     def clear(self) -> None:
         """Take out every item."""
@@ -346,6 +359,251 @@ def _lower(keys: list[float], handles: list[int], key: float, handle: int) -> in
         mid = (lo + hi) >> 1
         k = keys[mid]
         if k < key or (k == key and handles[mid] < handle):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@final
+class Ranked:
+    """An item of a `RankedSeq`: a job's `level`, its `order` (an int that orders the jobs of one level:
+    `core.ranks.Ranks` gives each job one that follows its policy's static key) and its handle. A
+    compiled class, so a search reads two numbers per step as C fields."""
+
+    __slots__ = ("jid", "level", "order")
+
+    def __init__(self, level: float, order: int, jid: int) -> None:
+        self.level = level
+        self.order = order
+        self.jid = jid
+
+    def __repr__(self) -> str:
+        return f"Ranked({self.level!r}, {self.order!r}, {self.jid!r})"
+
+
+def ranked_before(a: Ranked, b: Ranked) -> bool:
+    """Whether `a` comes before `b`: a lower level, or the same level and a lower order."""
+    return a.level < b.level or (a.level == b.level and a.order < b.order)
+
+
+_RANKED_LOAD: Final = 256
+"""Items per RankedSeq chunk after a split (a chunk splits at twice this)."""
+
+
+@final
+class RankedSeq:
+    """`Ranked` items in ascending (level, order), each (level, order) held by one item at most: the
+    layout of `SortedSeq` (sorted chunks and each chunk's last item), searched by two numbers in C
+    instead of Python's generic tuple comparison."""
+
+    def __init__(self) -> None:
+        self._lists: list[list[Ranked]] = []
+        self._maxes: list[Ranked] = []
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self) -> Iterator[Ranked]:
+        return _chain_all(self._lists)
+
+    def jids(self) -> Iterator[int]:
+        """The items' handles, in order."""
+        for chunk in self._lists:
+            for item in chunk:
+                yield item.jid
+
+    def add(self, item: Ranked) -> None:
+        """Insert `item` in order."""
+        maxes, lists = self._maxes, self._lists
+        self._len += 1
+        if not maxes:
+            lists.append([item])
+            maxes.append(item)
+            return
+        pos = _ranked_upper(maxes, item.level, item.order)
+        if pos == len(maxes):  # after every item: the end of the last chunk
+            pos -= 1
+            chunk = lists[pos]
+            chunk.append(item)
+            maxes[pos] = item
+        else:
+            chunk = lists[pos]
+            chunk.insert(_ranked_upper(chunk, item.level, item.order), item)
+        if len(chunk) > 2 * _RANKED_LOAD:
+            rest = chunk[_RANKED_LOAD:]
+            del chunk[_RANKED_LOAD:]
+            maxes[pos] = chunk[-1]
+            lists.insert(pos + 1, rest)
+            maxes.insert(pos + 1, rest[-1])
+
+    def remove(self, item: Ranked) -> None:
+        """Take out the item at `item`'s (level, order).
+
+        Raises:
+            ValueError: no item is there.
+        """
+        lists, maxes = self._lists, self._maxes
+        level, order = item.level, item.order
+        if lists and lists[0][0] is item:  # the first: a pass mostly starts the jobs at the queue's head
+            pos, chunk, idx = 0, lists[0], 0
+        else:
+            pos = _ranked_lower(maxes, level, order)
+            if pos == len(maxes):
+                raise ValueError(f"{item!r} is not in the sequence")
+            chunk = lists[pos]
+            idx = _ranked_lower(chunk, level, order)
+            if idx == len(chunk) or chunk[idx].level != level or chunk[idx].order != order:
+                raise ValueError(f"{item!r} is not in the sequence")
+        chunk.pop(idx)  # pop, not del: a list primitive of the compiled core, no generic call
+        self._len -= 1
+        if not chunk:
+            lists.pop(pos)
+            maxes.pop(pos)
+        elif idx == len(chunk):
+            maxes[pos] = chunk[-1]
+
+    def first(self) -> Ranked:
+        """The first item.
+
+        Raises:
+            IndexError: the sequence is empty.
+        """
+        if not self._lists:
+            raise IndexError("first() of an empty sequence")
+        return self._lists[0][0]
+
+    def last(self) -> Ranked:
+        """The last item.
+
+        Raises:
+            IndexError: the sequence is empty.
+        """
+        if not self._lists:
+            raise IndexError("last() of an empty sequence")
+        return self._lists[-1][-1]
+
+    def first_after(self, bound: Ranked) -> Ranked | None:
+        """The first item after `bound`'s (level, order), or None."""
+        return self.first_from_above(bound.level, bound.order)
+
+    def first_from_above(self, level: float, order: int) -> Ranked | None:
+        """The first item after (`level`, `order`), or None."""
+        maxes = self._maxes
+        pos = _ranked_upper(maxes, level, order)
+        if pos == len(maxes):
+            return None
+        chunk = self._lists[pos]
+        return chunk[_ranked_upper(chunk, level, order)]
+
+    def first_at_level(self, level: float) -> Ranked | None:
+        """The first item of a level >= `level`, or None."""
+        maxes = self._maxes
+        pos = _ranked_level(maxes, level)
+        if pos == len(maxes):
+            return None
+        chunk = self._lists[pos]
+        return chunk[_ranked_level(chunk, level)]
+
+    def iter_after(self, bound: Ranked) -> Iterator[Ranked]:
+        """The items after `bound`, in order, read from the sequence as the iteration goes: cheap when
+        only a few are taken. The sequence must not change while it is used."""
+        maxes = self._maxes
+        pos = _ranked_upper(maxes, bound.level, bound.order)
+        if pos == len(maxes):
+            return iter(())
+        return self._walk(pos, _ranked_upper(self._lists[pos], bound.level, bound.order))
+
+    def _walk(self, pos: int, i: int) -> Iterator[Ranked]:
+        lists = self._lists
+        while pos < len(lists):
+            chunk = lists[pos]
+            while i < len(chunk):
+                yield chunk[i]
+                i += 1
+            pos += 1
+            i = 0
+
+    def reversed_items(self) -> Iterator[Ranked]:
+        """The items in descending order."""
+        lists = self._lists
+        for k in range(len(lists) - 1, -1, -1):
+            chunk = lists[k]
+            for i in range(len(chunk) - 1, -1, -1):
+                yield chunk[i]
+
+    def bisect_left(self, item: Ranked) -> int:
+        """How many items come before `item`."""
+        return self._rank(item, upper=False)
+
+    def bisect_right(self, item: Ranked) -> int:
+        """How many items come before `item` or are at its place."""
+        return self._rank(item, upper=True)
+
+    def _rank(self, item: Ranked, upper: bool) -> int:
+        maxes = self._maxes
+        level, order = item.level, item.order
+        pos = _ranked_upper(maxes, level, order) if upper else _ranked_lower(maxes, level, order)
+        if pos == len(maxes):
+            return self._len
+        before = 0
+        for k in range(pos):
+            before += len(self._lists[k])
+        chunk = self._lists[pos]
+        return before + (_ranked_upper(chunk, level, order) if upper else _ranked_lower(chunk, level, order))
+
+    def copy(self) -> RankedSeq:
+        """An independent sequence of the same items (the items themselves are shared: no one changes
+        an item in place)."""
+        new = RankedSeq()
+        new._lists = [list(chunk) for chunk in self._lists]
+        new._maxes = list(self._maxes)
+        new._len = self._len
+        return new
+
+    def replace_items(self, item_of: Callable[[Ranked], Ranked]) -> None:
+        """Put `item_of(item)` in each item's place: new items that keep the order (new orders of the
+        same ranks)."""
+        self._lists = [[item_of(x) for x in chunk] for chunk in self._lists]
+        self._maxes = [chunk[-1] for chunk in self._lists]
+
+
+def _ranked_lower(items: list[Ranked], level: float, order: int) -> int:
+    """The first index whose item is not before (`level`, `order`)."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = items[mid]
+        if x.level < level or (x.level == level and x.order < order):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _ranked_upper(items: list[Ranked], level: float, order: int) -> int:
+    """The first index whose item comes after (`level`, `order`)."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = items[mid]
+        if x.level < level or (x.level == level and x.order <= order):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _ranked_level(items: list[Ranked], level: float) -> int:
+    """The first index whose item's level is >= `level`."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if items[mid].level < level:
             lo = mid + 1
         else:
             hi = mid
