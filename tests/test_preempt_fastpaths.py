@@ -141,13 +141,13 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     traces = [_trace(rng, rng.randint(10, 40), suspend=k % 2 == 0) for k in range(12)]
     fast = [_schedule(jobs, policy) for jobs in traces]
     if plain == "evict":
-        monkeypatch.setattr(PreemptiveQueue, "_evict_for", _plain_evict_for)
+        monkeypatch.setattr(preemption, "_evict_rule", _plain_evict_for)
     elif plain == "settle":
-        monkeypatch.setattr(PreemptiveQueue, "refresh", _never_quiet)
+        monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
     elif plain == "fits":  # no two jobs share a fit key: each new shape is tried
         monkeypatch.setattr(preemption, "_fit_key", lambda slot, cap: object())
     else:
-        monkeypatch.setattr(PreemptiveQueue, "shape", _exact_shape)
+        monkeypatch.setattr(preemption, "_shape_rule", _exact_shape)
     slow = [_schedule(jobs, policy) for jobs in traces]
     assert fast == slow
     assert sum(p for _, p in slow) > 30  # the traces do preempt

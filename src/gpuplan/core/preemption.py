@@ -34,6 +34,7 @@ from mypy_extensions import mypyc_attr
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.ranks import Entry, Levels, Ranks
+from gpuplan.core.sortedseq import RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.model import Job
@@ -225,20 +226,20 @@ class PreemptingScheduler(Protocol):
         """Bump `version`: the pass changed live state (ranks, a suspended job's memory)."""
 
 
-@mypyc_attr(native_class=False)  # a Python class (a test swaps a method for the plain rule); methods compiled
 class PreemptiveQueue:
     """Waiting and running jobs by rank for a preemptive policy, and the instants their levels change.
 
-    Its records are a `Ranks` (`waiting` and `running` are that one's, to read); the methods a test
-    may swap for a plain rule (`refresh`, `shape`, `_evict_for`) are called as methods of this class."""
+    Its records are a `Ranks` (`waiting` and `running` are that one's, to read). A compiled (native)
+    class; the three rules a test may swap for a plain one (`refresh`, `shape`, `_evict_for`) are
+    called through module attributes (`_refresh_rule`, `_shape_rule`, `_evict_rule`)."""
 
     def __init__(self, sched: PreemptingScheduler, policy: Levels) -> None:
         self.sched = sched
         self.policy = policy
         self.state: ClusterState = sched.state  # the scheduler's, for its life
         self._r = Ranks(self.state, policy.endless_levels)
-        self.waiting = self._r.waiting
-        self.running = self._r.running
+        self.waiting: RankedSeq = self._r.waiting
+        self.running: RankedSeq = self._r.running
 
     def fork(self, sched: PreemptingScheduler, policy: Levels) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -258,6 +259,10 @@ class PreemptiveQueue:
     def shape(self, slot: JobSlot) -> tuple[object, ...]:
         """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
         on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
+        return _shape_rule(self, slot)
+
+    def fits_shape(self, slot: JobSlot) -> tuple[object, ...]:
+        """`shape`'s rule."""
         mem = slot.mem_gb
         if not self._r.exact_shapes and mem is not None and mem <= self.state.min_cap_gb:
             mem = None
@@ -367,7 +372,7 @@ class PreemptiveQueue:
         and decide nothing again, so it is not walked."""
         r, sched = self._r, self.sched
         settled = r.settled == sched.version
-        quiet = self.refresh(now)
+        quiet = _refresh_rule(self, now)
         if settled and quiet:
             r.settled = sched.version
             return Decisions([], [])
@@ -461,7 +466,7 @@ class PreemptiveQueue:
                     if not full:
                         worst = r.worst()  # settles `running` for `_evict_for` too
                     if level < worst:
-                        gpus = self._evict_for(slot, now, out.preempted, preempted)
+                        gpus = _evict_rule(self, slot, now, out.preempted, preempted)
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
                 r.leave(slot)
@@ -574,6 +579,14 @@ class PreemptiveQueue:
                 out.append(sched.preempt(victim.jid, now))
                 preempted.add(victim.jid)
         return gpus
+
+
+# module attributes read at each call (a test puts a plain rule in one's place to compare schedules)
+_refresh_rule: Callable[[PreemptiveQueue, float], bool] = PreemptiveQueue.refresh
+_shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = PreemptiveQueue.fits_shape
+_evict_rule: Callable[
+    [PreemptiveQueue, JobSlot, float, list[Preempted], set[int]], list[int] | tuple[int, ...] | None
+] = PreemptiveQueue._evict_for
 
 
 def _quiet_move(r: Ranks, before: float, after: float) -> bool:
