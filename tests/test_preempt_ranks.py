@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import random
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from typing import cast
 
 import pytest
 
-from gpuplan.core.ranks import Entry, Ranks
+from gpuplan.core.ranks import ChangeHeap, Entry, Ranks
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
@@ -220,8 +221,39 @@ def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed:
             del keys[gone]
         want = sorted((policy.at[j], k, j) for j, k in keys.items())
         assert [(e.level, e.jid) for e in r.waiting] == [(w[0], w[2]) for w in want]
-        assert len(r.waiting) == len(keys) == len(r.order) == len(r.keys)
+        assert len(r.waiting) == len(keys) == len(r.order) == len(r.key_of)
         orders = sorted(r.order.values())
         if len(orders) > 1:
             gaps.append(min(b - a for a, b in itertools.pairwise(orders)))
     assert min(gaps) == 1 and max(gaps[-10:]) > 1  # the ints ran out, and the new orders have room again
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_change_heap_pops_in_heapqs_order(seed: int) -> None:
+    """`ChangeHeap` against heapq over (time, jid, stamp) tuples: pushes and pops mixed, times with ties,
+    and a copy that goes its own way."""
+    rng = random.Random(seed)
+    heap, plain = ChangeHeap(), list[tuple[float, int, int]]()
+    stamps: dict[int, int] = {}
+    for _ in range(400):
+        if rng.random() < 0.6 or not plain:
+            jid = rng.randint(0, 30)
+            stamps[jid] = stamps.get(jid, 0) + 1
+            t = float(rng.randint(0, 20))
+            heap.push(t, jid, stamps[jid])
+            heapq.heappush(plain, (t, jid, stamps[jid]))
+        else:
+            got = heap.pop()
+            assert (got.time_s, got.jid, got.stamp) == heapq.heappop(plain)
+        assert len(heap) == len(plain)
+        if plain:
+            first = heap.first()
+            assert (first.time_s, first.jid, first.stamp) == plain[0]
+    twin, left = heap.copy(), sorted(plain)
+    twin.push(-1.0, 99, 1)  # the copy's push leaves the original as it was
+    popped = []
+    while heap:
+        c = heap.pop()
+        popped.append((c.time_s, c.jid, c.stamp))
+    assert popped == left
+    assert len(twin) == len(left) + 1 and twin.pop().time_s == -1.0

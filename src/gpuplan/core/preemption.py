@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from heapq import heappop
 from typing import Final, NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
@@ -313,9 +312,10 @@ class PreemptiveQueue:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
         ch, stamps = r.changes, r.stamp
         moved = False
-        while ch and ch[0][0] <= now:
-            _, jid, stamp = heappop(ch)
-            if stamps.get(jid) == stamp:
+        while ch and ch.first().time_s <= now:
+            change = ch.pop()
+            jid = change.jid
+            if stamps.get(jid) == change.stamp:
                 del r.due[jid]  # popped: `plan_change` queues its next one
                 slot = r.slots[jid]
                 before = slot.level

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 from heapq import heappop, heappush
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, final
 
 from gpuplan.core.sortedseq import Ranked, RankedSeq, SortedSeq, ranked_before
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 
-__all__ = ["MAX_LEVELS", "Cost", "Entry", "Levels", "Ranks", "ShapeSource"]
+__all__ = ["MAX_LEVELS", "Change", "ChangeHeap", "Cost", "Entry", "Levels", "Ranks", "ShapeSource"]
 
 _INF: Final = math.inf
 
@@ -60,12 +60,95 @@ class Levels(Protocol):
     def next_change_s(self, slot: JobSlot, now: float) -> float: ...
 
 
+@final
+class Change:
+    """A queued level change: when, whose, and the job's stamp when it was queued (a compiled class)."""
+
+    __slots__ = ("jid", "stamp", "time_s")
+
+    def __init__(self, time_s: float, jid: int, stamp: int) -> None:
+        self.time_s = time_s
+        self.jid = jid
+        self.stamp = stamp
+
+
+def _change_before(a: Change, b: Change) -> bool:
+    """(time, jid, stamp) order, as tuples compare (no two changes share all three)."""
+    if a.time_s != b.time_s:
+        return a.time_s < b.time_s
+    if a.jid != b.jid:
+        return a.jid < b.jid
+    return a.stamp < b.stamp
+
+
+@final
+class ChangeHeap:
+    """The queued level changes: a binary heap in (time, jid, stamp) order that compares numbers in C
+    (heapq over tuples compared them through Python's generic comparison); it pops in heapq's order."""
+
+    def __init__(self) -> None:
+        self.items: list[Change] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __bool__(self) -> bool:
+        return len(self.items) > 0
+
+    def first(self) -> Change:
+        """The earliest change (IndexError when empty)."""
+        return self.items[0]
+
+    def push(self, time_s: float, jid: int, stamp: int) -> None:
+        new = Change(time_s, jid, stamp)
+        items = self.items
+        items.append(new)
+        i = len(items) - 1
+        while i > 0:
+            parent = (i - 1) >> 1
+            up = items[parent]
+            if not _change_before(new, up):
+                break
+            items[i] = up
+            i = parent
+        items[i] = new
+
+    def pop(self) -> Change:
+        """Take out the earliest change (IndexError when empty)."""
+        items = self.items
+        first = items[0]
+        last = items.pop()
+        n = len(items)
+        if n:
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                down = items[child]
+                if child + 1 < n and _change_before(items[child + 1], down):
+                    child += 1
+                    down = items[child]
+                if _change_before(last, down):
+                    break
+                items[i] = down
+                i = child
+            items[i] = last
+        return first
+
+    def copy(self) -> ChangeHeap:
+        new = ChangeHeap()
+        new.items = list(self.items)  # the changes themselves are never changed
+        return new
+
+
 class Ranks:
     """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
-    waiting, running: entries by rank; entry, slots: each job's entry and slot; order, keys, key_of: each
-    job's order (an int that follows the policy's static key, `order_of`), the static keys in order, and
-    each job's static key; changes, stamp, due: the
+    waiting, running: entries by rank; entry, slots: each job's entry and slot; order, key_of, keys,
+    lo_key, hi_key (lo_order, hi_order): each job's order (an int that follows the policy's static key,
+    `order_of`) and static key, the static keys in order (once one fell between two), and the lowest and
+    highest key given an order (their orders); changes, stamp, due: the
     heap of level changes (stale stamps skipped) and each job's queued one; shapes, shape_of, by_shape: waiting jobs by level and
     shape; wakes (and wake_set, its members): ends of leases that held a preemption back; start_level:
     a running job's level when the pass started it; lease_held: a lease held a preemption back in this
@@ -83,10 +166,14 @@ class Ranks:
         self.running = RankedSeq()
         self.entry: dict[int, Entry] = {}
         self.order: dict[int, int] = {}
-        self.keys: SortedSeq[tuple[Any, ...]] = SortedSeq()
         self.key_of: dict[int, tuple[Any, ...]] = {}
+        self.keys: SortedSeq[tuple[Any, ...]] | None = None  # built when a key falls between two
+        self.lo_key: tuple[Any, ...] | None = None  # bounds of every key given an order (`order_of`)
+        self.hi_key: tuple[Any, ...] | None = None
+        self.lo_order = 0
+        self.hi_order = 0
         self.slots: dict[int, JobSlot] = {}
-        self.changes: list[tuple[float, int, int]] = []  # (time, jid, stamp)
+        self.changes = ChangeHeap()
         self.stamp: dict[int, int] = {}
         # shapes by a small id each (`shape_id`): a pass's sets and these dicts hash an int, not a tuple
         self.shape_ids: dict[tuple[object, ...], int] = {}
@@ -109,28 +196,30 @@ class Ranks:
     def order_of(self, slot: JobSlot) -> int:
         """The job's order: an int that orders it among the jobs of its level as its static key
         (`JobSlot.key`, which ends in its handle) does, given at its first entry and kept until `forget`.
-        Entries are then compared by two numbers, never by their keys."""
+        Entries are then compared by two numbers, never by their keys.
+
+        A key after (or before) every key given an order so far takes the last (first) order plus (minus)
+        `_ORDER_GAP`: only the two extreme keys are kept for that (`lo_key`, `hi_key`; those of jobs
+        gone since still bound the others). The first key that falls between them builds the sorted
+        keys (`keys`), and a key then takes the midpoint of its neighbours' orders."""
         jid = slot.jid
         got = self.order.get(jid)
         if got is not None:
             return got
-        key, keys, order = slot.key, self.keys, self.order
-        if not keys or keys.last() < key:  # the common case: after every other job
-            got = order[keys.last()[-1]] + _ORDER_GAP if keys else 0
-            keys.add(key)
+        key, order = slot.key, self.order
+        keys, lo, hi = self.keys, self.lo_key, self.hi_key
+        if keys is None and (lo is None or hi is None):  # the first job
+            got = 0
+            self.lo_key = self.hi_key = key
+            self.lo_order = self.hi_order = got
+        elif keys is None and hi is not None and hi < key:  # the common case: after every other job
+            got = self.hi_order + _ORDER_GAP
+            self.hi_key, self.hi_order = key, got
+        elif keys is None and lo is not None and key < lo:
+            got = self.lo_order - _ORDER_GAP
+            self.lo_key, self.lo_order = key, got
         else:
-            keys.add(key)
-            before, after = keys.neighbours(key)
-            lo = order[before[-1]] if before is not None else None
-            hi = order[after[-1]] if after is not None else None
-            if lo is None:
-                got = hi - _ORDER_GAP if hi is not None else 0
-            elif hi is None:
-                got = lo + _ORDER_GAP
-            elif hi - lo >= 2:
-                got = (lo + hi) >> 1
-            else:
-                got = _ORDER_LIMIT  # no int left between them: every job gets a new order
+            got = self.between(key)
         order[jid] = got
         self.key_of[jid] = key
         if not -_ORDER_LIMIT < got < _ORDER_LIMIT:
@@ -138,11 +227,34 @@ class Ranks:
             got = order[jid]
         return got
 
+    def between(self, key: tuple[Any, ...]) -> int:
+        """The order of a key that does not fall after or before every other: the midpoint of its
+        neighbours' in the sorted keys (built now if they are not kept yet), or `_ORDER_LIMIT` when no
+        int is left between them."""
+        keys = self.sorted_keys()
+        keys.add(key)
+        before, after = keys.neighbours(key)
+        order = self.order
+        lo = order[before[-1]] if before is not None else None
+        hi = order[after[-1]] if after is not None else None
+        if lo is None:
+            return hi - _ORDER_GAP if hi is not None else 0
+        if hi is None:
+            return lo + _ORDER_GAP
+        return (lo + hi) >> 1 if hi - lo >= 2 else _ORDER_LIMIT
+
+    def sorted_keys(self) -> SortedSeq[tuple[Any, ...]]:
+        """The static keys of the jobs given an order, sorted (built from `key_of` on first use)."""
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = SortedSeq(self.key_of.values())
+        return keys
+
     def reorder(self) -> None:
         """Give every job a new order, `_ORDER_GAP` apart in static key order, and its entries new items
         in the same places (the order of the entries does not change)."""
         order = self.order
-        for k, key in enumerate(self.keys):
+        for k, key in enumerate(self.sorted_keys()):
             order[key[-1]] = k * _ORDER_GAP
         fresh = {jid: Ranked(e.level, order[jid], jid) for jid, e in self.entry.items()}
         self.entry = fresh
@@ -152,16 +264,25 @@ class Ranks:
             same.replace_items(lambda e: fresh[e.jid])
 
     def forget(self, jid: int) -> None:
-        """The job left for good (after `leave`): its order and the rest of what was kept of it."""
-        self.stamp.pop(jid, None)
-        self.due.pop(jid, None)
-        self.start_level.pop(jid, None)
-        self.modes.pop(jid, None)
-        self.overheads.pop(jid, None)
-        key = self.key_of.pop(jid, None)
-        if key is not None:
-            self.keys.remove(key)
-            del self.order[jid]
+        """The job left for good (after `leave`): its order and the rest of what was kept of it (a
+        `del` per dict: `dict.pop` is a generic method call in the compiled core)."""
+        for kept in (self.stamp, self.due, self.start_level, self.overheads):
+            if jid in kept:
+                del kept[jid]
+        if jid in self.modes:
+            del self.modes[jid]
+        key = self.key_of.get(jid)
+        if key is None:
+            return
+        del self.key_of[jid], self.order[jid]
+        keys = self.keys
+        if keys is not None:
+            keys.remove(key)
+            if not keys:  # nobody left: back to the two bounds, from the next job on
+                self.keys = None
+                self.lo_key = self.hi_key = None
+        elif not self.key_of:
+            self.lo_key = self.hi_key = None
 
     def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> Ranks:
         """A copy on `state` whose entries name `slots` (a forked scheduler's records)."""
@@ -171,7 +292,7 @@ class Ranks:
         new.running = self.running.copy()
         new.entry = dict(self.entry)
         new.slots = {jid: slots[jid] for jid in self.entry}
-        new.changes = list(self.changes)
+        new.changes = self.changes.copy()
         new.stamp = dict(self.stamp)
         new.due = dict(self.due)
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
@@ -185,8 +306,9 @@ class Ranks:
         new.modes = dict(self.modes)
         new.exact_shapes = self.exact_shapes
         new.order = dict(self.order)
-        new.keys = self.keys.copy()
+        new.keys = self.keys.copy() if self.keys is not None else None
         new.key_of = dict(self.key_of)
+        new.lo_key, new.hi_key, new.lo_order, new.hi_order = self.lo_key, self.hi_key, self.lo_order, self.hi_order
         return new
 
     def mode(self, slot: JobSlot) -> str:
@@ -235,9 +357,12 @@ class Ranks:
         """`PreemptiveQueue.next_change_s`: the first queued change whose stamp holds (stale ones are
         dropped), or the first lease end."""
         ch, stamp = self.changes, self.stamp
-        while ch and stamp.get(ch[0][1]) != ch[0][2]:
-            heappop(ch)
-        nxt = ch[0][0] if ch else _INF
+        while ch:
+            first = ch.first()
+            if stamp.get(first.jid) == first.stamp:
+                break
+            ch.pop()
+        nxt = ch.first().time_s if ch else _INF
         return min(nxt, self.wakes[0]) if self.wakes else nxt
 
     def pop_wake(self) -> None:
@@ -272,10 +397,10 @@ class Ranks:
         stamp = self.stamp.get(jid, 0) + 1
         self.stamp[jid] = stamp
         if t < _INF:
-            heappush(self.changes, (t, jid, stamp))
+            self.changes.push(t, jid, stamp)
             due[jid] = t
-        else:
-            due.pop(jid, None)
+        elif jid in due:
+            del due[jid]
 
     def move_running(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`
