@@ -50,6 +50,7 @@ __all__ = [
     "PreemptionCost",
     "PreemptiveQueue",
     "VictimTally",
+    "new_preempted",
 ]
 
 _INF: Final = math.inf
@@ -72,7 +73,7 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 0.0
 work is lost; > 0: periodic checkpoints only, and the work since the last one is lost."""
 
 
-class Preempted(NamedTuple):
+class Preempted(NamedTuple):  # (made by `new_preempted` on the hot path)
     """A preemption decision: job handle, the GPUs it gave back, and how (the job's `preempt_mode`).
 
     `action` is "suspend" (stopped in place, SIGSTOP in the agent: it keeps its GPU memory there and
@@ -84,6 +85,15 @@ class Preempted(NamedTuple):
     jid: int
     gpu_ids: tuple[int, ...]
     action: str
+
+
+_new_tuple = tuple.__new__
+
+
+def new_preempted(jid: int, gpu_ids: tuple[int, ...], action: str) -> Preempted:
+    """`Preempted(jid, gpu_ids, action)`, made as its NamedTuple `__new__` makes it but without that
+    interpreted function's frame (one per preemption)."""
+    return _new_tuple(Preempted, (jid, gpu_ids, action))  # type: ignore[no-any-return]
 
 
 @mypyc_attr(native_class=False)  # a Python class: a frozen native one cannot be unpickled (dask, workers)

@@ -308,7 +308,12 @@ class Ranks:
         new.order = dict(self.order)
         new.keys = self.keys.copy() if self.keys is not None else None
         new.key_of = dict(self.key_of)
-        new.lo_key, new.hi_key, new.lo_order, new.hi_order = self.lo_key, self.hi_key, self.lo_order, self.hi_order
+        new.lo_key, new.hi_key, new.lo_order, new.hi_order = (
+            self.lo_key,
+            self.hi_key,
+            self.lo_order,
+            self.hi_order,
+        )
         return new
 
     def mode(self, slot: JobSlot) -> str:
@@ -374,14 +379,15 @@ class Ranks:
         entry = Ranked(level, self.order_of(slot), jid)
         self.entry[jid] = entry
         self.slots[jid] = slot
-        if not self.exact_shapes and (slot.suspended_on or self.mode(slot) == "suspend"):
+        suspends = self.mode(slot) == "suspend"
+        if not self.exact_shapes and (slot.suspended_on or suspends):
             self.keep_memory_in_shapes(queue)
         if slot.start_s is None:
             self.waiting.add(entry)
             self.index_shape(entry, jid, level, queue.shape(slot))
         else:
             self.running.add(entry)
-            if self.mode(slot) == "suspend":
+            if suspends:
                 self.suspend_running += 1
         self.plan_change(slot, now, policy)
 
@@ -430,11 +436,14 @@ class Ranks:
         moved.clear()
 
     def leave(self, slot: JobSlot) -> None:
-        entry = self.entry.pop(slot.jid)
-        del self.slots[slot.jid]
+        """Take the job's entry out (a `del` per dict, not `dict.pop`: a generic call when compiled)."""
+        jid = slot.jid
+        entry = self.entry[jid]
+        del self.entry[jid], self.slots[jid]
         if slot.start_s is None:
             self.waiting.remove(entry)
-            shape = self.shape_of.pop(slot.jid)
+            shape = self.shape_of[jid]
+            del self.shape_of[jid]
             same = self.by_shape[shape]
             same.remove(entry)
             if not same:
@@ -450,7 +459,8 @@ class Ranks:
                 del self.shapes[level]
         else:
             self.running.remove(entry)  # its entry in `running`, moved or not
-            self.moved.pop(slot.jid, None)
+            if jid in self.moved:
+                del self.moved[jid]
             if self.mode(slot) == "suspend":
                 self.suspend_running -= 1
 

@@ -20,7 +20,7 @@ from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.fairshare import FairQueue, UsageLedger
 from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
-from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue
+from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue, new_preempted
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
 from gpuplan.core.sortedseq import KeyedSeq, SortedSeq
@@ -213,7 +213,7 @@ class Scheduler(SchedulerView):
         self._state.release(slot.alloc, slot.mem_gb, slot.need)
         for o in self._observers:
             o.job_stopped(slot)
-        done = Preempted(jid, slot.alloc, mode)
+        done = new_preempted(jid, slot.alloc, mode)
         if mode == "suspend":
             self._state.hold_suspended(slot.alloc, slot.mem_gb)
             slot.suspended_on = slot.alloc
