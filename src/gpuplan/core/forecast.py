@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import math
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
@@ -153,7 +152,7 @@ class Forecast:
     """Why the forecast stopped short ("" when it ran to its end): its safety net
     (core/preemption.py's MAX_PASSES_PER_JOB); jobs not started then get no expected start, those not
     ended no expected end, and their `detail` says why."""
-    _history: dict[int, tuple[list[float], list[_Segment]]] = field(default_factory=dict)
+    _history: dict[int, list[_Segment]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[JobForecast]:
         return iter(self.jobs.values())
@@ -172,8 +171,8 @@ class Forecast:
         t = _INF if fc.start_s is None else fc.start_s
         freed: dict[int, list[float]] = {}
         for g in fc.gpu_ids:
-            starts, entries = self._history.get(g, ([], []))
-            k = bisect_left(starts, t)
+            entries = self._history.get(g, [])
+            k = _first_at(entries, t)
             while k > 0:
                 k -= 1
                 seg = entries[k]
@@ -328,12 +327,11 @@ class _Forecaster(EventClock):
         self.cost = sched.preemption_cost = cost  # the fork's pass leases each start by the same cost
         self.jobs: dict[int, JobForecast] = {}
         self.end_of: dict[int, float] = {}  # expected end of each job running in the fork
-        self.history: dict[int, tuple[list[float], list[_Segment]]] = {}  # per GPU: starts, segments
-        self.open: dict[int, _Segment] = {}  # jid -> its open segment
+        self.history: dict[int, list[_Segment]] = {}  # per GPU: its segments, by start
+        self.open: dict[int, _Segment] = {}  # jid -> its open segment (its run's start and overhead too)
         self.basis: dict[int, str] = {}
-        # preemptive policies: work left at the segment's start, its start and restart overhead
+        # preemptive policies: work left at the segment's start
         self.left: dict[int, float] = {}
-        self.seg: dict[int, tuple[float, float]] = {}
         self.ran: set[int] = set()
         self.terms = JobTerms(cost)  # each job's restart overhead, checkpointing, preempt mode
         self.deferred = {d.jid: d for d in deferred}
@@ -344,10 +342,11 @@ class _Forecaster(EventClock):
         self.first = True
         self.idle = 0  # passes in a row that brought no job its first start and had no end or entry ahead
         self.last_todo = 0
+        kept = bool(progress_s)  # (a Mapping's get is a generic call: asked only when there is one)
         for k, jid in enumerate(sched.waiting_jids()):
             slot = sched.slot(jid)
             self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
-            self.left[jid] = max(slot.plan_s - progress_s.get(jid, 0.0), 0.0)
+            self.left[jid] = max(slot.plan_s - (progress_s.get(jid, 0.0) if kept else 0.0), 0.0)
             if slot.preemptions:
                 self.ran.add(jid)
             self.todo += 1
@@ -399,10 +398,13 @@ class _Forecaster(EventClock):
         self._close(jid, t)
         del self.end_of[jid]
         self.jobs[jid].end_s = t
-        for d in self.blocking.pop(jid, ()):
-            self.unmet[d] -= 1
-            if self.unmet[d] == 0:
-                self._eligible(self.deferred[d], t)
+        blocking = self.blocking
+        if jid in blocking:  # (rarely: a lookup, not pop's method call and an iterator at each end)
+            for d in blocking[jid]:
+                self.unmet[d] -= 1
+                if self.unmet[d] == 0:
+                    self._eligible(self.deferred[d], t)
+            del blocking[jid]
 
     def on_arrival(self, jid: int, t: float) -> None:
         self._submit(self.deferred[jid], t)
@@ -414,6 +416,7 @@ class _Forecaster(EventClock):
         if fc.state != "running" and fc.start_s is None:
             fc.start_s, fc.gpu_ids = t, st.gpu_ids
             self.todo -= 1
+            self.basis[jid] = _basis(slot.job)  # (a job's own: set at its first start)
         if not self.preemptive:
             end = slot.expected_end_s
             overhead = 0.0
@@ -421,7 +424,6 @@ class _Forecaster(EventClock):
             overhead = self.terms.of(jid, slot.job)[0] if jid in self.ran else 0.0
             end = t + overhead + self.left[jid]
             self.ran.add(jid)
-        self.basis[jid] = _basis(slot.job)
         self._open(jid, st.gpu_ids, t, t, overhead)
         self._expect(jid, end)
 
@@ -430,7 +432,8 @@ class _Forecaster(EventClock):
         self.cancel_end(jid)  # its end event no longer holds
         self.end_of.pop(jid, None)
         slot = self.sched.slot(jid)
-        seg_start, overhead = self.seg.pop(jid, (t, 0.0))
+        seg = self.open.get(jid)
+        seg_start, overhead = (t, 0.0) if seg is None else (seg.run_s, seg.overhead_s)
         _, checkpointable, mode = self.terms.of(jid, slot.job)
         kept = self.cost.kept_by_s(checkpointable, mode, max(t - seg_start - overhead, 0.0))
         self.left[jid] = self.left[jid] - kept if checkpointable else slot.plan_s
@@ -488,20 +491,19 @@ class _Forecaster(EventClock):
         self.left[d.jid] = slot.plan_s
 
     # -- GPU history (what `waiting_for` reads) ---------------------------------------------------------
-    def _open(self, jid: int, gpus: tuple[int, ...], start: float, seg_start: float, overhead: float) -> None:
-        self.seg[jid] = (seg_start, overhead)
+    def _open(self, jid: int, gpus: tuple[int, ...], start: float, run_s: float, overhead: float) -> None:
         seg = _Segment(start, jid)  # one record on each of its GPUs: its end is set once
+        seg.run_s, seg.overhead_s = run_s, overhead
         history = self.history
         for g in gpus:
             got = history.get(g)
-            if got is None:  # not setdefault: that would build two lists at every start
-                got = history[g] = ([], [])
-            got[0].append(start)
-            got[1].append(seg)
+            if got is None:  # not setdefault: that would build a list at every start
+                got = history[g] = []
+            got.append(seg)
         self.open[jid] = seg
 
     def _close(self, jid: int, t: float) -> None:
-        seg = self.open.pop(jid, None)
+        seg = self.open.pop(jid, None)  # (one lookup: cheaper than `in`, then get and del)
         if seg is not None:
             seg.end_s = t
 
@@ -517,15 +519,31 @@ class _Forecaster(EventClock):
 
 class _Segment:
     """A job's run on its GPUs, from `start_s` to `end_s` (inf while it runs): the forecast's GPU
-    history (`Forecast.waiting_for`) lists it under each of them."""
+    history (`Forecast.waiting_for`) lists it under each of them, in start order. While it runs, the
+    clock reads `run_s` and `overhead_s`: when the run began on the forecast's clock (`start_s` of a job
+    running before it is its real start) and the restart overhead it pays (what a preemption keeps)."""
 
     def __init__(self, start_s: float, jid: int, end_s: float = _INF) -> None:
         self.start_s = start_s
         self.jid = jid
         self.end_s = end_s
+        self.run_s = start_s
+        self.overhead_s = 0.0
 
     def __reduce__(self) -> tuple[type[_Segment], tuple[float, int, float]]:
         return (_Segment, (self.start_s, self.jid, self.end_s))
+
+
+def _first_at(segments: list[_Segment], t: float) -> int:
+    """The index of the first segment that starts at or after `t` (`bisect_left` on their starts)."""
+    lo, hi = 0, len(segments)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if segments[mid].start_s < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _basis(job: Job) -> str:
