@@ -168,3 +168,50 @@ def test_gittins_levels_follow_each_rebuilt_table() -> None:
     assert g.observe(Job("b", 0.0, 1), 150.0)  # two: the table is built and ranks move
     assert g.level(running, 50.0) == pytest.approx(-2.0 / 300.0)
     assert g.next_change_s(waiting, 50.0) == float("inf")
+
+
+def test_a_finished_job_is_observed_only_by_a_policy_that_observes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Scheduler.finish` skips `observe` for a policy that keeps the base one (`observes` False): a
+    subclass that overrides it is told of every completed job, a wrapper (the agent's) answers for its
+    inner policy, and the skip gives the schedules of calling it at every end."""
+    from gpuplan.agent.engine import AgentPolicy
+    from gpuplan.core.preemptive import Gittins, Las, PreemptivePolicy, Tiresias
+
+    assert not Las().observes and not Tiresias().observes and Gittins().observes
+    assert not AgentPolicy("las", {}, {}).observes and AgentPolicy("gittins", {}, {}).observes
+    seen: list[str] = []
+
+    class Counting(Las):
+        def observe(self, job: Job, service_gpu_s: float) -> bool:
+            seen.append(job.id)
+            return False
+
+    assert Counting().observes
+    jobs = _trace(random.Random(5), 40, suspend=False)
+    r = simulate(jobs, _cluster(3, 4), Counting(), "none")
+    assert sorted(seen) == sorted(x.job_id for x in r.records) and len(seen) == 40
+    traces = [_trace(random.Random(seed), 50, suspend=seed % 2 == 0) for seed in range(4)]
+    fast = [_schedule(jobs, policy) for jobs in traces for policy in ("las", "tiresias")]
+    monkeypatch.setattr(PreemptivePolicy, "observes", property(lambda self: True))
+    assert fast == [_schedule(jobs, policy) for jobs in traces for policy in ("las", "tiresias")]
+    assert sum(p for _, p in fast) > 30  # the traces do preempt
+
+
+def test_a_preemption_is_a_preempted_of_the_jobs_mode() -> None:
+    """`Scheduler.preempt` reads a job's mode through its preemptive queue (once per job) and builds its
+    `Preempted` without the NamedTuple's interpreted constructor: a real `Preempted`, by mode."""
+    from gpuplan.core.preemption import Preempted
+    from gpuplan.core.scheduler import Scheduler
+    from gpuplan.errors import ScheduleError
+
+    s = Scheduler(_cluster(1, 4), "las", "none")
+    for jid, mode in enumerate(["checkpoint", "suspend", "requeue", "never"]):
+        s.submit(jid, Job(f"j{jid}", 0.0, 1, mem_gb=10.0, duration_s=100.0, meta={"preempt": mode}), now=0.0)
+    started = s.decide(0.0).started
+    assert sorted(st.jid for st in started) == [0, 1, 2, 3]
+    for jid, mode in enumerate(["checkpoint", "suspend", "requeue"]):
+        p = s.preempt(jid, 5.0)
+        assert type(p) is Preempted and p == Preempted(jid, s.slot(jid).suspended_on or p.gpu_ids, mode)
+        assert (p.jid, p.action) == (jid, mode) and len(p.gpu_ids) == 1
+    with pytest.raises(ScheduleError, match="never"):
+        s.preempt(3, 5.0)

@@ -90,6 +90,11 @@ class AgentPolicy(Policy):
         return bool(self.inner.observe(job, service_gpu_s))  # type: ignore[attr-defined]
 
     @property
+    def observes(self) -> bool:
+        """The inner policy's (`PreemptivePolicy.observes`): `observe` only passes the call on."""
+        return bool(getattr(self.inner, "observes", True))
+
+    @property
     def fallback_jobs(self) -> int:
         return self.inner.fallback_jobs if isinstance(self.inner, PreemptivePolicy) else 0
 

@@ -71,6 +71,12 @@ class PreemptivePolicy(Policy):
         return False
 
     @property
+    def observes(self) -> bool:
+        """Whether `observe` may learn anything: False where the class keeps this base one (it learns
+        nothing and moves no level), so a scheduler need not call it at each end."""
+        return type(self).observe is not PreemptivePolicy.observe
+
+    @property
     def fallback_jobs(self) -> int:
         """Jobs ranked without what the policy needs (Gittins before any history): 0 by default."""
         return 0

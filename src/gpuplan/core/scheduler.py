@@ -83,6 +83,9 @@ class Scheduler(SchedulerView):
         """What a preemption costs (the clock sets its own: the simulator's, the forecast's); the
         preemptive pass gives each started job the lease it implies (`PreemptionCost.lease_s`)."""
         self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
+        # whether `finish` tells the policy of a finished job (`PreemptivePolicy.observes`), read once:
+        # a call into a policy (a Python class) is a generic call, and most learn nothing from it
+        self._observes = self._pre is not None and bool(getattr(self.policy, "observes", True))
         self._version = 0  # bumped by every call that changes the queue, the running jobs or the cluster
         self.wait_rules: list[WaitRule] = []
         """Eligibility rules that explain a wait (core/forecast.py asks them first, in order)."""
@@ -199,7 +202,8 @@ class Scheduler(SchedulerView):
         slot = self._slots.get(jid)
         if slot is None or slot.start_s is None:
             raise ScheduleError(f"cannot preempt job handle {jid}: it is not running")
-        mode = slot.job.preempt_mode
+        # the preemptive queue reads a job's mode once (Job.preempt_mode is an interpreted property)
+        mode = slot.job.preempt_mode if self._pre is None else self._pre.mode(slot)
         if mode == "never":
             raise ScheduleError(f"cannot preempt job {slot.job.id!r}: its preempt mode is 'never'")
         self._version += 1
@@ -286,7 +290,7 @@ class Scheduler(SchedulerView):
         if self._pre is not None:
             self._pre.leave(slot)
             self._pre.forget(jid)
-            if learn and now is not None and slot.start_s is not None:
+            if learn and self._observes and now is not None and slot.start_s is not None:
                 service = slot.service_gpu_s + slot.gpus * max(now - slot.start_s, 0.0)
                 if self.policy.observe(slot.job, service):  # type: ignore[attr-defined]
                     self._pre.rerank_all(now)
