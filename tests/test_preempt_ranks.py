@@ -78,7 +78,7 @@ def test_lazy_moves_leave_the_order_an_eager_move_leaves(seed: int) -> None:
         elif op < 0.75:
             slot = slots[rng.choice(list(slots))]
             policy.at[slot.jid] = float(rng.randint(0, 5))
-            r.move_running(slot, 1.0, policy, shapes)
+            r.move_running(r.rec[slot.jid], 1.0, policy, shapes)
             plain[slot.jid] = (policy.at[slot.jid], *slot.key)
         elif op < 0.9:
             slot = slots.pop(rng.choice(list(slots)))
@@ -90,12 +90,10 @@ def test_lazy_moves_leave_the_order_an_eager_move_leaves(seed: int) -> None:
             )  # levels are floats
             assert r.worst() == worst
             assert _seen(r.running) == _by_key(plain)
-            assert r.moved == {}
+            assert r.moved == [] and not any(rec.moved for rec in r.rec.values())
     r.settle()
     assert _seen(r.running) == _by_key(plain)
-    assert {jid: (e.level, e.jid) for jid, e in r.entry.items()} == {
-        j: (p[0], p[-1]) for j, p in plain.items()
-    }
+    assert {e.jid: (e.level, e.jid) for e in r.running} == {j: (p[0], p[-1]) for j, p in plain.items()}
 
 
 def _seen(entries: Iterable[Entry]) -> list[tuple[float, int]]:
@@ -121,9 +119,9 @@ def test_next_open_with_kept_heads_is_a_search_from_each_cursor(seed: int) -> No
     cursor = entries[0]
     while True:
         if rng.random() < 0.3:
-            failed.add(r.shape_of[cursor.jid])
-        got = r.next_open(cursor, failed, heads)
-        want = next((e for e in entries if _at(e) > _at(cursor) and r.shape_of[e.jid] not in failed), None)
+            failed.add(cursor.shape)
+        got = r.next_open(cursor.level, cursor.order, failed, heads)
+        want = next((e for e in entries if _at(e) > _at(cursor) and e.shape not in failed), None)
         assert got is want
         if got is None:
             break
@@ -216,13 +214,13 @@ def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed:
         r.enter(slot, 0.0, policy, shapes)
         if jid > 2 and rng.random() < 0.1:  # one leaves for good
             gone = rng.choice(sorted(keys))
-            r.leave(r.slots[gone])
+            r.leave(r.rec[gone].slot)
             r.forget(gone)
             del keys[gone]
         want = sorted((policy.at[j], k, j) for j, k in keys.items())
         assert [(e.level, e.jid) for e in r.waiting] == [(w[0], w[2]) for w in want]
-        assert len(r.waiting) == len(keys) == len(r.order) == len(r.key_of)
-        orders = sorted(r.order.values())
+        assert len(r.waiting) == len(keys) == len(r.rec)
+        orders = sorted(rec.order for rec in r.rec.values())
         if len(orders) > 1:
             gaps.append(min(b - a for a, b in itertools.pairwise(orders)))
     assert min(gaps) == 1 and max(gaps[-10:]) > 1  # the ints ran out, and the new orders have room again

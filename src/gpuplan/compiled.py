@@ -35,6 +35,7 @@ COMPILED_MODULES = (
     "gpuplan.core.forecast",
     "gpuplan.sim.engine",
     "gpuplan.core.preemptive",
+    "gpuplan.core.rankseq",
     "gpuplan.core.ranks",
     "gpuplan.core.preemption",
     "gpuplan.sim.preempt",

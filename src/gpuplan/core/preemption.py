@@ -32,8 +32,8 @@ from typing import Final, NamedTuple, Protocol
 from mypy_extensions import mypyc_attr
 
 from gpuplan.core.placement import Placer
-from gpuplan.core.ranks import Entry, Levels, Ranks
-from gpuplan.core.sortedseq import RankedSeq
+from gpuplan.core.ranks import Entry, JobRank, Levels, Ranks
+from gpuplan.core.rankseq import RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.model import Job
@@ -253,7 +253,7 @@ class PreemptiveQueue:
     def fork(self, sched: PreemptingScheduler, policy: Levels) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
-        new._r = self._r.copy(new.state, {jid: sched.slot(jid) for jid in self._r.entry})
+        new._r = self._r.copy(new.state, {jid: sched.slot(jid) for jid in self._r.rec})
         new.waiting, new.running = new._r.waiting, new._r.running
         return new
 
@@ -293,7 +293,7 @@ class PreemptiveQueue:
     def _restart_costs(self, slot: JobSlot) -> bool:
         """Whether resuming the job costs a restart overhead (`PreemptionCost.overhead_s` > 0), read
         once per job and cost model."""
-        return self._r.restart_costs(slot, self.sched.preemption_cost)
+        return self._r.restart_costs(self._r.record(slot), self.sched.preemption_cost)
 
     def next_change_s(self) -> float:
         """The next instant a level may change (the clock calls `decide` again then)."""
@@ -320,17 +320,17 @@ class PreemptiveQueue:
             quiet = False
         if wakes and wakes[0] <= now + 1e-9:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
-        ch, stamps = r.changes, r.stamp
+        ch, recs = r.changes, r.rec
         moved = False
         while ch and ch.first().time_s <= now:
             change = ch.pop()
-            jid = change.jid
-            if stamps.get(jid) == change.stamp:
-                del r.due[jid]  # popped: `plan_change` queues its next one
-                slot = r.slots[jid]
+            rec = recs.get(change.jid)
+            if rec is not None and rec.stamp == change.stamp:
+                rec.due = _INF  # popped: `plan_change` queues its next one
+                slot = rec.slot
                 before = slot.level
                 if slot.start_s is not None:
-                    r.move_running(slot, now, policy, self)
+                    r.move_running(rec, now, policy, self)
                 else:
                     r.leave(slot)
                     r.enter(slot, now, policy, self)
@@ -347,14 +347,15 @@ class PreemptiveQueue:
         change's time stands (`Ranks.plan_change`); the others move."""
         r, policy = self._r, self.policy
         r.settle()
-        for slot in [r.slots[e.jid] for e in (*r.waiting, *r.running)]:
+        for rec in [*r.waiting, *r.running]:
+            slot = rec.slot
             if policy.level(slot, now) == slot.level:
-                r.plan_change(slot, now, policy)
+                r.plan_change(rec, now, policy)
             elif slot.start_s is None:
                 r.leave(slot)
                 r.enter(slot, now, policy, self)
             else:
-                r.move_running(slot, now, policy, self)
+                r.move_running(rec, now, policy, self)
         self.sched.note_change()
 
     # -- the lease ---------------------------------------------------------------------------------
@@ -365,13 +366,14 @@ class PreemptiveQueue:
 
     def _lease_free(self, by: JobSlot) -> bool:
         """Whether no lease can keep `by` from a victim (`_leased` is then False for every one)."""
-        return self._r.lease_free(by, self.sched.preemption_cost)
+        return self._r.lease_free(self._r.record(by), self.sched.preemption_cost)
 
     def _leased(self, victim: JobSlot, by: JobSlot, now: float) -> bool:
         """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
         restart to run, and only the victim's own service since its (re)start put it above `by` (its
         level then was not higher). The pass asks again when the lease ends."""
-        return self._r.leased(victim, by, now, self.sched.preemption_cost)
+        r = self._r
+        return r.leased(r.record(victim), r.record(by), now, self.sched.preemption_cost)
 
     # -- the pass ----------------------------------------------------------------------------------
     def decide(self, now: float) -> Decisions:
@@ -394,7 +396,6 @@ class PreemptiveQueue:
         r, sched, state, policy = self._r, self.sched, self.state, self.policy
         if not r.waiting:
             return Decisions([], [])
-        slots, shape_of = r.slots, r.shape_of
         placer, cost = sched.placer, sched.preemption_cost
         out = Decisions([], [])
         preempted: set[int] = set()
@@ -432,27 +433,26 @@ class PreemptiveQueue:
                 rank += 1
             else:
                 pending = None  # its rank was set by the jump
-            cursor = entry
-            level = entry.level
-            jid = entry.jid
+            # the cursor: where the entry is filed now (a start files its record elsewhere)
+            level, order = entry.level, entry.order
             if full and level >= worst:
                 break
-            if jid in preempted:
+            if entry.jid in preempted:
                 continue
-            slot = slots[jid]
-            shape = shape_of[jid]
+            slot = entry.slot
+            shape = entry.shape
             if shape in failed:  # jump the run of failed shapes (each counts as examined)
-                nxt = r.next_open(cursor, failed, heads)
+                nxt = r.next_open(level, order, failed, heads)
                 if nxt is None:
                     break
                 if full:
-                    after = waiting.first_after(cursor)
+                    after = waiting.first_after(level, order)
                     if after is not None and after.level >= worst:
                         break
-                at = waiting.bisect_left(nxt)
-                examined += at - (rank + 1 if known else waiting.bisect_right(cursor))
+                at = waiting.rank(nxt.level, nxt.order, False)
+                examined += at - (rank + 1 if known else waiting.rank(level, order, True))
                 rank, known = at, True
-                pending, entries = nxt, waiting.iter_after(nxt)
+                pending, entries = nxt, waiting.iter_after(nxt.level, nxt.order)
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
@@ -460,7 +460,7 @@ class PreemptiveQueue:
                 fits_failed
                 and not resumed
                 and _fit_key(slot, min_cap) in fits_failed
-                and r.lease_free(slot, cost)
+                and r.lease_free(entry, cost)
             ):
                 failed.add(shape)  # as its own try would
                 if r.all_fail(failed, level, worst, full):
@@ -469,7 +469,7 @@ class PreemptiveQueue:
             r.lease_held = False
             if resumed:
                 r.settle()
-                gpus = self._resume_on(slot, now, out.preempted, preempted)
+                gpus = self._resume_on(entry, now, out.preempted, preempted)
             else:
                 gpus = _find_gpus(state, placer, slot)
                 if gpus is None:
@@ -482,12 +482,12 @@ class PreemptiveQueue:
                 r.leave(slot)
                 sched.start_waiting(slot, gpus, now, out.started)
                 r.enter(slot, now, policy, self)
-                r.start_level[slot.jid] = slot.level
+                entry.start_level = slot.level
                 if freed:
                     failed.clear()
                     fits_failed.clear()
                     n_preempted = len(out.preempted)
-                entries = waiting.iter_after(cursor)
+                entries = waiting.iter_after(level, order)
                 heads.clear()
                 known = False
                 full = _full(state)
@@ -506,21 +506,21 @@ class PreemptiveQueue:
         return _find_gpus(self.state, self.sched.placer, slot)
 
     def _resume_on(
-        self, slot: JobSlot, now: float, out: list[Preempted], preempted: set[int]
+        self, by: JobRank, now: float, out: list[Preempted], preempted: set[int]
     ) -> tuple[int, ...] | None:
-        """A job suspended in place resumes on its own GPUs once no running job is on them, preempting
-        those of a strictly higher level; None while it cannot."""
+        """A job suspended in place (its record `by`) resumes on its own GPUs once no running job is on
+        them, preempting those of a strictly higher level; None while it cannot."""
         r, sched, state = self._r, self.sched, self.state
-        slots, cost = r.slots, sched.preemption_cost
+        slot, cost = by.slot, sched.preemption_cost
         gpus = slot.suspended_on
         on = set(gpus)
-        blockers = [slots[e.jid] for e in r.running if on.intersection(slots[e.jid].alloc)]
+        blockers = [e for e in r.running if on.intersection(e.slot.alloc)]
         for g in gpus:  # every occupant must be a suspended job or a blocker (not offline, not foreign)
-            if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.alloc for b in blockers):
+            if state.gpu_njobs[g] != state.suspended_n.get(g, 0) + sum(g in b.slot.alloc for b in blockers):
                 return None
-        if any(b.level <= slot.level or r.mode(b) == "never" for b in blockers):
+        if any(b.slot.level <= slot.level or b.mode == "never" for b in blockers):
             return None
-        if [b for b in blockers if r.leased(b, slot, now, cost)]:  # every lease noted, so the pass asks again
+        if [b for b in blockers if r.leased(b, by, now, cost)]:  # every lease noted, so the pass asks again
             return None
         for victim in blockers:
             out.append(sched.preempt(victim.jid, now))
@@ -543,34 +543,34 @@ class PreemptiveQueue:
         their GPUs could host the job (enough idle in all, and on one node unless it may span), and
         only then released and the placer asked: the placer answers None while they could not."""
         r, sched, state = self._r, self.sched, self.state
-        slots, placer, cost = r.slots, sched.placer, sched.preemption_cost
-        released: list[JobSlot] = []
+        placer, cost = sched.placer, sched.preemption_cost
+        released: list[JobRank] = []
         applied = 0  # released[:applied] are released in `state`; the rest only counted
         tally: VictimTally | None = (
             VictimTally(state, slot)
             if not state.sharing and not state.suspended_n and slot.gpus > 0
             else None
         )
-        lease_free = r.lease_free(slot, cost)  # else `leased` comes down to `lease_binds`
+        lease_free = r.lease_free(r.rec[slot.jid], cost)  # else `leased` comes down to `lease_binds`
         gpus: list[int] | tuple[int, ...] | None = None
         level = slot.level
-        for entry in r.running.reversed_items():
-            if entry.level <= level:
+        for victim in r.running.reversed_items():
+            if victim.level <= level:
                 break
-            victim = slots[entry.jid]
-            mode = r.mode(victim)
+            mode = victim.mode
             if mode == "never" or (not lease_free and r.lease_binds(victim, level, now, cost)):
                 continue
             released.append(victim)
             if tally is not None and mode != "suspend":
-                if not tally.add(victim.alloc):
+                if not tally.add(victim.slot.alloc):
                     continue  # the placer cannot place it yet
                 tally = VictimTally(state, slot)  # counts from the state once the counted ones are released
             else:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
-            for v in released[applied:]:
+            for rv in released[applied:]:
+                v = rv.slot
                 state.release(v.alloc, v.mem_gb, v.need)
-                if r.mode(v) == "suspend":
+                if rv.mode == "suspend":
                     state.hold_suspended(v.alloc, v.mem_gb)
             applied = len(released)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
@@ -578,16 +578,17 @@ class PreemptiveQueue:
                 if gpus is not None:
                     break
         taken = set(gpus or ())
-        for victim in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
-            if r.mode(victim) == "suspend":
-                state.drop_suspended(victim.alloc, victim.mem_gb)
-            state.place(victim.alloc, victim.mem_gb, victim.need)
+        for rv in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
+            v = rv.slot
+            if rv.mode == "suspend":
+                state.drop_suspended(v.alloc, v.mem_gb)
+            state.place(v.alloc, v.mem_gb, v.need)
         if gpus is None:
             return None
-        for victim in released:
-            if taken.intersection(victim.alloc):
-                out.append(sched.preempt(victim.jid, now))
-                preempted.add(victim.jid)
+        for rv in released:
+            if taken.intersection(rv.slot.alloc):
+                out.append(sched.preempt(rv.jid, now))
+                preempted.add(rv.jid)
         return gpus
 
 

@@ -1,0 +1,273 @@
+"""The preemptive queue's per-job records and their ranked sequences (core/ranks.py keeps them): a
+`JobRank` per job (its level, its order, its slot and what the pass keeps of it) and `RankedSeq`, records in
+(level, order) order, searched by two numbers as C fields (compiled classes: the pass's hot path)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from itertools import chain
+from typing import Final, final
+
+from gpuplan.core.view import JobSlot
+
+__all__ = ["Entry", "JobRank", "RankedSeq", "ranked_before"]
+
+_INF: Final = math.inf
+_chain_all: Final = chain.from_iterable
+
+
+@final
+class JobRank:
+    """One job's record in the preemptive queue, from its first entry until `Ranks.forget`, and its entry
+    in the ranked sequences (a compiled class: a search reads `level` and `order` as C fields, and the
+    pass reads the rest without a lookup by handle).
+
+    Attributes:
+        slot: the job's slot; jid: its handle.
+        level: the level it is filed under in `waiting` or `running` (the slot's own `level` runs ahead
+            of it for a running job `move_running` left for `settle`).
+        order: an int that orders it among the jobs of one level as its static key does (`order_of`).
+        mode: its `Job.preempt_mode`, read once.
+        stamp, due: the stamp and time of its queued level change (due inf: none queued).
+        shape: the id of its fits-shape while it waits (-1 otherwise).
+        overhead, overhead_cost: its restart overhead under `overhead_cost` (`Ranks.overhead`).
+        start_level: its level when the pass last started it (inf: not started by the pass).
+        moved: it waits in `Ranks.moved` for `settle`.
+    """
+
+    __slots__ = (
+        "due", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "shape", "slot",
+        "stamp", "start_level",
+    )  # fmt: skip
+
+    def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
+        self.slot = slot
+        self.jid = slot.jid
+        self.level = 0.0
+        self.order = order
+        self.mode = mode
+        self.stamp = 0
+        self.due = _INF
+        self.shape = -1
+        self.overhead = 0.0
+        self.overhead_cost: object = None
+        self.start_level = _INF
+        self.moved = False
+
+    def copy_for(self, slot: JobSlot) -> JobRank:
+        """The same record for `slot` (a forked scheduler's copy of the job)."""
+        new = JobRank(slot, self.order, self.mode)
+        new.level, new.stamp, new.due, new.shape = self.level, self.stamp, self.due, self.shape
+        new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
+        return new
+
+    def __repr__(self) -> str:
+        return f"JobRank(jid={self.jid}, level={self.level!r}, order={self.order})"
+
+
+Entry = JobRank
+"""A job's place in the queue (its record): its level, its order among the jobs of one level (the
+policy's static key, ending in the job's handle, as one int) and its handle."""
+
+
+def ranked_before(a: JobRank, b: JobRank) -> bool:
+    """Whether `a` comes before `b`: a lower level, or the same level and a lower order."""
+    return a.level < b.level or (a.level == b.level and a.order < b.order)
+
+
+_RANKED_LOAD: Final = 256
+"""Records per RankedSeq chunk after a split (a chunk splits at twice this)."""
+
+
+@final
+class RankedSeq:
+    """Job records in ascending (level, order), one record per (level, order) at most: the layout of
+    core/sortedseq.py's `SortedSeq` (sorted chunks and each chunk's last item), searched by two numbers
+    in C instead of Python's generic tuple comparison. A record's level and order must not change
+    while it is in one (take it out, change it, put it back)."""
+
+    def __init__(self) -> None:
+        self._lists: list[list[JobRank]] = []
+        self._maxes: list[JobRank] = []
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self) -> Iterator[JobRank]:
+        return _chain_all(self._lists)
+
+    def jids(self) -> Iterator[int]:
+        """The records' handles, in order."""
+        for chunk in self._lists:
+            for item in chunk:
+                yield item.jid
+
+    def add(self, item: JobRank) -> None:
+        """Insert `item` in order."""
+        maxes, lists = self._maxes, self._lists
+        self._len += 1
+        if not maxes:
+            lists.append([item])
+            maxes.append(item)
+            return
+        pos = _upper(maxes, item.level, item.order)
+        if pos == len(maxes):  # after every item: the end of the last chunk
+            pos -= 1
+            chunk = lists[pos]
+            chunk.append(item)
+            maxes[pos] = item
+        else:
+            chunk = lists[pos]
+            chunk.insert(_upper(chunk, item.level, item.order), item)
+        if len(chunk) > 2 * _RANKED_LOAD:
+            rest = chunk[_RANKED_LOAD:]
+            del chunk[_RANKED_LOAD:]
+            maxes[pos] = chunk[-1]
+            lists.insert(pos + 1, rest)
+            maxes.insert(pos + 1, rest[-1])
+
+    def remove(self, item: JobRank) -> None:
+        """Take out `item` (found at its level and order).
+
+        Raises:
+            ValueError: it is not in the sequence.
+        """
+        lists, maxes = self._lists, self._maxes
+        if lists and lists[0][0] is item:  # the first: a pass mostly starts the jobs at the queue's head
+            pos, chunk, idx = 0, lists[0], 0
+        else:
+            level, order = item.level, item.order
+            pos = _lower(maxes, level, order)
+            if pos == len(maxes):
+                raise ValueError(f"{item!r} is not in the sequence")
+            chunk = lists[pos]
+            idx = _lower(chunk, level, order)
+            if idx == len(chunk) or chunk[idx] is not item:
+                raise ValueError(f"{item!r} is not in the sequence")
+        chunk.pop(idx)  # pop, not del: a list primitive of the compiled core, no generic call
+        self._len -= 1
+        if not chunk:
+            lists.pop(pos)
+            maxes.pop(pos)
+        elif idx == len(chunk):
+            maxes[pos] = chunk[-1]
+
+    def first(self) -> JobRank:
+        """The first record (IndexError when empty)."""
+        if not self._lists:
+            raise IndexError("first() of an empty sequence")
+        return self._lists[0][0]
+
+    def last(self) -> JobRank:
+        """The last record (IndexError when empty)."""
+        if not self._lists:
+            raise IndexError("last() of an empty sequence")
+        return self._lists[-1][-1]
+
+    def first_after(self, level: float, order: int) -> JobRank | None:
+        """The first record after (`level`, `order`), or None."""
+        maxes = self._maxes
+        pos = _upper(maxes, level, order)
+        if pos == len(maxes):
+            return None
+        chunk = self._lists[pos]
+        return chunk[_upper(chunk, level, order)]
+
+    def first_at_level(self, level: float) -> JobRank | None:
+        """The first record of a level >= `level`, or None."""
+        maxes = self._maxes
+        pos = _at_level(maxes, level)
+        if pos == len(maxes):
+            return None
+        chunk = self._lists[pos]
+        return chunk[_at_level(chunk, level)]
+
+    def iter_after(self, level: float, order: int) -> Iterator[JobRank]:
+        """The records after (`level`, `order`), in order, read from the sequence as the iteration goes:
+        cheap when only a few are taken. The sequence must not change while it is used."""
+        maxes = self._maxes
+        pos = _upper(maxes, level, order)
+        if pos == len(maxes):
+            return iter(())
+        return self._walk(pos, _upper(self._lists[pos], level, order))
+
+    def _walk(self, pos: int, i: int) -> Iterator[JobRank]:
+        lists = self._lists
+        while pos < len(lists):
+            chunk = lists[pos]
+            while i < len(chunk):
+                yield chunk[i]
+                i += 1
+            pos += 1
+            i = 0
+
+    def reversed_items(self) -> Iterator[JobRank]:
+        """The records in descending order."""
+        lists = self._lists
+        for k in range(len(lists) - 1, -1, -1):
+            chunk = lists[k]
+            for i in range(len(chunk) - 1, -1, -1):
+                yield chunk[i]
+
+    def rank(self, level: float, order: int, upper: bool) -> int:
+        """How many records come before (`level`, `order`); `upper`: or are at it."""
+        maxes = self._maxes
+        pos = _upper(maxes, level, order) if upper else _lower(maxes, level, order)
+        if pos == len(maxes):
+            return self._len
+        before = 0
+        for k in range(pos):
+            before += len(self._lists[k])
+        chunk = self._lists[pos]
+        return before + (_upper(chunk, level, order) if upper else _lower(chunk, level, order))
+
+    def mapped(self, fresh: dict[int, JobRank]) -> RankedSeq:
+        """The same places with `fresh[jid]` for each record (a forked queue's own records)."""
+        new = RankedSeq()
+        new._lists = [[fresh[x.jid] for x in chunk] for chunk in self._lists]
+        new._maxes = [chunk[-1] for chunk in new._lists]
+        new._len = self._len
+        return new
+
+
+def _lower(items: list[JobRank], level: float, order: int) -> int:
+    """The first index whose record is not before (`level`, `order`)."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = items[mid]
+        if x.level < level or (x.level == level and x.order < order):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _upper(items: list[JobRank], level: float, order: int) -> int:
+    """The first index whose record comes after (`level`, `order`)."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = items[mid]
+        if x.level < level or (x.level == level and x.order <= order):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _at_level(items: list[JobRank], level: float) -> int:
+    """The first index whose record's level is >= `level`."""
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if items[mid].level < level:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
