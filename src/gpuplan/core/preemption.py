@@ -228,8 +228,9 @@ class PreemptingScheduler(Protocol):
     ) -> None:
         """Start a waiting job on `gpu_ids` and take it out of the queue."""
 
-    def preempt(self, jid: int, now: float) -> Preempted:
-        """Take a running job's GPUs by its preempt mode; it waits again."""
+    def preempt(self, jid: int, now: float, released: bool = False) -> Preempted:
+        """Take a running job's GPUs by its preempt mode; it waits again (`released`: the pass has
+        already released its GPUs in the state, and held its memory if it is suspended)."""
 
     def note_change(self) -> None:
         """Bump `version`: the pass changed live state (ranks, a suspended job's memory)."""
@@ -578,8 +579,13 @@ class PreemptiveQueue:
                 if gpus is not None:
                     break
         taken = set(gpus or ())
+        # a victim in the way stays released on an exclusive cluster (the Scheduler is told so); on a
+        # sharing one every victim is undone and preempted anew (memory sums in the same order)
+        keep = gpus is not None and not state.sharing
         for rv in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
             v = rv.slot
+            if keep and taken.intersection(v.alloc):
+                continue
             if rv.mode == "suspend":
                 state.drop_suspended(v.alloc, v.mem_gb)
             state.place(v.alloc, v.mem_gb, v.need)
@@ -587,7 +593,7 @@ class PreemptiveQueue:
             return None
         for rv in released:
             if taken.intersection(rv.slot.alloc):
-                out.append(sched.preempt(rv.jid, now))
+                out.append(sched.preempt(rv.jid, now, keep))
                 preempted.add(rv.jid)
         return gpus
 
@@ -657,8 +663,12 @@ class VictimTally:
         njobs, dec, gain = self.njobs, self.dec, self.gain
         fits = False
         for g in alloc:
-            d = dec[g] = dec.get(g, 0) + 1
-            if njobs[g] == d:  # no other occupant: idle once released
+            held = njobs[g]
+            if held == 1:
+                d = 1  # its only occupant (no other victim can share it)
+            else:
+                d = dec[g] = dec.get(g, 0) + 1
+            if held == d:  # no other occupant: idle once released
                 n = self.node_of[g]
                 k = gain[n] = gain.get(n, 0) + 1
                 self.total += 1

@@ -191,10 +191,12 @@ class Scheduler(SchedulerView):
         moves no decision; the next pass ranks the job at its own instant)."""
         return _INF if self._pre is None else self._pre.next_pass_s()
 
-    def preempt(self, jid: int, now: float) -> Preempted:
+    def preempt(self, jid: int, now: float, released: bool = False) -> Preempted:
         """Take a running job's GPUs (`Job.preempt_mode`): `suspend` keeps its memory on them (it resumes
         there), `checkpoint` and `requeue` free them. It waits again, keeping the GPU-service it
-        attained. Returns what the clock must do (its `action` is the mode).
+        attained. Returns what the clock must do (its `action` is the mode). `released`: the caller
+        (the preemptive pass's eviction) has already released its GPUs in the cluster state, and held a
+        suspended job's memory there.
 
         Raises:
             ScheduleError: the job is not running, or its mode is `never`.
@@ -214,12 +216,14 @@ class Scheduler(SchedulerView):
         slot.service_gpu_s += slot.gpus * run_s
         slot.run_since_promotion_s += run_s
         self._running.remove(slot.expected_end_s, jid)
-        self._state.release(slot.alloc, slot.mem_gb, slot.need)
+        if not released:
+            self._state.release(slot.alloc, slot.mem_gb, slot.need)
         for o in self._observers:
             o.job_stopped(slot)
         done = new_preempted(jid, slot.alloc, mode)
         if mode == "suspend":
-            self._state.hold_suspended(slot.alloc, slot.mem_gb)
+            if not released:
+                self._state.hold_suspended(slot.alloc, slot.mem_gb)
             slot.suspended_on = slot.alloc
             self._holds_changed()
         slot.alloc, slot.start_s, slot.expected_end_s = (), None, _INF
