@@ -14,6 +14,7 @@ Both on random traces under every preemptive policy, preempt modes mixed.
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -215,3 +216,49 @@ def test_a_preemption_is_a_preempted_of_the_jobs_mode() -> None:
         assert (p.jid, p.action) == (jid, mode) and len(p.gpu_ids) == 1
     with pytest.raises(ScheduleError, match="never"):
         s.preempt(3, 5.0)
+
+
+def test_the_built_in_level_rules_give_the_policies_own_levels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PreemptivePolicy.level_rule`: las and tiresias rank through a compiled `LevelRule` that gives, for
+    any job and instant, the level and next change the policy's own methods give (tiresias' promotion
+    resets the job alike); a subclass that overrides `level` is asked itself (`PolicyLevels`), and the
+    rules give the schedules of asking the policies."""
+    from gpuplan.core.preemptive import Gittins, Las, PolicyLevels, Tiresias
+
+    rng = random.Random(11)
+    promoted = 0
+    for policy in (Las(), Las(quantum_gpu_s=300.0), Tiresias(), Tiresias((600, 3600.0), promote_knob=2)):
+        rule = policy.level_rule()
+        assert type(rule) is not PolicyLevels and rule.endless_levels == policy.endless_levels
+        twin = pickle.loads(pickle.dumps(rule))  # (a forked scheduler's, a worker's)
+        assert type(twin) is type(rule) and twin.args() == rule.args()
+        for _ in range(300):
+            running = rng.random() < 0.5
+            slot = JobSlot(1, Job("j", 0.0, 2), rng.choice([1, 2, 4]), None, 100.0, False,
+                           start_s=rng.uniform(0.0, 5000.0) if running else None)  # fmt: skip
+            slot.service_gpu_s = rng.choice([0.0, rng.uniform(0.0, 9000.0)])
+            slot.run_since_promotion_s = rng.choice([0.0, rng.uniform(0.0, 2000.0)])
+            slot.waiting_since_s = rng.uniform(0.0, 5000.0)
+            now = rng.uniform(5000.0, 12000.0)
+            mine, theirs = slot.copy(), slot.copy()
+            assert rule.level(mine, now) == policy.level(theirs, now)
+            assert (mine.service_gpu_s, mine.run_since_promotion_s) == (
+                theirs.service_gpu_s, theirs.run_since_promotion_s)  # fmt: skip
+            assert rule.next_change_s(mine, now) == policy.next_change_s(theirs, now)
+            promoted += mine.service_gpu_s == 0.0 < slot.service_gpu_s
+    assert promoted > 20  # tiresias promoted waiting jobs: the reset is compared too
+    asked: list[int] = []
+
+    class Own(Las):
+        def level(self, slot: JobSlot, now: float) -> float:
+            asked.append(slot.jid)
+            return super().level(slot, now)
+
+    assert type(Own().level_rule()) is PolicyLevels and type(Gittins().level_rule()) is PolicyLevels
+    simulate(_trace(random.Random(3), 20, suspend=False), _cluster(3, 4), Own(), "none")
+    assert asked
+    traces = [_trace(random.Random(seed), 50, suspend=seed % 2 == 0) for seed in range(4)]
+    fast = [_schedule(jobs, policy) for jobs in traces for policy in ("las", "tiresias")]
+    monkeypatch.setattr(Las, "level_rule", lambda self: PolicyLevels(self))
+    monkeypatch.setattr(Tiresias, "level_rule", lambda self: PolicyLevels(self))
+    assert fast == [_schedule(jobs, policy) for jobs in traces for policy in ("las", "tiresias")]

@@ -17,7 +17,7 @@ from pathlib import Path
 from gpuplan.agent.gpus import GpuDevice
 from gpuplan.core.forecast import Deferred, Forecast, forecast
 from gpuplan.core.policies import Policy, get_policy
-from gpuplan.core.preemptive import PreemptivePolicy
+from gpuplan.core.preemptive import LevelRule, PolicyLevels, PreemptivePolicy
 from gpuplan.core.quotas import Quotas
 from gpuplan.core.scheduler import Decisions, Scheduler
 from gpuplan.core.view import JobSlot
@@ -88,6 +88,11 @@ class AgentPolicy(Policy):
 
     def observe(self, job: Job, service_gpu_s: float) -> bool:
         return bool(self.inner.observe(job, service_gpu_s))  # type: ignore[attr-defined]
+
+    def level_rule(self) -> LevelRule:
+        """The inner policy's (`PreemptivePolicy.level_rule`): `level` and `next_change_s` pass its on."""
+        rule = getattr(self.inner, "level_rule", None)
+        return PolicyLevels(self) if rule is None else rule()  # type: ignore[no-any-return]
 
     @property
     def observes(self) -> bool:

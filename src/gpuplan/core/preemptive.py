@@ -24,11 +24,14 @@ from gpuplan.core.policy import Policy, register_policy
 from gpuplan.model import Job
 
 if TYPE_CHECKING:
+    from gpuplan.core.ranks import Levels
     from gpuplan.core.view import JobSlot
 
 __all__ = [
     "Gittins",
     "Las",
+    "LevelRule",
+    "PolicyLevels",
     "PreemptivePolicy",
     "Tiresias",
     "gittins_table",
@@ -70,6 +73,12 @@ class PreemptivePolicy(Policy):
     def observe(self, job: Job, service_gpu_s: float) -> bool:
         return False
 
+    def level_rule(self) -> LevelRule:
+        """What ranks its jobs in a scheduler's preemptive queue, read when the queue is made: a
+        compiled `LevelRule` that computes the same levels by the same functions (a built-in whose
+        class keeps its `level` and `next_change_s`), else one that asks this policy (`PolicyLevels`)."""
+        return PolicyLevels(self)
+
     @property
     def observes(self) -> bool:
         """Whether `observe` may learn anything: False where the class keeps this base one (it learns
@@ -80,6 +89,49 @@ class PreemptivePolicy(Policy):
     def fallback_jobs(self) -> int:
         """Jobs ranked without what the policy needs (Gittins before any history): 0 by default."""
         return 0
+
+
+class LevelRule:
+    """A built-in policy's `level` and `next_change_s` on a compiled object (`PreemptivePolicy.level_rule`):
+    the preemptive queue asks them several times per job and pass; asked of a policy (a Python class)
+    each call is a generic one that binds a method object first. Its parameters are the policy's when
+    the queue was made."""
+
+    def __init__(self, endless_levels: bool) -> None:
+        self.endless_levels = endless_levels
+
+    def __reduce__(self) -> tuple[type[LevelRule], tuple[object, ...]]:
+        """Pickled (and deep-copied) as its constructor's arguments (a compiled class's default needs
+        an __init__ without them)."""
+        return (type(self), self.args())
+
+    def args(self) -> tuple[object, ...]:
+        """Its constructor's arguments."""
+        return (self.endless_levels,)
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        raise NotImplementedError
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return _INF
+
+
+class PolicyLevels(LevelRule):
+    """The levels of a policy of its own (a Python object with `endless_levels`, `level` and
+    `next_change_s`: a subclass's, a learning policy's, a wrapper's): each call asks it."""
+
+    def __init__(self, policy: Levels) -> None:
+        super().__init__(bool(policy.endless_levels))
+        self.policy = policy
+
+    def args(self) -> tuple[object, ...]:
+        return (self.policy,)
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        return self.policy.level(slot, now)
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return self.policy.next_change_s(slot, now)
 
 
 def attained_gpu_s(slot: JobSlot, now: float) -> float:
@@ -112,16 +164,43 @@ class Las(PreemptivePolicy):
         return _quanta(slot, now, self.quantum_gpu_s)
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
-        if slot.start_s is None:
-            return _INF  # a waiting job attains nothing (`_crossing_s`)
-        quantum = self.quantum_gpu_s
-        return _crossing_s(slot, now, (_quanta(slot, now, quantum) + 1.0) * quantum)
+        return _next_quantum_s(slot, now, self.quantum_gpu_s)
+
+    def level_rule(self) -> LevelRule:
+        cls = type(self)
+        if cls.level is not Las.level or cls.next_change_s is not Las.next_change_s:
+            return PolicyLevels(self)  # a subclass's own levels
+        return _LasLevels(self.endless_levels, self.quantum_gpu_s)
 
 
 def _quanta(slot: JobSlot, now: float, quantum_gpu_s: float) -> float:
     """`Las.level`: whole quanta of GPU-time attained (a function, so `next_change_s` calls it
     directly rather than through the policy's method)."""
     return float(math.floor(attained_gpu_s(slot, now) / quantum_gpu_s))
+
+
+def _next_quantum_s(slot: JobSlot, now: float, quantum_gpu_s: float) -> float:
+    """`Las.next_change_s`: when a running job attains its next whole quantum."""
+    if slot.start_s is None:
+        return _INF  # a waiting job attains nothing (`_crossing_s`)
+    return _crossing_s(slot, now, (_quanta(slot, now, quantum_gpu_s) + 1.0) * quantum_gpu_s)
+
+
+class _LasLevels(LevelRule):
+    """`Las`'s levels (`LevelRule`)."""
+
+    def __init__(self, endless_levels: bool, quantum_gpu_s: float) -> None:
+        super().__init__(endless_levels)
+        self.quantum_gpu_s = quantum_gpu_s
+
+    def args(self) -> tuple[object, ...]:
+        return (self.endless_levels, self.quantum_gpu_s)
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        return _quanta(slot, now, self.quantum_gpu_s)
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return _next_quantum_s(slot, now, self.quantum_gpu_s)
 
 
 @register_policy
@@ -157,27 +236,59 @@ class Tiresias(PreemptivePolicy):
         self.promote_knob = promote_knob
 
     def level(self, slot: JobSlot, now: float) -> float:
-        if self._promoted(slot, now):
-            slot.service_gpu_s = 0.0  # back to the first queue; its starvation clock starts again
-            slot.run_since_promotion_s = 0.0
-        return float(bisect_right(self.thresholds, attained_gpu_s(slot, now)))
-
-    def _promoted(self, slot: JobSlot, now: float) -> bool:
-        waited = now - slot.waiting_since_s
-        return (
-            self.promote_knob > 0
-            and slot.start_s is None
-            and slot.run_since_promotion_s > 0
-            and waited >= self.promote_knob * slot.run_since_promotion_s
-        )
+        return _queue_of(slot, now, self.thresholds, self.promote_knob)
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
-        if slot.start_s is None:
-            if self.promote_knob <= 0 or slot.run_since_promotion_s <= 0 or slot.service_gpu_s <= 0:
-                return _INF
-            return slot.waiting_since_s + self.promote_knob * slot.run_since_promotion_s
-        k = bisect_right(self.thresholds, attained_gpu_s(slot, now))
-        return _crossing_s(slot, now, self.thresholds[k]) if k < len(self.thresholds) else _INF
+        return _next_queue_s(slot, now, self.thresholds, self.promote_knob)
+
+    def level_rule(self) -> LevelRule:
+        cls = type(self)
+        if cls.level is not Tiresias.level or cls.next_change_s is not Tiresias.next_change_s:
+            return PolicyLevels(self)  # a subclass's own levels
+        thresholds = tuple(float(x) for x in self.thresholds)
+        return _TiresiasLevels(self.endless_levels, thresholds, float(self.promote_knob))
+
+
+def _queue_of(slot: JobSlot, now: float, thresholds: tuple[float, ...], promote_knob: float) -> float:
+    """`Tiresias.level`: the queue of the job's attained GPU-time, after its promotion to the first
+    queue once it waited `promote_knob` x its last run (its service and starvation clock start again)."""
+    if (
+        promote_knob > 0
+        and slot.start_s is None
+        and slot.run_since_promotion_s > 0
+        and now - slot.waiting_since_s >= promote_knob * slot.run_since_promotion_s
+    ):
+        slot.service_gpu_s = 0.0
+        slot.run_since_promotion_s = 0.0
+    return float(bisect_right(thresholds, attained_gpu_s(slot, now)))
+
+
+def _next_queue_s(slot: JobSlot, now: float, thresholds: tuple[float, ...], promote_knob: float) -> float:
+    """`Tiresias.next_change_s`: a waiting job's promotion, a running job's next threshold."""
+    if slot.start_s is None:
+        if promote_knob <= 0 or slot.run_since_promotion_s <= 0 or slot.service_gpu_s <= 0:
+            return _INF
+        return slot.waiting_since_s + promote_knob * slot.run_since_promotion_s
+    k = bisect_right(thresholds, attained_gpu_s(slot, now))
+    return _crossing_s(slot, now, thresholds[k]) if k < len(thresholds) else _INF
+
+
+class _TiresiasLevels(LevelRule):
+    """`Tiresias`' levels (`LevelRule`)."""
+
+    def __init__(self, endless_levels: bool, thresholds: tuple[float, ...], promote_knob: float) -> None:
+        super().__init__(endless_levels)
+        self.thresholds = thresholds
+        self.promote_knob = promote_knob
+
+    def args(self) -> tuple[object, ...]:
+        return (self.endless_levels, self.thresholds, self.promote_knob)
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        return _queue_of(slot, now, self.thresholds, self.promote_knob)
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return _next_queue_s(slot, now, self.thresholds, self.promote_knob)
 
 
 def gpu_bucket(gpus: int) -> int:

@@ -21,6 +21,7 @@ from gpuplan.core.fairshare import FairQueue, UsageLedger
 from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
 from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue, new_preempted
+from gpuplan.core.preemptive import LevelRule, PolicyLevels
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
 from gpuplan.core.sortedseq import KeyedSeq, SortedSeq
@@ -82,7 +83,7 @@ class Scheduler(SchedulerView):
         self.preemption_cost = PreemptionCost()
         """What a preemption costs (the clock sets its own: the simulator's, the forecast's); the
         preemptive pass gives each started job the lease it implies (`PreemptionCost.lease_s`)."""
-        self._pre = PreemptiveQueue(self, self.policy) if self.policy.preemptive else None  # type: ignore[arg-type]
+        self._pre = PreemptiveQueue(self, _levels(self.policy)) if self.policy.preemptive else None
         # whether `finish` tells the policy of a finished job (`PreemptivePolicy.observes`), read once:
         # a call into a policy (a Python class) is a generic call, and most learn nothing from it
         self._observes = self._pre is not None and bool(getattr(self.policy, "observes", True))
@@ -508,7 +509,7 @@ class Scheduler(SchedulerView):
         new._use = None if self._use is None else copy.deepcopy(self._use)
         new._shapes = None if self._shapes is None else self._shapes.copy(slots)
         new._running = self._running.copy_with(partial(_slot_of, slots))
-        new._pre = None if self._pre is None else self._pre.fork(new, new.policy)  # type: ignore[arg-type]
+        new._pre = None if self._pre is None else self._pre.fork(new, _levels(new.policy))
         return new
 
     # -- the read-only view (SchedulerView) ---------------------------------------------------------
@@ -632,6 +633,13 @@ class Scheduler(SchedulerView):
             self._use.add(slot.job.user, slot.gpus)
         if self._ledger is not None:
             self._ledger.start(slot.jid, slot.job.user, slot.gpus, start_s)
+
+
+def _levels(policy: Policy) -> LevelRule:
+    """What ranks a preemptive policy's jobs in its queue: its `level_rule()` (a compiled rule for the
+    built-ins, `PreemptivePolicy.level_rule`), else one that asks the policy."""
+    rule = getattr(policy, "level_rule", None)
+    return PolicyLevels(policy) if rule is None else rule()  # type: ignore[arg-type]
 
 
 def _entry_on(slots: dict[int, JobSlot], entry: tuple[Any, ...]) -> tuple[Any, ...]:
