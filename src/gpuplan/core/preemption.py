@@ -441,8 +441,9 @@ class PreemptiveQueue:
             if entry.jid in preempted:
                 continue
             slot = entry.slot
-            shape = entry.shape
-            if shape in failed:  # jump the run of failed shapes (each counts as examined)
+            if (
+                failed and r.shape_of(entry) in failed
+            ):  # jump the run of failed shapes (each counts as examined)
                 nxt = r.next_open(level, order, failed, heads)
                 if nxt is None:
                     break
@@ -463,7 +464,7 @@ class PreemptiveQueue:
                 and _fit_key(slot, min_cap) in fits_failed
                 and r.lease_free(entry, cost)
             ):
-                failed.add(shape)  # as its own try would
+                failed.add(r.shape_of(entry))  # as its own try would
                 if r.all_fail(failed, level, worst, full):
                     break
                 continue
@@ -494,7 +495,7 @@ class PreemptiveQueue:
                 full = _full(state)
                 worst = r.worst() if full else _INF
             elif memo and not resumed and not r.lease_held:  # a lease binds this job only
-                failed.add(shape)
+                failed.add(r.shape_of(entry))
                 if not state.suspended_n and not r.suspend_running:
                     fits_failed.add(_fit_key(slot, min_cap))
                 if r.all_fail(failed, level, worst, full):

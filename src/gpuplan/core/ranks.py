@@ -178,6 +178,10 @@ class Ranks:
         self.exact_shapes: bool = state.sharing or endless
         self.settled = -1
         self.moved: list[JobRank] = []
+        # waiting records not yet indexed by shape (`shape_of`): a job that starts at its first try in
+        # a pass (most do, on a cluster with room) is never indexed
+        self.unindexed: list[JobRank] = []
+        self.source: ShapeSource | None = None  # the queue that gives a job's fits-shape
 
     # -- records and their orders --------------------------------------------------------------------
     def record(self, slot: JobSlot) -> JobRank:
@@ -264,6 +268,7 @@ class Ranks:
     def copy(self, state: ClusterState, slots: dict[int, JobSlot]) -> Ranks:
         """A copy on `state` whose records name `slots` (a forked scheduler's records)."""
         self.settle()
+        self.index_all()
         new = Ranks(state, self.endless)
         fresh = {jid: rec.copy_for(slots[jid]) for jid, rec in self.rec.items()}
         new.rec = fresh
@@ -341,13 +346,15 @@ class Ranks:
     # -- entries ------------------------------------------------------------------------------------
     def enter(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
         rec = self.record(slot)
-        level = slot.level = rec.level = policy.level(slot, now)
+        slot.level = rec.level = policy.level(slot, now)
         suspends = rec.mode == "suspend"
         if not self.exact_shapes and (slot.suspended_on or suspends):
             self.keep_memory_in_shapes(queue)
+        self.source = queue
         if slot.start_s is None:
             self.waiting.add(rec)
-            self.index_shape(rec, level, queue.shape(slot))
+            rec.waits = True
+            self.unindexed.append(rec)
         else:
             self.running.add(rec)
             if suspends:
@@ -403,7 +410,10 @@ class Ranks:
         rec = self.rec[slot.jid]
         if slot.start_s is None:
             self.waiting.remove(rec)
+            rec.waits = False
             shape = rec.shape
+            if shape < 0:
+                return  # never indexed
             rec.shape = -1
             same = self.by_shape[shape]
             same.remove(rec)
@@ -429,8 +439,27 @@ class Ranks:
         self.exact_shapes = True
         self.shapes.clear()
         self.by_shape.clear()
+        self.unindexed.clear()
         for rec in self.waiting:
             self.index_shape(rec, rec.level, queue.shape(rec.slot))
+
+    def shape_of(self, rec: JobRank) -> int:
+        """The id of a waiting job's fits-shape, indexing it now if it is not yet."""
+        if rec.shape < 0:
+            source = self.source
+            assert source is not None  # set by the `enter` that filed it
+            self.index_shape(rec, rec.level, source.shape(rec.slot))
+        return rec.shape
+
+    def index_all(self) -> None:
+        """Index every waiting job not yet indexed (what reads every shape, `next_open` and `all_fail`,
+        calls it first)."""
+        if not self.unindexed:
+            return
+        for rec in self.unindexed:
+            if rec.waits and rec.shape < 0:
+                self.shape_of(rec)
+        self.unindexed.clear()
 
     def shape_id(self, shape: tuple[object, ...]) -> int:
         """The small int that stands for `shape` (equal shapes, one id; ids are never reused)."""
@@ -459,6 +488,7 @@ class Ranks:
         None. `heads` keeps each shape's answer for a cursor at or before this one, valid while the
         queue does not change (the caller clears it then): one still after the cursor is the answer
         again, without a search."""
+        self.index_all()
         best: JobRank | None = None
         for shape, same in self.by_shape.items():
             if shape in failed:
@@ -476,6 +506,7 @@ class Ranks:
         return best
 
     def all_fail(self, failed: set[int], level: float, worst: float, full: bool) -> bool:
+        self.index_all()
         if len(self.shapes) > MAX_LEVELS:
             return False
         for at, shapes in self.shapes.items():

@@ -30,7 +30,8 @@ class JobRank:
         order: an int that orders it among the jobs of one level as its static key does (`order_of`).
         mode: its `Job.preempt_mode`, read once.
         stamp, due: the stamp and time of its queued level change (due inf: none queued).
-        shape: the id of its fits-shape while it waits (-1 otherwise).
+        shape: the id of its fits-shape while it waits and is indexed under it (-1 otherwise).
+        waits: it is filed in `waiting`.
         overhead, overhead_cost: its restart overhead under `overhead_cost` (`Ranks.overhead`).
         start_level: its level when the pass last started it (inf: not started by the pass).
         moved: it waits in `Ranks.moved` for `settle`.
@@ -38,7 +39,7 @@ class JobRank:
 
     __slots__ = (
         "due", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "shape", "slot",
-        "stamp", "start_level",
+        "stamp", "start_level", "waits",
     )  # fmt: skip
 
     def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
@@ -54,11 +55,13 @@ class JobRank:
         self.overhead_cost: object = None
         self.start_level = _INF
         self.moved = False
+        self.waits = False
 
     def copy_for(self, slot: JobSlot) -> JobRank:
         """The same record for `slot` (a forked scheduler's copy of the job)."""
         new = JobRank(slot, self.order, self.mode)
         new.level, new.stamp, new.due, new.shape = self.level, self.stamp, self.due, self.shape
+        new.waits = self.waits
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
         return new
 
