@@ -100,7 +100,10 @@ def simulate(
             )
         from gpuplan.sim.preempt import simulate_preemptive
 
-        return simulate_preemptive(jobs, sched, preemption)
+        with (
+            _no_cyclic_gc()
+        ):  # as below: a preemptive run allocates its records at every start and preemption
+            return simulate_preemptive(jobs, sched, preemption)
     if interference is None and cluster.sharing:
         from gpuplan.core.interference import InterferenceModel
 
