@@ -152,7 +152,7 @@ class Forecast:
     """Why the forecast stopped short ("" when it ran to its end): its safety net
     (core/preemption.py's MAX_PASSES_PER_JOB); jobs not started then get no expected start, those not
     ended no expected end, and their `detail` says why."""
-    _history: dict[int, list[_Segment]] = field(default_factory=dict)
+    _history: list[list[_Segment]] = field(default_factory=list)  # by GPU index
 
     def __iter__(self) -> Iterator[JobForecast]:
         return iter(self.jobs.values())
@@ -170,8 +170,9 @@ class Forecast:
             return [Frees(d, 0, _INF if (e := self._end(d)) is None else e, "dependency") for d in fc.after]
         t = _INF if fc.start_s is None else fc.start_s
         freed: dict[int, list[float]] = {}
+        history = self._history
         for g in fc.gpu_ids:
-            entries = self._history.get(g, [])
+            entries = history[g] if 0 <= g < len(history) else []
             k = _first_at(entries, t)
             while k > 0:
                 k -= 1
@@ -326,13 +327,10 @@ class _Forecaster(EventClock):
         self.now = now
         self.cost = sched.preemption_cost = cost  # the fork's pass leases each start by the same cost
         self.jobs: dict[int, JobForecast] = {}
-        self.end_of: dict[int, float] = {}  # expected end of each job running in the fork
-        self.history: dict[int, list[_Segment]] = {}  # per GPU: its segments, by start
-        self.open: dict[int, _Segment] = {}  # jid -> its open segment (its run's start and overhead too)
+        self.runs: dict[int, _Run] = {}  # each job's state on this clock (one lookup per hook)
+        # per GPU (by index): its segments, by start
+        self.history: list[list[_Segment]] = [[] for _ in range(sched.state.total_gpus)]
         self.basis: dict[int, str] = {}
-        # preemptive policies: work left at the segment's start
-        self.left: dict[int, float] = {}
-        self.ran: set[int] = set()
         self.terms = JobTerms(cost)  # each job's restart overhead, checkpointing, preempt mode
         self.deferred = {d.jid: d for d in deferred}
         self.blocking: dict[int, list[int]] = {}  # dependency -> deferred jobs waiting for it
@@ -345,19 +343,18 @@ class _Forecaster(EventClock):
         kept = bool(progress_s)  # (a Mapping's get is a generic call: asked only when there is one)
         for k, jid in enumerate(sched.waiting_jids()):
             slot = sched.slot(jid)
-            self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
-            self.left[jid] = max(slot.plan_s - (progress_s.get(jid, 0.0) if kept else 0.0), 0.0)
-            if slot.preemptions:
-                self.ran.add(jid)
+            fc = self.jobs[jid] = JobForecast(jid, "waiting", rank=k)
+            left = max(slot.plan_s - (progress_s.get(jid, 0.0) if kept else 0.0), 0.0)
+            self.runs[jid] = _Run(fc, left, slot.preemptions > 0)
             self.todo += 1
         for slot in sched.running():
+            jid = slot.jid
             end = max(slot.expected_end_s, now)
-            self.jobs[slot.jid] = JobForecast(slot.jid, "running", slot.start_s, None, slot.alloc)
-            self.basis[slot.jid] = _basis(slot.job)
-            self.ran.add(slot.jid)
-            self.left[slot.jid] = end - now
-            self._open(slot.jid, slot.alloc, slot.start_s if slot.start_s is not None else now, now, 0.0)
-            self._expect(slot.jid, end)
+            fc = self.jobs[jid] = JobForecast(jid, "running", slot.start_s, None, slot.alloc)
+            self.basis[jid] = _basis(slot.job)
+            run = self.runs[jid] = _Run(fc, end - now, True)
+            self._open(run, slot.alloc, slot.start_s if slot.start_s is not None else now, now, 0.0)
+            self._expect(run, end)
         for d in deferred:
             self._defer(d)
 
@@ -390,14 +387,15 @@ class _Forecaster(EventClock):
         )
         for jid, fc in self.jobs.items():
             if fc.end_s is None:
-                self.end_of.pop(jid, None)
+                self.runs[jid].ends = False
                 fc.detail = fc.detail or self.stopped
 
     def on_end(self, jid: int, t: float) -> None:
         self.sched.finish(jid, t)
-        self._close(jid, t)
-        del self.end_of[jid]
-        self.jobs[jid].end_s = t
+        run = self.runs[jid]
+        _close(run, t)
+        run.ends = False
+        run.fc.end_s = t
         blocking = self.blocking
         if jid in blocking:  # (rarely: a lookup, not pop's method call and an iterator at each end)
             for d in blocking[jid]:
@@ -412,7 +410,8 @@ class _Forecaster(EventClock):
     def on_start(self, st: Started, t: float) -> None:
         jid = st.jid
         slot = self.sched.slot(jid)
-        fc = self.jobs[jid]
+        run = self.runs[jid]
+        fc = run.fc
         if fc.state != "running" and fc.start_s is None:
             fc.start_s, fc.gpu_ids = t, st.gpu_ids
             self.todo -= 1
@@ -421,27 +420,28 @@ class _Forecaster(EventClock):
             end = slot.expected_end_s
             overhead = 0.0
         else:  # the work left after what earlier segments kept, plus a restart's overhead
-            overhead = self.terms.of(jid, slot.job)[0] if jid in self.ran else 0.0
-            end = t + overhead + self.left[jid]
-            self.ran.add(jid)
-        self._open(jid, st.gpu_ids, t, t, overhead)
-        self._expect(jid, end)
+            overhead = self.terms.of(jid, slot.job)[0] if run.ran else 0.0
+            end = t + overhead + run.left_s
+            run.ran = True
+        self._open(run, st.gpu_ids, t, t, overhead)
+        self._expect(run, end)
 
     def on_preempt(self, p: Preempted, t: float) -> None:
         jid = p.jid
         self.cancel_end(jid)  # its end event no longer holds
-        self.end_of.pop(jid, None)
+        run = self.runs[jid]
+        run.ends = False
         slot = self.sched.slot(jid)
-        seg = self.open.get(jid)
+        seg = run.seg
         seg_start, overhead = (t, 0.0) if seg is None else (seg.run_s, seg.overhead_s)
         _, checkpointable, mode = self.terms.of(jid, slot.job)
         kept = self.cost.kept_by_s(checkpointable, mode, max(t - seg_start - overhead, 0.0))
-        self.left[jid] = self.left[jid] - kept if checkpointable else slot.plan_s
-        self._close(jid, t)
+        run.left_s = run.left_s - kept if checkpointable else slot.plan_s
+        _close(run, t)
 
-    def _expect(self, jid: int, end: float) -> None:
-        self.end_of[jid] = end
-        self.expect_end(jid, end)
+    def _expect(self, run: _Run, end: float) -> None:
+        run.end_s, run.ends = end, True
+        self.expect_end(run.fc.jid, end)
 
     def _reasons(self, t: float) -> None:
         """Why each job still waiting after the pass at now waits (Slurm's vocabulary)."""
@@ -463,9 +463,9 @@ class _Forecaster(EventClock):
 
     # -- deferred jobs -----------------------------------------------------------------------------
     def _defer(self, d: Deferred) -> None:
-        self.jobs[d.jid] = JobForecast(d.jid, "deferred", after=d.after)
+        fc = self.jobs[d.jid] = JobForecast(d.jid, "deferred", after=d.after)
+        self.runs[d.jid] = _Run(fc, _INF, False)
         self.todo += 1
-        self.left[d.jid] = _INF
         pending = [
             a for a in d.after if (a in self.jobs and self.jobs[a].end_s is None) or a in self.deferred
         ]
@@ -488,33 +488,49 @@ class _Forecaster(EventClock):
         slot = self.sched.submit(d.jid, d.job, d.book_mem_gb, now=d.submit_now_s)
         if any(d.progress):
             self.sched.restore_progress(d.jid, *d.progress, now=t)
-        self.left[d.jid] = slot.plan_s
+        self.runs[d.jid].left_s = slot.plan_s
 
     # -- GPU history (what `waiting_for` reads) ---------------------------------------------------------
-    def _open(self, jid: int, gpus: tuple[int, ...], start: float, run_s: float, overhead: float) -> None:
-        seg = _Segment(start, jid)  # one record on each of its GPUs: its end is set once
+    def _open(self, run: _Run, gpus: tuple[int, ...], start: float, run_s: float, overhead: float) -> None:
+        seg = _Segment(start, run.fc.jid)  # one record on each of its GPUs: its end is set once
         seg.run_s, seg.overhead_s = run_s, overhead
         history = self.history
         for g in gpus:
-            got = history.get(g)
-            if got is None:  # not setdefault: that would build a list at every start
-                got = history[g] = []
-            got.append(seg)
-        self.open[jid] = seg
-
-    def _close(self, jid: int, t: float) -> None:
-        seg = self.open.pop(jid, None)  # (one lookup: cheaper than `in`, then get and del)
-        if seg is not None:
-            seg.end_s = t
+            history[g].append(seg)
+        run.seg = seg
 
     def result(self, version: int) -> Forecast:
-        for jid, end in self.end_of.items():  # still running when every job had started
-            fc = self.jobs[jid]
+        for run in self.runs.values():  # still running when every job had started
+            if not run.ends:
+                continue
+            fc, end = run.fc, run.end_s
             if fc.end_s is None and end < _INF:
                 fc.end_s = end
             if fc.end_s is not None and fc.start_s is not None and fc.end_s < fc.start_s:
                 fc.end_s = fc.start_s
         return Forecast(self.now, self.jobs, version, self.basis, self.stopped, self.history)
+
+
+class _Run:
+    """One job on the forecast's clock: its forecast `fc`; `left_s`, the work left at its run's start
+    (preemptive policies); `ran`, it ran before (a restart pays the overhead); `seg`, its open
+    GPU-history segment (None: not running); `end_s`, its expected end while `ends` (it runs in the fork)."""
+
+    def __init__(self, fc: JobForecast, left_s: float, ran: bool) -> None:
+        self.fc = fc
+        self.left_s = left_s
+        self.ran = ran
+        self.seg: _Segment | None = None
+        self.end_s = _INF
+        self.ends = False
+
+
+def _close(run: _Run, t: float) -> None:
+    """`run`'s segment ends at `t` (GPU history)."""
+    seg = run.seg
+    if seg is not None:
+        seg.end_s = t
+        run.seg = None
 
 
 class _Segment:
