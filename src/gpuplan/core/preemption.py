@@ -269,7 +269,8 @@ class PreemptiveQueue:
     def shape(self, slot: JobSlot) -> tuple[object, ...]:
         """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
         on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
-        return _shape_rule(self, slot)
+        rule = _shape_rule
+        return self.fits_shape(slot) if rule is _FITS_SHAPE else rule(self, slot)
 
     def fits_shape(self, slot: JobSlot) -> tuple[object, ...]:
         """`shape`'s rule."""
@@ -385,7 +386,8 @@ class PreemptiveQueue:
         and decide nothing again, so it is not walked."""
         r, sched = self._r, self.sched
         settled = r.settled == sched.version
-        quiet = _refresh_rule(self, now)
+        rule = _refresh_rule  # the method itself unless a test swapped it (a direct call: no generic one)
+        quiet = self.refresh(now) if rule is _REFRESH else rule(self, now)
         if settled and quiet:
             r.settled = sched.version
             return Decisions([], [])
@@ -478,7 +480,12 @@ class PreemptiveQueue:
                     if not full:
                         worst = r.worst()  # settles `running` for `_evict_for` too
                     if level < worst:
-                        gpus = _evict_rule(self, slot, now, out.preempted, preempted)
+                        evict = _evict_rule
+                        gpus = (
+                            self._evict_for(slot, now, out.preempted, preempted)
+                            if evict is _EVICT_FOR
+                            else evict(self, slot, now, out.preempted, preempted)
+                        )
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
                 r.leave(slot)
@@ -599,12 +606,17 @@ class PreemptiveQueue:
         return gpus
 
 
-# module attributes read at each call (a test puts a plain rule in one's place to compare schedules)
-_refresh_rule: Callable[[PreemptiveQueue, float], bool] = PreemptiveQueue.refresh
-_shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = PreemptiveQueue.fits_shape
-_evict_rule: Callable[
+# module attributes read at each call (a test puts a plain rule in one's place to compare schedules);
+# while one is the method itself, the method is called directly
+_Evict = Callable[
     [PreemptiveQueue, JobSlot, float, list[Preempted], set[int]], list[int] | tuple[int, ...] | None
-] = PreemptiveQueue._evict_for
+]
+_REFRESH: Final[Callable[[PreemptiveQueue, float], bool]] = PreemptiveQueue.refresh
+_FITS_SHAPE: Final[Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]]] = PreemptiveQueue.fits_shape
+_EVICT_FOR: Final[_Evict] = PreemptiveQueue._evict_for
+_refresh_rule: Callable[[PreemptiveQueue, float], bool] = _REFRESH
+_shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = _FITS_SHAPE
+_evict_rule: _Evict = _EVICT_FOR
 
 
 def _quiet_move(r: Ranks, before: float, after: float) -> bool:
