@@ -592,7 +592,7 @@ class PreemptiveQueue:
         keep = gpus is not None and not state.sharing
         for rv in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
             v = rv.slot
-            if keep and taken.intersection(v.alloc):
+            if keep and _overlaps(taken, v.alloc):
                 continue
             if rv.mode == "suspend":
                 state.drop_suspended(v.alloc, v.mem_gb)
@@ -600,7 +600,7 @@ class PreemptiveQueue:
         if gpus is None:
             return None
         for rv in released:
-            if taken.intersection(rv.slot.alloc):
+            if _overlaps(taken, rv.slot.alloc):
                 out.append(sched.preempt(rv.jid, now, keep))
                 preempted.add(rv.jid)
         return gpus
@@ -617,6 +617,14 @@ _EVICT_FOR: Final[_Evict] = PreemptiveQueue._evict_for
 _refresh_rule: Callable[[PreemptiveQueue, float], bool] = _REFRESH
 _shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = _FITS_SHAPE
 _evict_rule: _Evict = _EVICT_FOR
+
+
+def _overlaps(taken: set[int], gpus: tuple[int, ...]) -> bool:
+    """Whether any of `gpus` is in `taken` (a compiled loop: `set.intersection` is a generic call)."""
+    for g in gpus:
+        if g in taken:
+            return True
+    return False
 
 
 def _quiet_move(r: Ranks, before: float, after: float) -> bool:
