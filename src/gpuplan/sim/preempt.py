@@ -55,12 +55,15 @@ class PreemptiveRun(EventClock):
         self.t0 = min(j.submit_s for j in jobs)
         self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
         self.set_arrivals([jobs[i].submit_s - self.t0 for i in self.order], self.order)
-        self.left = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of work still to do
-        self.seg_start: dict[int, float] = {}
-        self.seg_overhead: dict[int, float] = {}
-        self.first_start: dict[int, float] = {}
+        # per job (by trace index): solo seconds of work still to do; its segment's start and restart
+        # overhead; its first start (inf: none yet)
+        self.left = [float(j.duration_s or 0.0) for j in jobs]
+        self.seg_start_s = [0.0] * len(jobs)
+        self.seg_overhead_s = [0.0] * len(jobs)
+        self.first_start_s = [_INF] * len(jobs)
         self.records: list[JobRecord] = []
         self.timeline = Timeline([(0.0, 0)])
+        self.last_busy = 0  # the timeline's last step (what `after_pass` compares)
         self.idle_wait_gpu_s = 0.0
         self.last_pass_s = 0.0
         self.preemptions = 0
@@ -83,8 +86,10 @@ class PreemptiveRun(EventClock):
 
     def after_pass(self, t: float, t_next: float) -> bool:
         state = self.state
-        if state.busy_gpus != self.timeline.busy[-1]:
-            self.timeline.add(t, state.busy_gpus)
+        busy = state.busy_gpus
+        if busy != self.last_busy:
+            self.timeline.add(t, busy)
+            self.last_busy = busy
         if t_next < _INF and self.sched.waiting_count:
             self.idle_wait_gpu_s += state.idle_total * (t_next - t)
         self.last_pass_s = t
@@ -111,19 +116,20 @@ class PreemptiveRun(EventClock):
 
     def on_start(self, st: Started, now: float) -> None:
         jid, job = st.jid, self.jobs[st.jid]
-        resumed = jid in self.first_start
+        resumed = self.first_start_s[jid] < _INF
         overhead = self.terms.of(jid, job)[0] if resumed else 0.0
         self.events.append((now, "resume" if jid in self.in_place else "start", job.id))
         self.in_place.discard(jid)
-        self.first_start.setdefault(jid, now)
-        self.seg_start[jid], self.seg_overhead[jid] = now, overhead
+        if not resumed:
+            self.first_start_s[jid] = now
+        self.seg_start_s[jid], self.seg_overhead_s[jid] = now, overhead
         self.expect_end(jid, now + overhead + self.left[jid])
 
     def on_preempt(self, p: Preempted, now: float) -> None:
         jid, job = p.jid, self.jobs[p.jid]
         self.cancel_end(jid)  # its finish event no longer holds
-        seg = now - self.seg_start.pop(jid)
-        progress = max(seg - self.seg_overhead.pop(jid), 0.0)
+        seg = now - self.seg_start_s[jid]
+        progress = max(seg - self.seg_overhead_s[jid], 0.0)
         _, checkpointable, mode = self.terms.of(jid, job)
         kept = self.cost.kept_by_s(checkpointable, mode, progress)
         self.events.append((now, f"preempt:{p.action}", job.id))
@@ -138,13 +144,12 @@ class PreemptiveRun(EventClock):
         slot = self.sched.finish(jid, now)
         self.forget(jid)
         self.events.append((now, "finish", job.id))
-        self.seg_start.pop(jid)
-        self.wasted_gpu_s += len(slot.alloc) * self.seg_overhead.pop(jid)
+        self.wasted_gpu_s += len(slot.alloc) * self.seg_overhead_s[jid]
         self.records.append(
             JobRecord(
                 job.id,
                 job.submit_s - self.t0,
-                self.first_start.pop(jid),
+                self.first_start_s[jid],
                 now,
                 slot.alloc,
                 job.mem_gb,
