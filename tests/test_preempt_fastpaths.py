@@ -262,3 +262,19 @@ def test_the_built_in_level_rules_give_the_policies_own_levels(monkeypatch: pyte
     monkeypatch.setattr(Las, "level_rule", lambda self: PolicyLevels(self))
     monkeypatch.setattr(Tiresias, "level_rule", lambda self: PolicyLevels(self))
     assert fast == [_schedule(jobs, policy) for jobs in traces for policy in ("las", "tiresias")]
+
+
+def test_a_job_without_meta_reads_the_default_preempt_terms() -> None:
+    """`Job.preempt_mode` and `checkpointable` answer a job without meta at once: the defaults the full
+    reading gives (a meta without the two keys takes the full reading)."""
+    from gpuplan.model import PREEMPT_MODES, SharedMeta
+
+    bare, other = Job("a", 0.0, 1), Job("b", 0.0, 1, meta={"queue": "q"})
+    assert (bare.preempt_mode, bare.checkpointable) == (other.preempt_mode, other.checkpointable)
+    assert (bare.preempt_mode, bare.checkpointable) == ("checkpoint", True)
+    empty = Job("c", 0.0, 1, meta=SharedMeta({}))
+    assert (empty.preempt_mode, empty.checkpointable) == ("checkpoint", True)
+    for mode in PREEMPT_MODES:
+        job = Job("d", 0.0, 1, meta={"preempt": mode})
+        assert job.preempt_mode == mode and job.checkpointable == (mode != "requeue")
+    assert Job("e", 0.0, 1, meta={"checkpointable": False}).preempt_mode == "requeue"

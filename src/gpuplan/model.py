@@ -97,7 +97,10 @@ class Job:
     @property
     def checkpointable(self) -> bool:
         """Whether a preempted run resumes from a checkpoint (default) or restarts from scratch."""
-        return self.meta.get("checkpointable", True) is not False and self.preempt_mode != "requeue"
+        meta = self.meta
+        if not meta:  # the defaults (read per job by every preemptive clock: kept short)
+            return True
+        return meta.get("checkpointable", True) is not False and self.preempt_mode != "requeue"
 
     @property
     def preempt_mode(self) -> str:
@@ -106,10 +109,13 @@ class Job:
         its GPUs freed; it resumes anywhere after a restart overhead), `requeue` (killed, restarts from
         scratch) or `never`. Default: `meta["preempt"]`, else checkpoint (requeue when
         `meta["checkpointable"]` is false)."""
-        mode = self.meta.get("preempt")
+        meta = self.meta
+        if not meta:
+            return "checkpoint"
+        mode = meta.get("preempt")
         if mode in PREEMPT_MODES:
             return str(mode)
-        return "checkpoint" if self.meta.get("checkpointable", True) is not False else "requeue"
+        return "checkpoint" if meta.get("checkpointable", True) is not False else "requeue"
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:
         """The duration a policy may use: the truth for oracle runs, else the estimate or the limit."""
