@@ -19,6 +19,7 @@ from typing import cast
 
 import pytest
 
+from gpuplan.core.preemptive import PolicyLevels
 from gpuplan.core.ranks import ChangeHeap, Entry, Ranks
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
@@ -64,6 +65,7 @@ def _slot(jid: int, rng: random.Random, running: bool) -> JobSlot:
 def test_lazy_moves_leave_the_order_an_eager_move_leaves(seed: int) -> None:
     rng = random.Random(seed)
     policy, shapes = _Levels(), _Shapes()
+    rule = PolicyLevels(policy)  # what a scheduler gives its queue for a policy of its own
     r = Ranks(ClusterState(_SPEC), endless=False)
     plain: dict[int, tuple[object, ...]] = {}  # jid -> the entry an eager move leaves
     slots: dict[int, JobSlot] = {}
@@ -73,12 +75,12 @@ def test_lazy_moves_leave_the_order_an_eager_move_leaves(seed: int) -> None:
             jid = step
             slot = slots[jid] = _slot(jid, rng, running=True)
             policy.at[jid] = float(rng.randint(0, 5))
-            r.enter(slot, 0.0, policy, shapes)
+            r.enter(slot, 0.0, rule, shapes)
             plain[jid] = (policy.at[jid], *slot.key)
         elif op < 0.75:
             slot = slots[rng.choice(list(slots))]
             policy.at[slot.jid] = float(rng.randint(0, 5))
-            r.move_running(r.rec[slot.jid], 1.0, policy, shapes)
+            r.move_running(r.rec[slot.jid], 1.0, rule, shapes)
             plain[slot.jid] = (policy.at[slot.jid], *slot.key)
         elif op < 0.9:
             slot = slots.pop(rng.choice(list(slots)))
@@ -109,10 +111,11 @@ def _by_key(plain: dict[int, tuple[object, ...]]) -> list[tuple[float, int]]:
 def test_next_open_with_kept_heads_is_a_search_from_each_cursor(seed: int) -> None:
     rng = random.Random(seed)
     policy, shapes = _Levels(), _Shapes()
+    rule = PolicyLevels(policy)  # what a scheduler gives its queue for a policy of its own
     r = Ranks(ClusterState(_SPEC), endless=False)
     for jid in range(rng.randint(5, 200)):
         policy.at[jid] = float(rng.randint(0, 3))
-        r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
+        r.enter(_slot(jid, rng, running=False), 0.0, rule, shapes)
     entries = list(r.waiting)
     heads: dict[object, Entry | None] = {}
     failed: set[int] = set()  # shape ids
@@ -133,10 +136,11 @@ def test_next_open_with_kept_heads_is_a_search_from_each_cursor(seed: int) -> No
 def test_waiting_in_is_a_scan_of_the_waiting_levels(seed: int) -> None:
     rng = random.Random(seed)
     policy, shapes = _Levels(), _Shapes()
+    rule = PolicyLevels(policy)  # what a scheduler gives its queue for a policy of its own
     r = Ranks(ClusterState(_SPEC), endless=False)
     for jid in range(rng.randint(0, 30)):
         policy.at[jid] = float(rng.choice([0, 1, 1, 3, 7]))
-        r.enter(_slot(jid, rng, running=False), 0.0, policy, shapes)
+        r.enter(_slot(jid, rng, running=False), 0.0, rule, shapes)
     levels = [e.level for e in r.waiting]
     for lo in range(-1, 9):
         for hi in range(-1, 9):
@@ -196,6 +200,7 @@ def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed:
     new order. At every step the waiting entries of one level come in static key order."""
     rng = random.Random(seed)
     policy, shapes = _Levels(), _Shapes()
+    rule = PolicyLevels(policy)  # what a scheduler gives its queue for a policy of its own
     r = Ranks(ClusterState(_SPEC), endless=False)
     keys: dict[int, tuple[object, ...]] = {}
     lo, hi = 0.0, 1.0
@@ -211,7 +216,7 @@ def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed:
             slot.key = (rng.choice([-1.0, 2.0, rng.random()]), jid)
         keys[jid] = slot.key
         policy.at[jid] = float(rng.randint(0, 1))
-        r.enter(slot, 0.0, policy, shapes)
+        r.enter(slot, 0.0, rule, shapes)
         if jid > 2 and rng.random() < 0.1:  # one leaves for good
             gone = rng.choice(sorted(keys))
             r.leave(r.rec[gone].slot)

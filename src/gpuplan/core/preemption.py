@@ -32,7 +32,8 @@ from typing import Final, NamedTuple, Protocol
 from mypy_extensions import mypyc_attr
 
 from gpuplan.core.placement import Placer
-from gpuplan.core.ranks import Entry, JobRank, Levels, Ranks
+from gpuplan.core.preemptive import LevelRule
+from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
@@ -243,7 +244,7 @@ class PreemptiveQueue:
     class; the three rules a test may swap for a plain one (`refresh`, `shape`, `_evict_for`) are
     called through module attributes (`_refresh_rule`, `_shape_rule`, `_evict_rule`)."""
 
-    def __init__(self, sched: PreemptingScheduler, policy: Levels) -> None:
+    def __init__(self, sched: PreemptingScheduler, policy: LevelRule) -> None:
         self.sched = sched
         self.policy = policy
         self.state: ClusterState = sched.state  # the scheduler's, for its life
@@ -251,7 +252,7 @@ class PreemptiveQueue:
         self.waiting: RankedSeq = self._r.waiting
         self.running: RankedSeq = self._r.running
 
-    def fork(self, sched: PreemptingScheduler, policy: Levels) -> PreemptiveQueue:
+    def fork(self, sched: PreemptingScheduler, policy: LevelRule) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
         new._r = self._r.copy(new.state, {jid: sched.slot(jid) for jid in self._r.rec})
@@ -620,11 +621,8 @@ _evict_rule: _Evict = _EVICT_FOR
 
 
 def _overlaps(taken: set[int], gpus: tuple[int, ...]) -> bool:
-    """Whether any of `gpus` is in `taken` (a compiled loop: `set.intersection` is a generic call)."""
-    for g in gpus:
-        if g in taken:
-            return True
-    return False
+    """Whether any of `gpus` is in `taken` (compiled to a loop: `set.intersection` is a generic call)."""
+    return any(g in taken for g in gpus)
 
 
 def _quiet_move(r: Ranks, before: float, after: float) -> bool:

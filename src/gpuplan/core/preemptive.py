@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -24,13 +24,13 @@ from gpuplan.core.policy import Policy, register_policy
 from gpuplan.model import Job
 
 if TYPE_CHECKING:
-    from gpuplan.core.ranks import Levels
     from gpuplan.core.view import JobSlot
 
 __all__ = [
     "Gittins",
     "Las",
     "LevelRule",
+    "Levels",
     "PolicyLevels",
     "PreemptivePolicy",
     "Tiresias",
@@ -39,6 +39,19 @@ __all__ = [
 ]
 
 _INF: Final = math.inf
+
+
+class Levels(Protocol):
+    """What ranks a policy's jobs: a `PreemptivePolicy`, or a wrapper that passes one's levels on (the
+    agent's, which is no subclass of it). A preemptive queue asks a compiled `LevelRule` (a built-in's
+    own, or `PolicyLevels`, which asks such an object)."""
+
+    @property
+    def endless_levels(self) -> bool: ...
+
+    def level(self, slot: JobSlot, now: float) -> float: ...
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float: ...
 
 
 @mypyc_attr(native_class=False)  # a Policy (a Python class): subclassed and deep-copied as one

@@ -10,13 +10,14 @@ import math
 from heapq import heappop, heappush
 from typing import Any, Final, Protocol, final
 
+from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.rankseq import Entry, JobRank, RankedSeq, ranked_before
 from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 
-__all__ = ["MAX_LEVELS", "Change", "ChangeHeap", "Cost", "Entry", "JobRank", "Levels", "Ranks", "ShapeSource"]
+__all__ = ["MAX_LEVELS", "Change", "ChangeHeap", "Cost", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
 _INF: Final = math.inf
 
@@ -44,18 +45,6 @@ class Cost(Protocol):
     def overhead_s(self, job: Job) -> float: ...
 
     def lease_by_s(self, overhead_s: float, resumed: bool) -> float: ...
-
-
-class Levels(Protocol):
-    """What the pass asks of its policy: a `core.preemptive.PreemptivePolicy`, or a wrapper that passes
-    one's levels on (the agent's, which is no subclass of it)."""
-
-    @property
-    def endless_levels(self) -> bool: ...
-
-    def level(self, slot: JobSlot, now: float) -> float: ...
-
-    def next_change_s(self, slot: JobSlot, now: float) -> float: ...
 
 
 @final
@@ -344,7 +333,7 @@ class Ranks:
         self.wake_set.discard(heappop(self.wakes))
 
     # -- entries ------------------------------------------------------------------------------------
-    def enter(self, slot: JobSlot, now: float, policy: Levels, queue: ShapeSource) -> None:
+    def enter(self, slot: JobSlot, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         rec = self.record(slot)
         slot.level = rec.level = policy.level(slot, now)
         suspends = rec.mode == "suspend"
@@ -361,7 +350,7 @@ class Ranks:
                 self.suspend_running += 1
         self.plan_change(rec, now, policy)
 
-    def plan_change(self, rec: JobRank, now: float, policy: Levels) -> None:
+    def plan_change(self, rec: JobRank, now: float, policy: LevelRule) -> None:
         """Queue the job's next level change (a new stamp: any earlier one is stale)."""
         t = policy.next_change_s(rec.slot, now)
         if t < _INF:
@@ -373,7 +362,7 @@ class Ranks:
         if t < _INF:
             self.changes.push(t, rec.jid, rec.stamp)
 
-    def move_running(self, rec: JobRank, now: float, policy: Levels, queue: ShapeSource) -> None:
+    def move_running(self, rec: JobRank, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`
         when a pass next reads that order (`settle`). A pass reads it only to look for victims (and
         the highest level, while the cluster is full), so a change no pass looks at costs no move."""
