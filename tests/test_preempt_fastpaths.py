@@ -254,7 +254,8 @@ def test_the_built_in_level_rules_give_the_policies_own_levels(monkeypatch: pyte
             asked.append(slot.jid)
             return super().level(slot, now)
 
-    assert type(Own().level_rule()) is PolicyLevels and type(Gittins().level_rule()) is PolicyLevels
+    assert type(Own().level_rule()) is PolicyLevels
+    assert type(Gittins().level_rule()) is not PolicyLevels  # (tests/test_preempt_gittins.py)
     simulate(_trace(random.Random(3), 20, suspend=False), _cluster(3, 4), Own(), "none")
     assert asked
     traces = [_trace(random.Random(seed), 50, suspend=seed % 2 == 0) for seed in range(4)]

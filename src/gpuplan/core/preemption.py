@@ -345,12 +345,16 @@ class PreemptiveQueue:
         return quiet
 
     def rerank_all(self, now: float) -> None:
-        """Rank every job again (the policy learned something that moves every level). A job whose
-        level stays keeps its entry (the same entry a new one would be) and its queued change when that
-        change's time stands (`Ranks.plan_change`); the others move."""
+        """Rank every job again whose level what the policy learned may have moved (every job, unless
+        its `LevelRule` names them: `reranks`, gittins' jobs whose table was rebuilt; a job it does not
+        name has the level it had, and its queued change still holds). A job whose level stays keeps
+        its entry (the same entry a new one would be) and its queued change when that change's time
+        stands (`Ranks.plan_change`); the others move."""
         r, policy = self._r, self.policy
         r.settle()
-        for rec in [*r.waiting, *r.running]:
+        todo = [rec for rec in r.waiting if policy.reranks(rec.slot)]
+        todo.extend([rec for rec in r.running if policy.reranks(rec.slot)])
+        for rec in todo:
             slot = rec.slot
             if policy.level(slot, now) == slot.level:
                 r.plan_change(rec, now, policy)
@@ -359,6 +363,7 @@ class PreemptiveQueue:
                 r.enter(slot, now, policy, self)
             else:
                 r.move_running(rec, now, policy, self)
+        policy.reranked()
         self.sched.note_change()
 
     # -- the lease ---------------------------------------------------------------------------------

@@ -128,6 +128,14 @@ class LevelRule:
     def next_change_s(self, slot: JobSlot, now: float) -> float:
         return _INF
 
+    def reranks(self, slot: JobSlot) -> bool:
+        """Whether what the policy learned since `reranked` may have moved the job's level (when the
+        scheduler ranks its jobs again after `observe`): True unless the rule knows better."""
+        return True
+
+    def reranked(self) -> None:
+        """Every job `reranks` named was ranked again."""
+
 
 class PolicyLevels(LevelRule):
     """The levels of a policy of its own (a Python object with `endless_levels`, `level` and
@@ -317,60 +325,172 @@ def gittins_table(samples: Sequence[float], grid: Sequence[float]) -> list[float
     P(a < S <= a + d) / E[min(S, a + d) - a | S > a] (up to the common factor P(S > a)). A job that has
     outlived every sample gets 0 (it runs last).
     """
-    s = sorted(samples)
-    prefix = [0.0]
-    for v in s:
-        prefix.append(prefix[-1] + v)
-    n = len(s)
-    out = []
-    for k, a in enumerate(grid):
-        lo = bisect_right(s, a)
-        best = 0.0
-        for b in [*grid[k + 1 :], s[-1] if s else a]:
-            if b <= a or lo >= n:
-                continue
-            hi = bisect_right(s, b)
-            done = hi - lo
-            cost = (prefix[hi] - prefix[lo]) - done * a + (n - hi) * (b - a)
-            if cost > 0:
-                best = max(best, done / cost)
+    return _table_of_sorted(sorted(float(v) for v in samples), [float(a) for a in grid])
+
+
+def _table_of_sorted(s: list[float], grid: list[float]) -> list[float]:
+    """`gittins_table` of sorted samples `s`. The samples below a service are counted (bisected) and
+    summed (in sorted order, as a list of prefix sums would) once per grid point, not per pair."""
+    n, g = len(s), len(grid)
+    pos = [_count_at_most(s, a) for a in grid]
+    below = _sums_below(s, [*pos, n])  # (the last: every sample's)
+    top = s[-1] if n else 0.0
+    out: list[float] = []
+    for k in range(g):
+        a, lo, best = grid[k], pos[k], 0.0
+        if lo < n:  # a job that outlived every sample: 0
+            for j in range(k + 1, g + 1):  # quanta ending at each later grid point, then at the last sample
+                b, hi = (grid[j], pos[j]) if j < g else (top, n)
+                if b <= a:
+                    continue
+                done = hi - lo
+                cost = (below[j] - below[k]) - done * a + (n - hi) * (b - a)
+                if cost > 0:
+                    ratio = done / cost
+                    if ratio > best:
+                        best = ratio
         out.append(best)
     return out
 
 
-@mypyc_attr(native_class=False)  # deep-copied with its policy (a forked scheduler's)
+def _count_at_most(s: list[float], x: float) -> int:
+    """bisect_right on a typed list: compiled, no call and no object comparison."""
+    lo, hi = 0, len(s)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < s[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _sums_below(s: list[float], counts: list[int]) -> list[float]:
+    """The sum of the first `c` samples for each `c` of `counts`, added one by one in order (the floats
+    a list of prefix sums holds), in one walk over the samples."""
+    at: dict[int, float] = {}
+    acc, i = 0.0, 0
+    for c in sorted(set(counts)):
+        while i < c:
+            acc = acc + s[i]
+            i += 1
+        at[c] = acc
+    return [at[c] for c in counts]
+
+
 class _Distribution:
-    """Services of finished jobs of one bucket and their Gittins table (rebuilt as the sample doubles)."""
+    """Services of finished jobs of one bucket (kept sorted) and their Gittins table (rebuilt as the
+    sample doubles). A compiled class: pickled and deep-copied as its constructor's arguments."""
 
-    __slots__ = ("built_at", "samples", "table")
+    def __init__(self, samples: list[float] | None = None, table: list[float] | None = None,
+                 built_at: int = 0) -> None:  # fmt: skip
+        self.samples: list[float] = [] if samples is None else samples
+        self.table: list[float] = [] if table is None else table
+        self.built_at = built_at
 
-    def __init__(self) -> None:
-        self.samples: list[float] = []
-        self.table: list[float] = []
-        self.built_at = 0
+    def __reduce__(self) -> tuple[type[_Distribution], tuple[object, ...]]:
+        return (type(self), (self.samples, self.table, self.built_at))
 
-    def add(self, service_gpu_s: float, grid: Sequence[float]) -> bool:
-        self.samples.append(service_gpu_s)
-        n = len(self.samples)
+    def add(self, service_gpu_s: float, grid: list[float]) -> bool:
+        samples = self.samples
+        samples.append(service_gpu_s)
+        n = len(samples)
         if n >= 2 * self.built_at or n - self.built_at >= 500:
-            self.table = gittins_table(self.samples, grid)
+            samples.sort()  # in place: the next sort finds this sorted run and merges the new ones in
+            self.table = _table_of_sorted(samples, grid)
             self.built_at = n
             return True
         return False
 
 
 def _grid_point(grid: list[float], slot: JobSlot, now: float) -> int:
-    """`Gittins._point`: the grid point at or below the job's attained GPU-time (a function: the
-    policy's methods call it directly)."""
-    x = attained_gpu_s(slot, now)
-    lo, hi = 0, len(grid)
-    while lo < hi:  # bisect_right on the typed list: compiled, no call and no object comparison
-        mid = (lo + hi) // 2
-        if x < grid[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo - 1
+    """The grid point at or below the job's attained GPU-time."""
+    return _count_at_most(grid, attained_gpu_s(slot, now)) - 1
+
+
+_POOLED: Final = 0
+"""The key of the distribution of every bucket's jobs together (buckets are 1, 2, 4, ...)."""
+
+
+class _Learned:
+    """What a `Gittins` policy learned from finished jobs, and its levels: a compiled object the policy
+    owns and its `LevelRule` reads (one object: the rule sees each table the policy rebuilds).
+    Pickled and deep-copied as its constructor's arguments (a policy is deep-copied per run; a copy
+    of a policy and its rule together keeps them one)."""
+
+    def __init__(
+        self,
+        grid: list[float],
+        min_samples: int,
+        dists: dict[int, _Distribution] | None = None,
+        fallback: set[int] | None = None,
+        moved: set[int] | None = None,
+    ) -> None:
+        self.grid = grid
+        self.min_samples = min_samples
+        self.dists: dict[int, _Distribution] = {} if dists is None else dists
+        self.fallback: set[int] = set() if fallback is None else fallback  # jobs ranked without a table
+        self.moved: set[int] = set() if moved is None else moved  # keys whose used table was rebuilt
+        self.tables: dict[int, list[float]] = {}  # GPU count -> `table` (until a table is rebuilt)
+
+    def __reduce__(self) -> tuple[type[_Learned], tuple[object, ...]]:
+        return (type(self), (self.grid, self.min_samples, self.dists, self.fallback, self.moved))
+
+    def table(self, gpus: int) -> list[float]:
+        """The table that ranks a job of `gpus`: its bucket's once it has `min_samples`, else the
+        pooled one once that has, else [] (none yet)."""
+        got = self.tables.get(gpus)
+        if got is not None:
+            return got
+        found: list[float] = []
+        for key in (gpu_bucket(gpus), _POOLED):
+            d = self.dists.get(key)
+            if d is not None and d.built_at >= self.min_samples:
+                found = d.table
+                break
+        self.tables[gpus] = found
+        return found
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        """`Gittins.level`."""
+        table = self.table(slot.gpus)
+        point = _grid_point(self.grid, slot, now)
+        if not table:  # no history yet: least attained service, on the same grid
+            self.fallback.add(slot.jid)
+            return float(point)
+        return -table[point]
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        """`Gittins.next_change_s`: when a running job reaches its next grid point."""
+        if slot.start_s is None:
+            return _INF  # a waiting job attains nothing (`_crossing_s`)
+        grid = self.grid
+        k = _grid_point(grid, slot, now)
+        return _crossing_s(slot, now, grid[k + 1]) if k + 1 < len(grid) else _INF
+
+    def observe(self, gpus: int, service_gpu_s: float) -> bool:
+        """`Gittins.observe`: learn a finished job's GPU-time; True when a table that ranks jobs was
+        rebuilt (its key is then in `moved`)."""
+        changed = False
+        for key in (gpu_bucket(gpus), _POOLED):
+            d = self.dists.get(key)
+            if d is None:
+                d = self.dists[key] = _Distribution()
+            if d.add(service_gpu_s, self.grid):  # a table rebuilt: `table`'s answers may change
+                self.tables.clear()
+                if d.built_at >= self.min_samples:
+                    changed = True
+                    self.moved.add(key)
+        return changed
+
+    def reranks(self, gpus: int) -> bool:
+        """Whether a job of `gpus` may have a new level since `reranked`: the table it ranks by (its
+        bucket's, else the pooled one) was rebuilt."""
+        bucket = gpu_bucket(gpus)
+        d = self.dists.get(bucket)
+        if d is not None and d.built_at >= self.min_samples:
+            return bucket in self.moved
+        return _POOLED in self.moved
 
 
 @register_policy
@@ -400,49 +520,50 @@ class Gittins(PreemptivePolicy):
         self.levels = levels
         self.grid = [0.0, *(first_gpu_s * 2.0**k for k in range(levels))]
         self.min_samples = min_samples
-        self._dist: dict[int | None, _Distribution] = {}
-        self._fallback: set[int] = set()
-        self._tables: dict[int, list[float] | None] = {}  # GPU count -> `_table` (until a table is rebuilt)
-
-    def _table(self, gpus: int) -> list[float] | None:
-        tables = self._tables
-        if gpus in tables:
-            return tables[gpus]
-        found: list[float] | None = None
-        for key in (gpu_bucket(gpus), None):
-            d = self._dist.get(key)
-            if d is not None and d.built_at >= self.min_samples:
-                found = d.table
-                break
-        tables[gpus] = found
-        return found
-
-    def _point(self, slot: JobSlot, now: float) -> int:
-        return _grid_point(self.grid, slot, now)
+        self._learned = _Learned(self.grid, min_samples)
 
     def level(self, slot: JobSlot, now: float) -> float:
-        table = self._table(slot.gpus)
-        if table is None:  # no history yet: least attained service, on the same grid
-            self._fallback.add(slot.jid)
-            return float(_grid_point(self.grid, slot, now))
-        return -table[_grid_point(self.grid, slot, now)]
+        return self._learned.level(slot, now)
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
-        if slot.start_s is None:
-            return _INF  # a waiting job attains nothing (`_crossing_s`)
-        grid = self.grid
-        k = _grid_point(grid, slot, now)
-        return _crossing_s(slot, now, grid[k + 1]) if k + 1 < len(grid) else _INF
+        return self._learned.next_change_s(slot, now)
 
     def observe(self, job: Job, service_gpu_s: float) -> bool:
-        changed = False
-        for key in (gpu_bucket(job.gpus), None):
-            d = self._dist.setdefault(key, _Distribution())
-            if d.add(service_gpu_s, self.grid):  # a table rebuilt: `_table`'s answers may change
-                self._tables.clear()
-                changed |= d.built_at >= self.min_samples
-        return changed
+        return self._learned.observe(job.gpus, service_gpu_s)
+
+    def level_rule(self) -> LevelRule:
+        cls = type(self)
+        if (
+            cls.level is not Gittins.level
+            or cls.next_change_s is not Gittins.next_change_s
+            or cls.observe is not Gittins.observe
+        ):
+            return PolicyLevels(self)  # a subclass's own levels or lessons
+        return _GittinsLevels(self.endless_levels, self._learned)
 
     @property
     def fallback_jobs(self) -> int:
-        return len(self._fallback)
+        return len(self._learned.fallback)
+
+
+class _GittinsLevels(LevelRule):
+    """`Gittins`' levels (`LevelRule`), from the tables its policy learns (`_Learned`, shared)."""
+
+    def __init__(self, endless_levels: bool, learned: _Learned) -> None:
+        super().__init__(endless_levels)
+        self.learned = learned
+
+    def args(self) -> tuple[object, ...]:
+        return (self.endless_levels, self.learned)
+
+    def level(self, slot: JobSlot, now: float) -> float:
+        return self.learned.level(slot, now)
+
+    def next_change_s(self, slot: JobSlot, now: float) -> float:
+        return self.learned.next_change_s(slot, now)
+
+    def reranks(self, slot: JobSlot) -> bool:
+        return self.learned.reranks(slot.gpus)
+
+    def reranked(self) -> None:
+        self.learned.moved.clear()
