@@ -117,6 +117,32 @@ def test_a_rebuilt_table_reranks_only_the_jobs_it_ranks() -> None:
     assert PolicyLevels(g).reranks(two)  # a policy's own levels: every job
 
 
+def test_the_rules_levels_are_minus_the_table_at_the_grid_point() -> None:
+    """The rule's level and next change, asked in any order (it keeps the last grid point it found),
+    are those of bisecting the grid for each question."""
+    g = Gittins(first_gpu_s=60.0, levels=8, min_samples=1)
+    rule = g.level_rule()
+    for k in range(40):
+        g.observe(Job(f"f{k}", 0.0, 1 + k % 4), 30.0 * 1.3**k)
+    rng = random.Random(3)
+    slots = [JobSlot(k, Job(f"j{k}", 0.0, 1 + k % 4), 1 + k % 4, None, 100.0, False) for k in range(6)]
+    for _ in range(2000):
+        slot = rng.choice(slots)
+        if rng.random() < 0.3:
+            slot.start_s = rng.choice([None, rng.uniform(0.0, 5000.0)])
+            slot.service_gpu_s = rng.choice([0.0, 60.0, rng.uniform(0.0, 20000.0)])
+        now = rng.choice([5000.0, rng.uniform(5000.0, 9000.0)])
+        attained = slot.service_gpu_s + (0.0 if slot.start_s is None else slot.gpus * (now - slot.start_s))
+        k = bisect_right(g.grid, attained) - 1
+        if rng.random() < 0.5:
+            assert rule.level(slot, now) == -g.level_rule().learned.table(slot.gpus)[k]  # type: ignore[attr-defined]
+        else:
+            plain = float("inf")
+            if slot.start_s is not None and k + 1 < len(g.grid):
+                plain = slot.start_s + (g.grid[k + 1] - slot.service_gpu_s) / slot.gpus
+            assert rule.next_change_s(slot, now) == plain
+
+
 def test_a_copy_keeps_the_policy_and_its_rule_one() -> None:
     g = Gittins(first_gpu_s=100.0, levels=4, min_samples=1)
     waiting = JobSlot(1, Job("w", 0.0, 1), 1, None, 100.0, False)

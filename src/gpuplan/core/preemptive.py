@@ -403,11 +403,6 @@ class _Distribution:
         return False
 
 
-def _grid_point(grid: list[float], slot: JobSlot, now: float) -> int:
-    """The grid point at or below the job's attained GPU-time."""
-    return _count_at_most(grid, attained_gpu_s(slot, now)) - 1
-
-
 _POOLED: Final = 0
 """The key of the distribution of every bucket's jobs together (buckets are 1, 2, 4, ...)."""
 
@@ -432,6 +427,9 @@ class _Learned:
         self.fallback: set[int] = set() if fallback is None else fallback  # jobs ranked without a table
         self.moved: set[int] = set() if moved is None else moved  # keys whose used table was rebuilt
         self.tables: dict[int, list[float]] = {}  # GPU count -> `table` (until a table is rebuilt)
+        # the last `point` asked, by attained GPU-time: a queue asks a job's level, then its next change
+        self.last_gpu_s = -1.0
+        self.last_point = 0
 
     def __reduce__(self) -> tuple[type[_Learned], tuple[object, ...]]:
         return (type(self), (self.grid, self.min_samples, self.dists, self.fallback, self.moved))
@@ -451,10 +449,18 @@ class _Learned:
         self.tables[gpus] = found
         return found
 
+    def point(self, slot: JobSlot, now: float) -> int:
+        """The grid point at or below the job's attained GPU-time."""
+        x = attained_gpu_s(slot, now)
+        if x != self.last_gpu_s:
+            self.last_point = _count_at_most(self.grid, x) - 1
+            self.last_gpu_s = x
+        return self.last_point
+
     def level(self, slot: JobSlot, now: float) -> float:
         """`Gittins.level`."""
         table = self.table(slot.gpus)
-        point = _grid_point(self.grid, slot, now)
+        point = self.point(slot, now)
         if not table:  # no history yet: least attained service, on the same grid
             self.fallback.add(slot.jid)
             return float(point)
@@ -465,23 +471,27 @@ class _Learned:
         if slot.start_s is None:
             return _INF  # a waiting job attains nothing (`_crossing_s`)
         grid = self.grid
-        k = _grid_point(grid, slot, now)
+        k = self.point(slot, now)
         return _crossing_s(slot, now, grid[k + 1]) if k + 1 < len(grid) else _INF
 
     def observe(self, gpus: int, service_gpu_s: float) -> bool:
         """`Gittins.observe`: learn a finished job's GPU-time; True when a table that ranks jobs was
         rebuilt (its key is then in `moved`)."""
-        changed = False
-        for key in (gpu_bucket(gpus), _POOLED):
-            d = self.dists.get(key)
-            if d is None:
-                d = self.dists[key] = _Distribution()
-            if d.add(service_gpu_s, self.grid):  # a table rebuilt: `table`'s answers may change
-                self.tables.clear()
-                if d.built_at >= self.min_samples:
-                    changed = True
-                    self.moved.add(key)
-        return changed
+        mine = self.learn(gpu_bucket(gpus), service_gpu_s)
+        return self.learn(_POOLED, service_gpu_s) or mine
+
+    def learn(self, key: int, service_gpu_s: float) -> bool:
+        """`observe` for one distribution: whether a table that ranks jobs was rebuilt."""
+        d = self.dists.get(key)
+        if d is None:
+            d = self.dists[key] = _Distribution()
+        if not d.add(service_gpu_s, self.grid):
+            return False
+        self.tables.clear()  # a table rebuilt: `table`'s answers may change
+        if d.built_at < self.min_samples:
+            return False
+        self.moved.add(key)
+        return True
 
     def reranks(self, gpus: int) -> bool:
         """Whether a job of `gpus` may have a new level since `reranked`: the table it ranks by (its
