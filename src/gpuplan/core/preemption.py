@@ -349,9 +349,9 @@ class PreemptiveQueue:
         its `LevelRule` names them: `reranks`, gittins' jobs whose table was rebuilt; a job it does not
         name has the level it had, and its queued change still holds). A job whose level stays keeps
         its entry (the same entry a new one would be) and its queued change when that change's time
-        stands (`Ranks.plan_change`); the others move."""
+        stands (`Ranks.plan_change`); the others move (a running one's place when a pass reads the
+        running order, `Ranks.settle`, as at any level change)."""
         r, policy = self._r, self.policy
-        r.settle()
         todo = [rec for rec in r.waiting if policy.reranks(rec.slot)]
         todo.extend([rec for rec in r.running if policy.reranks(rec.slot)])
         for rec in todo:

@@ -17,7 +17,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Final, Protocol
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from gpuplan.core.params import Param
 from gpuplan.core.policy import Policy, register_policy
@@ -354,10 +354,11 @@ def _table_of_sorted(s: list[float], grid: list[float]) -> list[float]:
 
 
 def _count_at_most(s: list[float], x: float) -> int:
-    """bisect_right on a typed list: compiled, no call and no object comparison."""
-    lo, hi = 0, len(s)
+    """bisect_right on a typed list: compiled, no call and no object comparison (machine ints)."""
+    lo: i64 = 0
+    hi: i64 = len(s)
     while lo < hi:
-        mid = (lo + hi) // 2
+        mid = (lo + hi) >> 1
         if x < s[mid]:
             hi = mid
         else:
