@@ -52,7 +52,9 @@ def test_the_table_is_the_plain_loops_bit_for_bit() -> None:
     for _ in range(400):
         n = rng.choice([0, 1, 2, 3, 10, 200])
         samples = [
-            rng.choice([rng.paretovariate(1.1) * 100.0, rng.expovariate(1 / 3000.0), rng.randint(0, 5) * 600.0])
+            rng.choice(
+                [rng.paretovariate(1.1) * 100.0, rng.expovariate(1 / 3000.0), rng.randint(0, 5) * 600.0]
+            )
             for _ in range(n)
         ]
         grid = [0.0, *(rng.choice([1.0, 50.0, 600.0]) * 2.0**k for k in range(rng.randint(1, 24)))]
@@ -78,15 +80,17 @@ def _trace(rng: random.Random, n: int) -> list[Job]:
     return jobs
 
 
-def _schedules(traces: list[list[Job]], spec: str) -> list[tuple[object, ...]]:
-    out = []
+def _schedules(traces: list[list[Job]], spec: str) -> list[tuple[tuple[object, ...], int]]:
+    out: list[tuple[tuple[object, ...], int]] = []
     for jobs in traces:
         r = simulate(jobs, _cluster(3, 4), spec, "none")
         out.append((tuple(sorted((x.job_id, x.start_s, x.end_s) for x in r.records)), r.metrics.preemptions))
     return out
 
 
-@pytest.mark.parametrize("spec", ["gittins:first=50,min_samples=3", "gittins:first=20,levels=6,min_samples=1"])
+@pytest.mark.parametrize(
+    "spec", ["gittins:first=50,min_samples=3", "gittins:first=20,levels=6,min_samples=1"]
+)
 def test_the_rule_and_its_reranks_give_the_schedules_of_asking_the_policy(
     spec: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
