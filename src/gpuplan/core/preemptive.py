@@ -370,9 +370,11 @@ def _sums_below(s: list[float], counts: list[int]) -> list[float]:
     """The sum of the first `c` samples for each `c` of `counts`, added one by one in order (the floats
     a list of prefix sums holds), in one walk over the samples."""
     at: dict[int, float] = {}
-    acc, i = 0.0, 0
+    acc = 0.0
+    i: i64 = 0
     for c in sorted(set(counts)):
-        while i < c:
+        end: i64 = c
+        while i < end:
             acc = acc + s[i]
             i += 1
         at[c] = acc
@@ -420,34 +422,39 @@ class _Learned:
         min_samples: int,
         dists: dict[int, _Distribution] | None = None,
         fallback: set[int] | None = None,
-        moved: set[int] | None = None,
+        fresh: list[list[float]] | None = None,
     ) -> None:
         self.grid = grid
         self.min_samples = min_samples
         self.dists: dict[int, _Distribution] = {} if dists is None else dists
         self.fallback: set[int] = set() if fallback is None else fallback  # jobs ranked without a table
-        self.moved: set[int] = set() if moved is None else moved  # keys whose used table was rebuilt
-        self.tables: dict[int, list[float]] = {}  # GPU count -> `table` (until a table is rebuilt)
+        # the tables that rank jobs rebuilt since `reranked` (a bucket's and the pooled one, at most)
+        self.fresh: list[list[float]] = [] if fresh is None else fresh
+        self.tables: list[list[float] | None] = []  # by GPU count: `table` (until a table is rebuilt)
         # the last `point` asked, by attained GPU-time: a queue asks a job's level, then its next change
         self.last_gpu_s = -1.0
         self.last_point = 0
 
     def __reduce__(self) -> tuple[type[_Learned], tuple[object, ...]]:
-        return (type(self), (self.grid, self.min_samples, self.dists, self.fallback, self.moved))
+        return (type(self), (self.grid, self.min_samples, self.dists, self.fallback, self.fresh))
 
     def table(self, gpus: int) -> list[float]:
         """The table that ranks a job of `gpus`: its bucket's once it has `min_samples`, else the
         pooled one once that has, else [] (none yet)."""
-        got = self.tables.get(gpus)
-        if got is not None:
-            return got
+        tables = self.tables
+        if gpus < len(tables):
+            got = tables[gpus]
+            if got is not None:
+                return got
         found: list[float] = []
         for key in (gpu_bucket(gpus), _POOLED):
             d = self.dists.get(key)
             if d is not None and d.built_at >= self.min_samples:
                 found = d.table
                 break
-        self.tables[gpus] = found
+        while len(tables) <= gpus:
+            tables.append(None)
+        tables[gpus] = found
         return found
 
     def point(self, slot: JobSlot, now: float) -> int:
@@ -477,7 +484,7 @@ class _Learned:
 
     def observe(self, gpus: int, service_gpu_s: float) -> bool:
         """`Gittins.observe`: learn a finished job's GPU-time; True when a table that ranks jobs was
-        rebuilt (its key is then in `moved`)."""
+        rebuilt (it is then `fresh`)."""
         mine = self.learn(gpu_bucket(gpus), service_gpu_s)
         return self.learn(_POOLED, service_gpu_s) or mine
 
@@ -488,20 +495,20 @@ class _Learned:
             d = self.dists[key] = _Distribution()
         if not d.add(service_gpu_s, self.grid):
             return False
-        self.tables.clear()  # a table rebuilt: `table`'s answers may change
+        self.tables = []  # a table rebuilt: `table`'s answers may change
         if d.built_at < self.min_samples:
             return False
-        self.moved.add(key)
+        self.fresh.append(d.table)
         return True
 
     def reranks(self, gpus: int) -> bool:
         """Whether a job of `gpus` may have a new level since `reranked`: the table it ranks by (its
-        bucket's, else the pooled one) was rebuilt."""
-        bucket = gpu_bucket(gpus)
-        d = self.dists.get(bucket)
-        if d is not None and d.built_at >= self.min_samples:
-            return bucket in self.moved
-        return _POOLED in self.moved
+        bucket's, else the pooled one) was rebuilt since."""
+        table = self.table(gpus)
+        for t in self.fresh:
+            if t is table:
+                return True
+        return False
 
 
 @register_policy
@@ -577,4 +584,4 @@ class _GittinsLevels(LevelRule):
         return self.learned.reranks(slot.gpus)
 
     def reranked(self) -> None:
-        self.learned.moved.clear()
+        self.learned.fresh = []
