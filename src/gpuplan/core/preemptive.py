@@ -505,10 +505,7 @@ class _Learned:
         """Whether a job of `gpus` may have a new level since `reranked`: the table it ranks by (its
         bucket's, else the pooled one) was rebuilt since."""
         table = self.table(gpus)
-        for t in self.fresh:
-            if t is table:
-                return True
-        return False
+        return any(t is table for t in self.fresh)
 
 
 @register_policy
