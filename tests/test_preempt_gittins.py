@@ -21,6 +21,7 @@ import pytest
 from gpuplan.core.preemptive import Gittins, PolicyLevels, gittins_table
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import JobSlot
+from gpuplan.errors import GpuplanError
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
 from gpuplan.sim.engine import simulate
 
@@ -145,6 +146,13 @@ def test_the_rules_levels_are_minus_the_table_at_the_grid_point() -> None:
             if slot.start_s is not None and k + 1 < len(g.grid):
                 plain = slot.start_s + (g.grid[k + 1] - slot.service_gpu_s) / slot.gpus
             assert rule.next_change_s(slot, now) == plain
+
+
+def test_the_grid_starts_above_zero() -> None:
+    """The grid ascends (the rule scans it from the bottom): a first point <= 0 is refused."""
+    for first in (0.0, -5.0, float("nan")):
+        with pytest.raises(GpuplanError, match="must be > 0"):
+            Gittins(first_gpu_s=first)
 
 
 def test_a_copy_keeps_the_policy_and_its_rule_one() -> None:

@@ -21,6 +21,7 @@ from mypy_extensions import i64, mypyc_attr
 
 from gpuplan.core.params import Param
 from gpuplan.core.policy import Policy, register_policy
+from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
 
 if TYPE_CHECKING:
@@ -458,10 +459,17 @@ class _Learned:
         return found
 
     def point(self, slot: JobSlot, now: float) -> int:
-        """The grid point at or below the job's attained GPU-time."""
+        """The grid point at or below the job's attained GPU-time: `_count_at_most` - 1, by a scan
+        from the bottom of the grid (it ascends: `Gittins` starts it above 0; most jobs attain a few
+        points, fewer steps than a bisect's five)."""
         x = attained_gpu_s(slot, now)
         if x != self.last_gpu_s:
-            self.last_point = _count_at_most(self.grid, x) - 1
+            grid = self.grid
+            k: i64 = 0
+            n: i64 = len(grid)
+            while k < n and not x < grid[k]:  # (bisect's comparison)
+                k += 1
+            self.last_point = k - 1
             self.last_gpu_s = x
         return self.last_point
 
@@ -531,6 +539,10 @@ class Gittins(PreemptivePolicy):
     learns = True
 
     def __init__(self, first_gpu_s: float = 600.0, levels: int = 24, min_samples: int = 10) -> None:
+        if not first_gpu_s > 0:
+            raise GpuplanError(
+                f"gittins: first grid point {first_gpu_s!r} GPU-s: must be > 0 (the grid doubles from it)"
+            )
         self.first_gpu_s = first_gpu_s
         self.levels = levels
         self.grid = [0.0, *(first_gpu_s * 2.0**k for k in range(levels))]
