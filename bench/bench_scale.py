@@ -101,11 +101,15 @@ def core_build() -> dict[str, object]:
 
 def _timed(jobs, cluster, policy: str, backfill: str, repeat: int = 1) -> float:  # type: ignore[no-untyped-def]
     """CPU seconds of one `simulate` run: the least of `repeat` runs (a ratio of 0.1 s runs moves by
-    +-0.3 between single runs on a shared machine)."""
+    +-0.3 between single runs on a shared machine), each after a full collection (else a run pays for
+    collecting what the runs before it left, and the process's other traces: +40 % on 0.1 s runs)."""
+    import gc
+
     from gpuplan.sim.engine import simulate
 
     best = math.inf
     for _ in range(repeat):
+        gc.collect()
         t0 = time.process_time()
         simulate(jobs, cluster, policy, backfill)
         best = min(best, time.process_time() - t0)

@@ -283,3 +283,21 @@ def test_first_fit_hint_picks_what_a_plain_scan_picks(ops: list[tuple[bool, int]
             state.release(held.pop(len(held) // 2), None)
         copy = state.copy()  # copies carry the hint and stay consistent
         assert hinted.find(copy, 2, None) == plain.find(copy, 2, None)
+
+
+def test_a_masked_view_lowers_the_idle_counts_for_find_and_leaves_the_state_as_it_was() -> None:
+    """`ClusterState.masked`: the placer sees only the GPUs the mask leaves; its first-fit hint moves on
+    the view's own, so the state's hint still finds the state's own first fit."""
+    from gpuplan.core.placement import get_placer
+    from gpuplan.core.state import ClusterState
+    from gpuplan.model import ClusterSpec, GpuSpec, NodeSpec
+
+    spec = ClusterSpec("3x4", tuple(NodeSpec(f"n{i}", 4, GpuSpec("A100-80GB", 80.0)) for i in range(3)))
+    state = ClusterState(spec)
+    state.place([0], None)  # node 0: 3 idle; nodes 1 and 2: 4
+    placer = get_placer("first-fit")
+    view = state.masked([0, 2, 4])  # the plan keeps node 0 and half of node 1
+    assert view.idle_total == 6
+    assert placer.find(view, 3, None) == [8, 9, 10]  # node 2: the first with 3 in the mask
+    assert placer.find(state, 3, None) == [1, 2, 3]  # node 0 for the state itself: its hint unmoved
+    assert state.node_idle == [3, 4, 4] and state.idle_total == 11 and state.gpu_njobs[0] == 1

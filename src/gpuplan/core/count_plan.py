@@ -167,11 +167,9 @@ class CountPlan:
             return sorted(
                 g for n, k in kept.items() for g in [x for x in s.state.node_gpus[n] if njobs[x] == 0][:k]
             )
-        masked = s.state.copy()
         allowed = set(nodes)
-        idle = masked.node_idle
-        masked.node_idle = [min(idle[n], w) if n in allowed else 0 for n, w in enumerate(window_min)]
-        masked.idle_total = sum(masked.node_idle)
+        idle = s.state.node_idle
+        masked = s.state.masked([min(idle[n], w) if n in allowed else 0 for n, w in enumerate(window_min)])
         gpus = s.placer.find(masked, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
         assert gpus is not None, "the count plan said the job fits now"
         return gpus

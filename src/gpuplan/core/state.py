@@ -89,11 +89,17 @@ class ClusterState:
         "suspended_n",
     )
 
-    def __init__(self, spec: ClusterSpec, copy_of: ClusterState | None = None) -> None:
+    def __init__(
+        self, spec: ClusterSpec, copy_of: ClusterState | None = None, idle_mask: list[int] | None = None
+    ) -> None:
         """The empty cluster of `spec`; `copy_of`: a copy of that state's bookings (what `copy` does:
-        the object is made by its constructor, as a compiled class must be)."""
+        the object is made by its constructor, as a compiled class must be), or with `idle_mask` a
+        view of them (what `masked` does)."""
         if copy_of is not None:
-            self._copy_bookings(copy_of)
+            if idle_mask is not None:
+                self._mask_of(copy_of, idle_mask)
+            else:
+                self._copy_bookings(copy_of)
             return
         self.spec = spec
         self.sharing = spec.sharing
@@ -431,7 +437,19 @@ class ClusterState:
         """A copy whose bookings are independent (the static layout is shared)."""
         return ClusterState(self.spec, copy_of=self)
 
-    def _copy_bookings(self, other: ClusterState) -> None:
+    def masked(self, node_idle: list[int]) -> ClusterState:
+        """A view for a placer's `find` with each node's idle count lowered to `node_idle` (a plan's
+        mask: the GPUs it may use now). Every booking is this state's own, shared, not copied (a
+        copy of the per-GPU lists per start was most of a conservative pass's copying): nothing may
+        change them through the view. It has its own first-fit hint, which `find` updates."""
+        return ClusterState(self.spec, copy_of=self, idle_mask=node_idle)
+
+    def _mask_of(self, other: ClusterState, node_idle: list[int]) -> None:
+        self._copy_bookings(other, share=True)
+        self.node_idle = node_idle
+        self.idle_total = sum(node_idle)
+
+    def _copy_bookings(self, other: ClusterState, share: bool = False) -> None:
         self.spec = other.spec
         self.sharing = other.sharing
         self.max_share = other.max_share
@@ -440,11 +458,24 @@ class ClusterState:
         self.node_gpus = other.node_gpus
         self.node_cap_gb = other.node_cap_gb
         self.min_cap_gb = other.min_cap_gb
+        self.ff_hint = other.ff_hint.copy()  # a view's too: `find` updates it
+        self.idle_total = other.idle_total
+        self.changed = None
+        if share:
+            self.gpu_free_gb = other.gpu_free_gb
+            self.gpu_njobs = other.gpu_njobs
+            self.node_idle = other.node_idle
+            self.offline = other.offline
+            self.external_gb = other.external_gb
+            self.suspended_gb = other.suspended_gb
+            self.suspended_n = other.suspended_n
+            self.node_cpu_free = other.node_cpu_free
+            self.node_mem_free = other.node_mem_free
+            self.gpu_free_share = other.gpu_free_share
+            return
         self.gpu_free_gb = other.gpu_free_gb.copy()
         self.gpu_njobs = other.gpu_njobs.copy()
         self.node_idle = other.node_idle.copy()
-        self.ff_hint = other.ff_hint.copy()
-        self.idle_total = other.idle_total
         self.offline = other.offline.copy()
         self.external_gb = other.external_gb.copy()
         self.suspended_gb = other.suspended_gb.copy()
@@ -452,7 +483,6 @@ class ClusterState:
         self.node_cpu_free = None if other.node_cpu_free is None else other.node_cpu_free.copy()
         self.node_mem_free = None if other.node_mem_free is None else other.node_mem_free.copy()
         self.gpu_free_share = None if other.gpu_free_share is None else other.gpu_free_share.copy()
-        self.changed = None
 
     def fragmentation(self) -> float:
         """Share of idle GPUs that sit on nodes which are partly busy (0 = every idle GPU on an empty node)."""
