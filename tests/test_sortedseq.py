@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from gpuplan.core.sortedseq import KeyedSeq, SortedSeq
+from gpuplan.core.sortedseq import KeyedSeq, SortedSeq, bisect_left_f, bisect_right_f
 
 
 def _check(seq: SortedSeq[tuple[float, int]], ref: list[tuple[float, int]], rng: random.Random) -> None:
@@ -102,3 +102,16 @@ def test_keyed_seq_keeps_the_order_of_sorted_tuples_of_key_handle_and_value(seed
         keyed.remove(1e9, -1)
     with pytest.raises(ValueError):
         KeyedSeq().remove(0.0, 0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_float_bisections_are_the_bisect_modules(seed: int) -> None:
+    """`bisect_left_f` and `bisect_right_f` (the compiled searches of the profile and gittins' tables)
+    answer what `bisect` answers, ties and both ends included."""
+    rng = random.Random(seed)
+    xs = sorted(float(rng.randint(0, 30)) for _ in range(rng.randint(0, 40)))
+    for x in [*xs, -1.0, 31.0, *(rng.uniform(-1, 31) for _ in range(20))]:
+        assert bisect_right_f(xs, x) == bisect.bisect_right(xs, x)
+        assert bisect_left_f(xs, x) == bisect.bisect_left(xs, x)
+        lo = rng.randint(0, len(xs))
+        assert bisect_left_f(xs, x, lo) == bisect.bisect_left(xs, x, lo)

@@ -21,6 +21,7 @@ from mypy_extensions import i64, mypyc_attr
 
 from gpuplan.core.params import Param
 from gpuplan.core.policy import Policy, register_policy
+from gpuplan.core.sortedseq import bisect_right_f
 from gpuplan.errors import GpuplanError
 from gpuplan.model import Job
 
@@ -333,7 +334,7 @@ def _table_of_sorted(s: list[float], grid: list[float]) -> list[float]:
     """`gittins_table` of sorted samples `s`. The samples below a service are counted (bisected) and
     summed (in sorted order, as a list of prefix sums would) once per grid point, not per pair."""
     n, g = len(s), len(grid)
-    pos = [_count_at_most(s, a) for a in grid]
+    pos = [bisect_right_f(s, a) for a in grid]
     below = _sums_below(s, [*pos, n])  # (the last: every sample's)
     top = s[-1] if n else 0.0
     out: list[float] = []
@@ -352,19 +353,6 @@ def _table_of_sorted(s: list[float], grid: list[float]) -> list[float]:
                         best = ratio
         out.append(best)
     return out
-
-
-def _count_at_most(s: list[float], x: float) -> int:
-    """bisect_right on a typed list: compiled, no call and no object comparison (machine ints)."""
-    lo: i64 = 0
-    hi: i64 = len(s)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if x < s[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def _sums_below(s: list[float], counts: list[int]) -> list[float]:
@@ -459,7 +447,7 @@ class _Learned:
         return found
 
     def point(self, slot: JobSlot, now: float) -> int:
-        """The grid point at or below the job's attained GPU-time: `_count_at_most` - 1, by a scan
+        """The grid point at or below the job's attained GPU-time: `bisect_right_f` - 1, by a scan
         from the bottom of the grid (it ascends: `Gittins` starts it above 0; most jobs attain a few
         points, fewer steps than a bisect's five)."""
         x = attained_gpu_s(slot, now)

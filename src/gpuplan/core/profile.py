@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from gpuplan.core.sortedseq import bisect_left_f, bisect_right_f
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 
@@ -36,32 +37,8 @@ _INF = math.inf
 _Steps = tuple[list[float], list[int]]  # breakpoints from now (times[0] == now) and free GPUs from each
 
 
-def _left(xs: list[float], x: float, lo: int = 0) -> int:
-    """`bisect.bisect_left` on a list of floats, compiled (no generic call, no object comparison)."""
-    hi = len(xs)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if xs[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _right(xs: list[float], x: float) -> int:
-    """`bisect.bisect_right` on a list of floats, compiled."""
-    lo, hi = 0, len(xs)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if x < xs[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def _order_index(order: list[tuple[float, int]], key: float, n: int) -> int:
-    """`bisect.bisect_left(order, (key, n))` on (key, node) pairs, comparing the numbers in C."""
+    """`bisect.bisectbisect_left_f(order, (key, n))` on (key, node) pairs, comparing the numbers in C."""
     lo, hi = 0, len(order)
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -75,7 +52,7 @@ def _order_index(order: list[tuple[float, int]], key: float, n: int) -> int:
 
 def _split(times: list[float], free: list[int], t: float) -> int:
     """Index of the breakpoint at t (>= times[0]), inserting one (the value before it) if needed."""
-    i = _left(times, t)
+    i = bisect_left_f(times, t)
     if i < len(times) and times[i] == t:
         return i
     times.insert(i, t)
@@ -159,7 +136,7 @@ class CountProfile:
         ends = self.ends
         for n, k in per_node.items():
             col = ends[n]
-            i = _left(col, end_s)
+            i = bisect_left_f(col, end_s)
             del col[i : i + k]
             self._touch(n)
 
@@ -176,7 +153,7 @@ class CountProfile:
         ends = self.ends
         for n, k in per_node.items():
             col = ends[n]
-            i = _right(col, end_s)
+            i = bisect_right_f(col, end_s)
             col[i:i] = [end_s] * k
             self._touch(n)
 
@@ -263,15 +240,15 @@ class CountProfile:
     def free_at(self, n: int, t: float, now: float) -> int:
         """Free GPUs of node n at time t (>= now)."""
         times, free = self.steps(n, now)
-        return free[_right(times, t) - 1]
+        return free[bisect_right_f(times, t) - 1]
 
     def window_min(self, n: int, t: float, d: float, now: float) -> int:
         """The fewest GPUs free on node n over a run from t (>= now) for d seconds (at t when d is 0)."""
         if n not in self.reserved_nodes and t == now:
             return self.state.node_idle[n]  # only gains GPUs from now on
         times, free = self.steps(n, now)
-        i = _right(times, t) - 1
-        j = _left(times, t + d, i + 1)
+        i = bisect_right_f(times, t) - 1
+        j = bisect_left_f(times, t + d, i + 1)
         return min(free[i:j]) if j > i + 1 else free[i]
 
     def earliest_on(self, n: int, g: int, d: float, now: float, bound: float = _INF) -> float:
@@ -292,12 +269,12 @@ class CountProfile:
             return t if t <= bound else _INF
         times, free = self.steps(n, now)
         rows = len(times)
-        starts = rows if bound == _INF else _right(times, bound)
+        starts = rows if bound == _INF else bisect_right_f(times, bound)
         floors = self._floors.get(n)
         if floors is None:
             floors = self._floors[n] = {}
         floor = floors.get(g)
-        i = 0 if floor is None else _left(times, floor)
+        i = 0 if floor is None else bisect_left_f(times, floor)
         while i < starts and free[i] < g:
             i += 1
         if i < rows:
@@ -321,7 +298,7 @@ class CountProfile:
         """The nodes whose GPUs hold `mem` per GPU (None: any), in node order, and the same as a set
         (None when every node does). Shared lists: do not change them."""
         caps = self._caps
-        i = 0 if mem is None else _left(caps, mem)
+        i = 0 if mem is None else bisect_left_f(caps, mem)
         cap = caps[i] if i < len(caps) else _INF  # the smallest capacity that holds it
         got = self._holding.get(cap)
         if got is None:

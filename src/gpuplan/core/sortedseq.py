@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["KeyedSeq", "SortedSeq"]
+from mypy_extensions import i64
+
+__all__ = ["KeyedSeq", "SortedSeq", "bisect_left_f", "bisect_right_f"]
 
 T = TypeVar("T", bound=tuple[Any, ...])
 V = TypeVar("V")
@@ -359,4 +361,30 @@ def _lower(keys: list[float], handles: list[int], key: float, handle: int) -> in
             lo = mid + 1
         else:
             hi = mid
+    return lo
+
+
+def bisect_left_f(xs: list[float], x: float, lo: i64 = 0) -> int:
+    """`bisect.bisect_left` on a list of floats, compiled: machine ints, the floats compared in C (the
+    bisect module's function is a generic call that compares objects)."""
+    hi: i64 = len(xs)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if xs[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def bisect_right_f(xs: list[float], x: float) -> int:
+    """`bisect.bisect_right` on a list of floats, compiled (as `bisect_left_f`)."""
+    lo: i64 = 0
+    hi: i64 = len(xs)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if x < xs[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
     return lo
