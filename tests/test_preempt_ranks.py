@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import heapq
+import inspect
 import itertools
 import random
 from collections.abc import Iterable
@@ -260,3 +261,27 @@ def test_the_change_heap_pops_in_heapqs_order(seed: int) -> None:
         popped.append((c.time_s, c.jid, c.stamp))
     assert popped == left
     assert len(twin) == len(left) + 1 and twin.pop().time_s == -1.0
+
+
+def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
+    """`JobRank.copy_for` (a forked scheduler's records): every field but the slot (and `moved`: a
+    fork settles first, so no copied record waits for `settle`); a field added later and not copied
+    fails here."""
+    from gpuplan.core.rankseq import JobRank
+
+    slot = JobSlot(7, Job("j7", 0.0, 1), 1, None, 100.0, False)
+    rec = JobRank(slot, 123, "suspend")
+    values: dict[str, object] = {
+        "level": 2.5, "stamp": 4, "due": 99.0, "shape": 3, "overhead": 1.5, "overhead_cost": "cost",
+        "start_level": 1.0, "waits": True,
+    }  # fmt: skip
+    for name, value in values.items():
+        setattr(rec, name, value)
+    rec.moved = True
+    twin = JobSlot(7, Job("j7", 0.0, 1), 1, None, 100.0, False)
+    new = rec.copy_for(twin)
+    assert new.slot is twin and new.jid == 7 and not new.moved
+    fields = {n for n, v in vars(JobRank).items() if inspect.isdatadescriptor(v) and not n.startswith("__")}
+    assert {"slot", "jid", "moved", *values, "order", "mode"} == fields  # compiled or source
+    assert {name: getattr(new, name) for name in values} == values
+    assert (new.order, new.mode) == (123, "suspend")

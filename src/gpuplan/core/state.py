@@ -445,11 +445,12 @@ class ClusterState:
         return ClusterState(self.spec, copy_of=self, idle_mask=node_idle)
 
     def _mask_of(self, other: ClusterState, node_idle: list[int]) -> None:
-        self._copy_bookings(other, share=True)
+        self._share_bookings(other)
         self.node_idle = node_idle
         self.idle_total = sum(node_idle)
 
-    def _copy_bookings(self, other: ClusterState, share: bool = False) -> None:
+    def _share_bookings(self, other: ClusterState) -> None:
+        """Every field `other`'s, shared, but the first-fit hint (a placer's `find` updates it)."""
         self.spec = other.spec
         self.sharing = other.sharing
         self.max_share = other.max_share
@@ -458,31 +459,36 @@ class ClusterState:
         self.node_gpus = other.node_gpus
         self.node_cap_gb = other.node_cap_gb
         self.min_cap_gb = other.min_cap_gb
-        self.ff_hint = other.ff_hint.copy()  # a view's too: `find` updates it
+        self.ff_hint = other.ff_hint.copy()
         self.idle_total = other.idle_total
         self.changed = None
-        if share:
-            self.gpu_free_gb = other.gpu_free_gb
-            self.gpu_njobs = other.gpu_njobs
-            self.node_idle = other.node_idle
-            self.offline = other.offline
-            self.external_gb = other.external_gb
-            self.suspended_gb = other.suspended_gb
-            self.suspended_n = other.suspended_n
-            self.node_cpu_free = other.node_cpu_free
-            self.node_mem_free = other.node_mem_free
-            self.gpu_free_share = other.gpu_free_share
-            return
-        self.gpu_free_gb = other.gpu_free_gb.copy()
-        self.gpu_njobs = other.gpu_njobs.copy()
-        self.node_idle = other.node_idle.copy()
-        self.offline = other.offline.copy()
-        self.external_gb = other.external_gb.copy()
-        self.suspended_gb = other.suspended_gb.copy()
-        self.suspended_n = other.suspended_n.copy()
-        self.node_cpu_free = None if other.node_cpu_free is None else other.node_cpu_free.copy()
-        self.node_mem_free = None if other.node_mem_free is None else other.node_mem_free.copy()
-        self.gpu_free_share = None if other.gpu_free_share is None else other.gpu_free_share.copy()
+        self.gpu_free_gb = other.gpu_free_gb
+        self.gpu_njobs = other.gpu_njobs
+        self.node_idle = other.node_idle
+        self.offline = other.offline
+        self.external_gb = other.external_gb
+        self.suspended_gb = other.suspended_gb
+        self.suspended_n = other.suspended_n
+        self.node_cpu_free = other.node_cpu_free
+        self.node_mem_free = other.node_mem_free
+        self.gpu_free_share = other.gpu_free_share
+
+    def _copy_bookings(self, other: ClusterState) -> None:
+        """`_share_bookings`, then a copy of every booking (the static layout stays shared)."""
+        self._share_bookings(other)
+        self.gpu_free_gb = self.gpu_free_gb.copy()
+        self.gpu_njobs = self.gpu_njobs.copy()
+        self.node_idle = self.node_idle.copy()
+        self.offline = self.offline.copy()
+        self.external_gb = self.external_gb.copy()
+        self.suspended_gb = self.suspended_gb.copy()
+        self.suspended_n = self.suspended_n.copy()
+        if self.node_cpu_free is not None:
+            self.node_cpu_free = self.node_cpu_free.copy()
+        if self.node_mem_free is not None:
+            self.node_mem_free = self.node_mem_free.copy()
+        if self.gpu_free_share is not None:
+            self.gpu_free_share = self.gpu_free_share.copy()
 
     def fragmentation(self) -> float:
         """Share of idle GPUs that sit on nodes which are partly busy (0 = every idle GPU on an empty node)."""
