@@ -25,7 +25,7 @@ before. The pass asks again when a lease that held a preemption back ends (`next
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
@@ -34,7 +34,7 @@ from mypy_extensions import mypyc_attr
 from gpuplan.core.placement import Placer
 from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
-from gpuplan.core.rankseq import RankedSeq
+from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot, Started
 from gpuplan.model import Job
@@ -421,8 +421,8 @@ class PreemptiveQueue:
         memo = not state.sharing
         waiting = r.waiting
         # read from the live queue (no copy), so rebuilt from the cursor whenever the pass changes it;
-        # `pending`: the entry a jump landed on, taken before the iterator's next
-        entries: Iterator[Entry] = iter(waiting)
+        # `pending`: the entry a jump landed on, taken before the cursor's next
+        entries: Cursor = waiting.cursor()
         pending: Entry | None = None
         rank, known = -1, True  # the current entry's rank in `waiting`, while no change made it unknown
         heads: dict[object, Entry | None] = {}  # `Ranks.next_open`'s answers, while the queue stands
@@ -436,7 +436,7 @@ class PreemptiveQueue:
             examined += 1
             entry = pending
             if entry is None:
-                entry = next(entries, None)
+                entry = entries.next()
                 if entry is None:
                     break
                 rank += 1
@@ -462,7 +462,7 @@ class PreemptiveQueue:
                 at = waiting.rank(nxt.level, nxt.order, False)
                 examined += at - (rank + 1 if known else waiting.rank(level, order, True))
                 rank, known = at, True
-                pending, entries = nxt, waiting.iter_after(nxt.level, nxt.order)
+                pending, entries = nxt, waiting.cursor_after(nxt.level, nxt.order)
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
@@ -488,7 +488,7 @@ class PreemptiveQueue:
                     if level < worst:
                         evict = _evict_rule
                         gpus = (
-                            self._evict_for(slot, now, out.preempted, preempted)
+                            self._evict(entry, now, out.preempted, preempted, placer, cost)
                             if evict is _EVICT_FOR
                             else evict(self, slot, now, out.preempted, preempted)
                         )
@@ -502,7 +502,7 @@ class PreemptiveQueue:
                     failed.clear()
                     fits_failed.clear()
                     n_preempted = len(out.preempted)
-                entries = waiting.iter_after(level, order)
+                entries = waiting.cursor_after(level, order)
                 heads.clear()
                 known = False
                 full = _full(state)
@@ -557,8 +557,21 @@ class PreemptiveQueue:
         On an exclusive cluster without suspended jobs, victims are only counted (`VictimTally`) until
         their GPUs could host the job (enough idle in all, and on one node unless it may span), and
         only then released and the placer asked: the placer answers None while they could not."""
+        sched = self.sched
+        return self._evict(self._r.rec[slot.jid], now, out, preempted, sched.placer, sched.preemption_cost)
+
+    def _evict(
+        self,
+        by: JobRank,
+        now: float,
+        out: list[Preempted],
+        preempted: set[int],
+        placer: Placer,
+        cost: PreemptionCost,
+    ) -> list[int] | tuple[int, ...] | None:
+        """`_evict_for` of the job whose record is `by`, with the pass's placer and cost model."""
         r, sched, state = self._r, self.sched, self.state
-        placer, cost = sched.placer, sched.preemption_cost
+        slot = by.slot
         released: list[JobRank] = []
         applied = 0  # released[:applied] are released in `state`; the rest only counted
         tally: VictimTally | None = (
@@ -566,12 +579,10 @@ class PreemptiveQueue:
             if not state.sharing and not state.suspended_n and slot.gpus > 0
             else None
         )
-        lease_free = r.lease_free(r.rec[slot.jid], cost)  # else `leased` comes down to `lease_binds`
+        lease_free = r.lease_free(by, cost)  # else `leased` comes down to `lease_binds`
         gpus: list[int] | tuple[int, ...] | None = None
         level = slot.level
-        for victim in r.running.reversed_items():
-            if victim.level <= level:
-                break
+        for victim in r.running.above(level):
             mode = victim.mode
             if mode == "never" or (not lease_free and r.lease_binds(victim, level, now, cost)):
                 continue
@@ -582,21 +593,25 @@ class PreemptiveQueue:
                 tally = VictimTally(state, slot)  # counts from the state once the counted ones are released
             else:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
-            for rv in released[applied:]:
+            while applied < len(released):
+                rv = released[applied]
+                applied += 1
                 v = rv.slot
                 state.release(v.alloc, v.mem_gb, v.need)
                 if rv.mode == "suspend":
                     state.hold_suspended(v.alloc, v.mem_gb)
-            applied = len(released)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
                 gpus = _find_gpus(state, placer, slot)
                 if gpus is not None:
                     break
-        taken = set(gpus or ())
+        if not applied:
+            return None  # nothing was released: nothing to undo
+        taken: set[int] = set(gpus) if gpus is not None else set()
         # a victim in the way stays released on an exclusive cluster (the Scheduler is told so); on a
         # sharing one every victim is undone and preempted anew (memory sums in the same order)
         keep = gpus is not None and not state.sharing
-        for rv in released[:applied]:  # undo: every victim when nothing fits, else those not in the way
+        for k in range(applied):  # undo: every victim when nothing fits, else those not in the way
+            rv = released[k]
             v = rv.slot
             if keep and _overlaps(taken, v.alloc):
                 continue
@@ -679,25 +694,29 @@ class VictimTally:
         self.need = slot.gpus
         self.spans = slot.may_span
         self.total = state.idle_total  # idle GPUs once every counted victim is released
-        self.dec: dict[int, int] = {}  # GPU -> counted victims on it
-        self.gain: dict[int, int] = {}  # node -> GPUs the counted victims free there
+        self.dec: dict[int, int] = {}  # GPU -> counted victims on it (a GPU with several holders)
+        self.gain = [0] * len(state.node_idle)  # node -> GPUs the counted victims free there
 
     def add(self, alloc: tuple[int, ...]) -> bool:
         """Count one more victim; whether the job may fit once every counted victim is released."""
-        njobs, dec, gain = self.njobs, self.dec, self.gain
+        njobs, gain, node_of, node_idle = self.njobs, self.gain, self.node_of, self.node_idle
+        need, total = self.need, self.total
         fits = False
         for g in alloc:
             held = njobs[g]
             if held == 1:
                 d = 1  # its only occupant (no other victim can share it)
             else:
+                dec = self.dec
                 d = dec[g] = dec.get(g, 0) + 1
             if held == d:  # no other occupant: idle once released
-                n = self.node_of[g]
-                k = gain[n] = gain.get(n, 0) + 1
-                self.total += 1
-                if self.node_idle[n] + k >= self.need:
+                n = node_of[g]
+                k = gain[n] + 1
+                gain[n] = k
+                total += 1
+                if node_idle[n] + k >= need:
                     fits = True
-        if self.total < self.need:
+        self.total = total
+        if total < need:
             return False
         return fits or self.spans

@@ -11,7 +11,7 @@ from typing import Final, final
 
 from gpuplan.core.view import JobSlot
 
-__all__ = ["Entry", "JobRank", "RankedSeq", "ranked_before"]
+__all__ = ["Cursor", "Entry", "JobRank", "RankedSeq", "ranked_before"]
 
 _INF: Final = math.inf
 _chain_all: Final = chain.from_iterable
@@ -209,13 +209,34 @@ class RankedSeq:
             pos += 1
             i = 0
 
-    def reversed_items(self) -> Iterator[JobRank]:
-        """The records in descending order."""
+    def cursor(self) -> Cursor:
+        """A cursor at the first record (`Cursor`)."""
+        return Cursor(self._lists, 0, 0)
+
+    def cursor_after(self, level: float, order: int) -> Cursor:
+        """A cursor at the first record after (`level`, `order`)."""
+        maxes = self._maxes
+        pos = _upper(maxes, level, order)
+        if pos == len(maxes):
+            return Cursor(self._lists, pos, 0)
+        return Cursor(self._lists, pos, _upper(self._lists[pos], level, order))
+
+    def above(self, level: float) -> list[JobRank]:
+        """The records of a level above `level`, the highest first."""
+        out: list[JobRank] = []
         lists = self._lists
-        for k in range(len(lists) - 1, -1, -1):
+        k = len(lists) - 1
+        while k >= 0:
             chunk = lists[k]
-            for i in range(len(chunk) - 1, -1, -1):
-                yield chunk[i]
+            i = len(chunk) - 1
+            while i >= 0:
+                item = chunk[i]
+                if item.level <= level:
+                    return out
+                out.append(item)
+                i -= 1
+            k -= 1
+        return out
 
     def rank(self, level: float, order: int, upper: bool) -> int:
         """How many records come before (`level`, `order`); `upper`: or are at it."""
@@ -236,6 +257,34 @@ class RankedSeq:
         new._maxes = [chunk[-1] for chunk in new._lists]
         new._len = self._len
         return new
+
+
+@final
+class Cursor:
+    """A walk over a `RankedSeq` in order, one record per `next`, read from the sequence as it goes (a
+    native method call, where `next()` on a generator is a generic one). The sequence must not change
+    while it is used."""
+
+    __slots__ = ("i", "lists", "pos")
+
+    def __init__(self, lists: list[list[JobRank]], pos: int, i: int) -> None:
+        self.lists = lists
+        self.pos = pos
+        self.i = i
+
+    def next(self) -> JobRank | None:
+        """The next record, or None past the last."""
+        lists = self.lists
+        pos, i = self.pos, self.i
+        while pos < len(lists):
+            chunk = lists[pos]
+            if i < len(chunk):
+                self.pos, self.i = pos, i + 1
+                return chunk[i]
+            pos += 1
+            i = 0
+        self.pos, self.i = pos, 0
+        return None
 
 
 def _lower(items: list[JobRank], level: float, order: int) -> int:
