@@ -235,7 +235,7 @@ def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed:
 @pytest.mark.parametrize("seed", range(10))
 def test_the_change_heap_pops_in_heapqs_order(seed: int) -> None:
     """`ChangeHeap` against heapq over (time, jid, stamp) tuples: pushes and pops mixed, times with ties,
-    and a copy that goes its own way."""
+    and a copy (`mapped`) that goes its own way."""
     rng = random.Random(seed)
     heap, plain = ChangeHeap(), list[tuple[float, int, int]]()
     stamps: dict[int, int] = {}
@@ -253,7 +253,7 @@ def test_the_change_heap_pops_in_heapqs_order(seed: int) -> None:
         if plain:
             first = heap.first()
             assert (first.time_s, first.jid, first.stamp) == plain[0]
-    twin, left = heap.copy(), sorted(plain)
+    twin, left = heap.mapped({}), sorted(plain)
     twin.push(-1.0, 99, 1)  # the copy's push leaves the original as it was
     popped = []
     while heap:

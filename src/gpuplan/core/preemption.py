@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, NamedTuple, Protocol
+from typing import Final, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -36,7 +36,7 @@ from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
-from gpuplan.core.view import JobSlot, Started
+from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
 __all__ = [
@@ -202,39 +202,30 @@ class Decisions:
         )
 
 
-class PreemptingScheduler(Protocol):
-    """What the preemptive pass needs of its scheduler (core/scheduler.py's `Scheduler` is one): some
-    of the read-only view (`SchedulerView`, a base class, so this protocol names those members
-    itself), plus starting a waiting job and preempting a running one, and what a preemption costs
-    (the lease it gives a started job)."""
+class PreemptingScheduler(SchedulerView):
+    """What the preemptive pass needs of its scheduler: the read-only view (`SchedulerView`), plus
+    starting a waiting job and preempting a running one, and what a preemption costs (the lease it
+    gives a started job). A base class that core/scheduler.py's `Scheduler` subclasses, not a
+    Protocol: the compiled pass then reads and calls these members natively, where a Protocol's
+    are looked up by name at every use (several per pass, and at every clock stop). Every method here
+    raises NotImplementedError; a subclass implements them all and sets `preemption_cost`."""
 
     preemption_cost: PreemptionCost
-
-    @property
-    def state(self) -> ClusterState:
-        """The live cluster (`SchedulerView.state`)."""
-
-    @property
-    def placer(self) -> Placer: ...
-
-    @property
-    def version(self) -> int:
-        """Bumped by every change (`SchedulerView.version`)."""
-
-    def slot(self, jid: int) -> JobSlot:
-        """The record of a waiting or running job (KeyError when unknown)."""
 
     def start_waiting(
         self, slot: JobSlot, gpu_ids: list[int] | tuple[int, ...], now: float, started: list[Started]
     ) -> None:
         """Start a waiting job on `gpu_ids` and take it out of the queue."""
+        raise NotImplementedError
 
     def preempt(self, jid: int, now: float, released: bool = False) -> Preempted:
         """Take a running job's GPUs by its preempt mode; it waits again (`released`: the pass has
         already released its GPUs in the state, and held its memory if it is suspended)."""
+        raise NotImplementedError
 
     def note_change(self) -> None:
         """Bump `version`: the pass changed live state (ranks, a suspended job's memory)."""
+        raise NotImplementedError
 
 
 class PreemptiveQueue:
@@ -323,11 +314,11 @@ class PreemptiveQueue:
             quiet = False
         if wakes and wakes[0] <= now + 1e-9:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
-        ch, recs = r.changes, r.rec
+        ch = r.changes
         moved = False
         while ch and ch.first().time_s <= now:
             change = ch.pop()
-            rec = recs.get(change.jid)
+            rec = change.rec
             if rec is not None and rec.stamp == change.stamp:
                 rec.due = _INF  # popped: `plan_change` queues its next one
                 slot = rec.slot

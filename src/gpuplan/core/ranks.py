@@ -49,29 +49,28 @@ class Cost(Protocol):
 
 @final
 class Change:
-    """A queued level change: when, whose, and the job's stamp when it was queued (a compiled class)."""
+    """A queued level change: when, whose (its handle and record), and the record's stamp when it was
+    queued (a compiled class). Stale once the record's stamp moved on (`Ranks.forget` moves it too)."""
 
-    __slots__ = ("jid", "stamp", "time_s")
+    __slots__ = ("jid", "rec", "stamp", "time_s")
 
-    def __init__(self, time_s: float, jid: int, stamp: int) -> None:
+    def __init__(self, time_s: float, jid: int, stamp: int, rec: JobRank | None) -> None:
         self.time_s = time_s
         self.jid = jid
         self.stamp = stamp
+        self.rec = rec
 
-
-def _change_before(a: Change, b: Change) -> bool:
-    """(time, jid, stamp) order, as tuples compare (no two changes share all three)."""
-    if a.time_s != b.time_s:
-        return a.time_s < b.time_s
-    if a.jid != b.jid:
-        return a.jid < b.jid
-    return a.stamp < b.stamp
+    def holds(self) -> bool:
+        """Whether it is still its job's queued change."""
+        rec = self.rec
+        return rec is not None and rec.stamp == self.stamp
 
 
 @final
 class ChangeHeap:
     """The queued level changes: a binary heap in (time, jid, stamp) order that compares numbers in C
-    (heapq over tuples compared them through Python's generic comparison); it pops in heapq's order."""
+    (heapq over tuples compared them through Python's generic comparison); it pops in heapq's order.
+    The comparison is written out in `push` and `pop` (a call per comparison cost as much again)."""
 
     def __init__(self) -> None:
         self.items: list[Change] = []
@@ -86,16 +85,17 @@ class ChangeHeap:
         """The earliest change (IndexError when empty)."""
         return self.items[0]
 
-    def push(self, time_s: float, jid: int, stamp: int) -> None:
-        new = Change(time_s, jid, stamp)
+    def push(self, time_s: float, jid: int, stamp: int, rec: JobRank | None = None) -> None:
+        new = Change(time_s, jid, stamp, rec)
         items = self.items
         items.append(new)
         i = len(items) - 1
         while i > 0:
             parent = (i - 1) >> 1
             up = items[parent]
-            if not _change_before(new, up):
-                break
+            t = up.time_s
+            if t < time_s or (t == time_s and (up.jid < jid or (up.jid == jid and up.stamp < stamp))):
+                break  # the parent comes first
             items[i] = up
             i = parent
         items[i] = new
@@ -107,25 +107,35 @@ class ChangeHeap:
         last = items.pop()
         n = len(items)
         if n:
+            lt, lj, ls = last.time_s, last.jid, last.stamp
             i = 0
             while True:
                 child = 2 * i + 1
                 if child >= n:
                     break
                 down = items[child]
-                if child + 1 < n and _change_before(items[child + 1], down):
-                    child += 1
-                    down = items[child]
-                if _change_before(last, down):
-                    break
+                if child + 1 < n:
+                    other = items[child + 1]
+                    t, o = down.time_s, other.time_s
+                    if o < t or (
+                        o == t
+                        and (other.jid < down.jid or (other.jid == down.jid and other.stamp < down.stamp))
+                    ):
+                        child += 1
+                        down = other
+                t = down.time_s
+                if lt < t or (lt == t and (lj < down.jid or (lj == down.jid and ls < down.stamp))):
+                    break  # the last entry comes before the earlier child
                 items[i] = down
                 i = child
             items[i] = last
         return first
 
-    def copy(self) -> ChangeHeap:
+    def mapped(self, fresh: dict[int, JobRank]) -> ChangeHeap:
+        """A copy whose changes name `fresh[jid]` (a forked queue's own records; a change of a job not
+        there is stale, as it was)."""
         new = ChangeHeap()
-        new.items = list(self.items)  # the changes themselves are never changed
+        new.items = [Change(c.time_s, c.jid, c.stamp, fresh.get(c.jid)) for c in self.items]
         return new
 
 
@@ -245,6 +255,7 @@ class Ranks:
         if rec is None:
             return
         del self.rec[jid]
+        rec.stamp += 1  # its queued change is stale
         keys = self.keys
         if keys is not None:
             keys.remove(rec.slot.key)
@@ -264,7 +275,7 @@ class Ranks:
         new.waiting = self.waiting.mapped(fresh)
         new.running = self.running.mapped(fresh)
         new.by_shape = {shape: same.mapped(fresh) for shape, same in self.by_shape.items()}
-        new.changes = self.changes.copy()
+        new.changes = self.changes.mapped(fresh)
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
         new.shape_ids = dict(self.shape_ids)
         new.wakes = list(self.wakes)
@@ -319,11 +330,9 @@ class Ranks:
     def next_change_s(self) -> float:
         """`PreemptiveQueue.next_change_s`: the first queued change whose stamp holds (stale ones are
         dropped), or the first lease end."""
-        ch, rec = self.changes, self.rec
+        ch = self.changes
         while ch:
-            first = ch.first()
-            got = rec.get(first.jid)
-            if got is not None and got.stamp == first.stamp:
+            if ch.first().holds():
                 break
             ch.pop()
         nxt = ch.first().time_s if ch else _INF
@@ -360,7 +369,7 @@ class Ranks:
         rec.stamp += 1
         rec.due = t
         if t < _INF:
-            self.changes.push(t, rec.jid, rec.stamp)
+            self.changes.push(t, rec.jid, rec.stamp, rec)
 
     def move_running(self, rec: JobRank, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`

@@ -20,7 +20,14 @@ from gpuplan.core.booking import fits_empty_cluster, never_fits_message
 from gpuplan.core.fairshare import FairQueue, UsageLedger
 from gpuplan.core.placement import Placer, get_placer
 from gpuplan.core.policies import Policy, get_policy
-from gpuplan.core.preemption import Decisions, Preempted, PreemptionCost, PreemptiveQueue, new_preempted
+from gpuplan.core.preemption import (
+    Decisions,
+    Preempted,
+    PreemptingScheduler,
+    PreemptionCost,
+    PreemptiveQueue,
+    new_preempted,
+)
 from gpuplan.core.preemptive import LevelRule, PolicyLevels
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
@@ -41,7 +48,7 @@ _LAST: Final = itemgetter(-1)
 _SECOND_LAST: Final = itemgetter(-2)
 
 
-class Scheduler(SchedulerView):
+class Scheduler(PreemptingScheduler):
     """Decides which waiting jobs start now and on which GPUs.
 
     Jobs are known by an integer handle `jid` chosen by the caller (the simulator uses trace order).
