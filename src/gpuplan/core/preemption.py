@@ -35,7 +35,7 @@ from gpuplan.core.placement import Placer
 from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
-from gpuplan.core.state import ClusterState
+from gpuplan.core.state import ClusterState, Need
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
@@ -179,6 +179,61 @@ def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
 
 # a module attribute read at each call, also compiled, so a test can put the plain rule in its place
 _fit_key: Callable[[JobSlot, float], object] = _fit_key_of
+_FIT_KEY: Final[Callable[[JobSlot, float], object]] = _fit_key_of
+
+
+class FitMemo:
+    """The fit keys (`_fit_key_of`) of jobs that failed in a pass: kept as the key's fields and compared
+    natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
+    in `_fit_key`'s place go in a set."""
+
+    __slots__ = ("gpus", "mems", "needs", "other", "spans")
+
+    def __init__(self) -> None:
+        self.gpus: list[int] = []
+        self.mems: list[float] = []  # -1.0: memory every GPU has (the key's None)
+        self.spans: list[bool] = []
+        self.needs: list[Need | None] = []
+        self.other: set[object] = set()
+
+    def __bool__(self) -> bool:
+        return len(self.gpus) > 0 or len(self.other) > 0
+
+    def clear(self) -> None:
+        self.gpus.clear()
+        self.mems.clear()
+        self.spans.clear()
+        self.needs.clear()
+        self.other.clear()
+
+    def add(self, slot: JobSlot, min_cap_gb: float) -> None:
+        rule = _fit_key
+        if rule is not _FIT_KEY:
+            self.other.add(rule(slot, min_cap_gb))
+        elif not self.has(slot, min_cap_gb):
+            self.gpus.append(slot.gpus)
+            self.mems.append(_fit_mem(slot, min_cap_gb))
+            self.spans.append(slot.may_span)
+            self.needs.append(slot.need)
+
+    def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
+        """Whether a job of `slot`'s fit key failed."""
+        rule = _fit_key
+        if rule is not _FIT_KEY:
+            return rule(slot, min_cap_gb) in self.other
+        gpus, mem, spans, need = slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need
+        for i in range(len(self.gpus)):
+            if self.gpus[i] == gpus and self.mems[i] == mem and self.spans[i] == spans:
+                other = self.needs[i]
+                if other is need or other == need:
+                    return True
+        return False
+
+
+def _fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
+    """The memory in `slot`'s fit key: -1.0 for memory every GPU has (None in `_fit_key_of`)."""
+    mem = slot.mem_gb
+    return -1.0 if mem is None or mem <= min_cap_gb else mem
 
 
 class Decisions:
@@ -242,6 +297,7 @@ class PreemptiveQueue:
         self._r = Ranks(self.state, policy.endless_levels)
         self.waiting: RankedSeq = self._r.waiting
         self.running: RankedSeq = self._r.running
+        self._tally: VictimTally | None = None
 
     def fork(self, sched: PreemptingScheduler, policy: LevelRule) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -407,7 +463,7 @@ class PreemptiveQueue:
         # the same for jobs that differ only in memory the placer does not look at (`_fit_key`): while
         # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
         # key that no lease can bind fails alike (its victims are among those of the job that failed)
-        fits_failed: set[object] = set()
+        fits_failed = FitMemo()
         min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = r.waiting
@@ -437,7 +493,7 @@ class PreemptiveQueue:
             level, order = entry.level, entry.order
             if full and level >= worst:
                 break
-            if entry.jid in preempted:
+            if preempted and entry.jid in preempted:
                 continue
             slot = entry.slot
             if (
@@ -457,14 +513,9 @@ class PreemptiveQueue:
                 continue
             gpus: list[int] | tuple[int, ...] | None
             resumed = bool(slot.suspended_on)
-            if (
-                fits_failed
-                and not resumed
-                and _fit_key(slot, min_cap) in fits_failed
-                and r.lease_free(entry, cost)
-            ):
+            if fits_failed and not resumed and r.lease_free(entry, cost) and fits_failed.has(slot, min_cap):
                 failed.add(r.shape_of(entry))  # as its own try would
-                if r.all_fail(failed, level, worst, full):
+                if r.all_fail(failed, level, order, worst, full):
                     break
                 continue
             r.lease_held = False
@@ -501,8 +552,8 @@ class PreemptiveQueue:
             elif memo and not resumed and not r.lease_held:  # a lease binds this job only
                 failed.add(r.shape_of(entry))
                 if not state.suspended_n and not r.suspend_running:
-                    fits_failed.add(_fit_key(slot, min_cap))
-                if r.all_fail(failed, level, worst, full):
+                    fits_failed.add(slot, min_cap)
+                if r.all_fail(failed, level, order, worst, full):
                     break  # every job it could still reach fails alike: none starts in this pass
         return out
 
@@ -551,6 +602,14 @@ class PreemptiveQueue:
         sched = self.sched
         return self._evict(self._r.rec[slot.jid], now, out, preempted, sched.placer, sched.preemption_cost)
 
+    def _tally_for(self, slot: JobSlot) -> VictimTally:
+        """The queue's one `VictimTally`, counting from nothing for `slot`."""
+        tally = self._tally
+        if tally is None:
+            tally = self._tally = VictimTally(self.state, slot)
+            return tally
+        return tally.restart(self.state, slot)
+
     def _evict(
         self,
         by: JobRank,
@@ -566,9 +625,7 @@ class PreemptiveQueue:
         released: list[JobRank] = []
         applied = 0  # released[:applied] are released in `state`; the rest only counted
         tally: VictimTally | None = (
-            VictimTally(state, slot)
-            if not state.sharing and not state.suspended_n and slot.gpus > 0
-            else None
+            self._tally_for(slot) if not state.sharing and not state.suspended_n and slot.gpus > 0 else None
         )
         lease_free = r.lease_free(by, cost)  # else `leased` comes down to `lease_binds`
         gpus: list[int] | tuple[int, ...] | None = None
@@ -581,7 +638,7 @@ class PreemptiveQueue:
             if tally is not None and mode != "suspend":
                 if not tally.add(victim.slot.alloc):
                     continue  # the placer cannot place it yet
-                tally = VictimTally(state, slot)  # counts from the state once the counted ones are released
+                tally.restart(state, slot)  # counts from the state once the counted ones are released
             else:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
             while applied < len(released):
@@ -678,15 +735,30 @@ class VictimTally:
     them: `add` says whether the job could then be placed (a placer finds GPUs for a job of n GPUs only
     where n are idle: in all when it may span nodes, else on one node)."""
 
-    __slots__ = ("dec", "gain", "need", "njobs", "node_idle", "node_of", "spans", "total")
+    __slots__ = ("dec", "gain", "need", "njobs", "node_idle", "node_of", "spans", "total", "touched")
 
     def __init__(self, state: ClusterState, slot: JobSlot) -> None:
+        self.dec: dict[int, int] = {}  # GPU -> counted victims on it (a GPU with several holders)
+        self.gain = [0] * len(state.node_idle)  # node -> GPUs the counted victims free there
+        self.touched: list[int] = []  # the nodes whose gain is not 0
+        self.restart(state, slot)
+
+    def restart(self, state: ClusterState, slot: JobSlot) -> VictimTally:
+        """Count again from nothing, for `slot` on `state` as it is now (a pass keeps one tally)."""
         self.njobs, self.node_of, self.node_idle = state.gpu_njobs, state.gpu_node, state.node_idle
         self.need = slot.gpus
         self.spans = slot.may_span
         self.total = state.idle_total  # idle GPUs once every counted victim is released
-        self.dec: dict[int, int] = {}  # GPU -> counted victims on it (a GPU with several holders)
-        self.gain = [0] * len(state.node_idle)  # node -> GPUs the counted victims free there
+        if self.dec:
+            self.dec.clear()
+        gain = self.gain
+        if len(gain) != len(state.node_idle):
+            self.gain = [0] * len(state.node_idle)
+        else:
+            for n in self.touched:
+                gain[n] = 0
+        self.touched.clear()
+        return self
 
     def add(self, alloc: tuple[int, ...]) -> bool:
         """Count one more victim; whether the job may fit once every counted victim is released."""
@@ -704,6 +776,8 @@ class VictimTally:
                 n = node_of[g]
                 k = gain[n] + 1
                 gain[n] = k
+                if k == 1:
+                    self.touched.append(n)
                 total += 1
                 if node_idle[n] + k >= need:
                     fits = True
