@@ -295,6 +295,7 @@ class PreemptiveQueue:
         self.policy = policy
         self.state: ClusterState = sched.state  # the scheduler's, for its life
         self._r = Ranks(self.state, policy.endless_levels)
+        self._r.rule, self._r.source = policy, self
         self.waiting: RankedSeq = self._r.waiting
         self.running: RankedSeq = self._r.running
         self._tally: VictimTally | None = None
@@ -303,6 +304,7 @@ class PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
         new._r = self._r.copy(new.state, {jid: sched.slot(jid) for jid in self._r.rec})
+        new._r.rule, new._r.source = policy, new
         new.waiting, new.running = new._r.waiting, new._r.running
         return new
 
@@ -345,6 +347,11 @@ class PreemptiveQueue:
         once per job and cost model."""
         return self._r.restart_costs(self._r.record(slot), self.sched.preemption_cost)
 
+    def catch_up(self) -> None:
+        """Make every running job's level current as of the last pass (`Ranks.catch_up`): what a reader
+        of `JobSlot.level` outside the pass calls first."""
+        self._r.settle()
+
     def next_change_s(self) -> float:
         """The next instant a level may change (the clock calls `decide` again then)."""
         return self._r.next_change_s()
@@ -359,10 +366,16 @@ class PreemptiveQueue:
 
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was
-        one no pass can act on (`_quiet_move`): a running job whose level, before and after, is at most
-        every waiting job's (it can be nobody's victim, and the highest running level matters only
-        above them), or whose level rose past no waiting job's."""
+        one no pass can act on (`Ranks.quiet_move`): a running job whose level, before and after, is at
+        most every waiting job's (it can be nobody's victim, and the highest running level matters only
+        above them), or whose level rose past no waiting job's.
+
+        Waiting jobs move at once. A running job's change is made now only when the pass may be
+        skipped (the last pass decided nothing and nothing else changed since: its verdict needs every
+        change); otherwise the pass runs anyway, and the change is left for the first reader of running
+        levels (`Ranks.catch_up`, at this instant)."""
         r, policy, sched = self._r, self.policy, self.sched
+        r.now = now
         quiet = True
         wakes = r.wakes
         while wakes and wakes[0] <= now:  # a lease that held a preemption back ended
@@ -370,7 +383,7 @@ class PreemptiveQueue:
             quiet = False
         if wakes and wakes[0] <= now + 1e-9:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
-        ch = r.changes
+        ch = r.wait_changes
         moved = False
         while ch and ch.first().time_s <= now:
             change = ch.pop()
@@ -378,15 +391,17 @@ class PreemptiveQueue:
             if rec is not None and rec.stamp == change.stamp:
                 rec.due = _INF  # popped: `plan_change` queues its next one
                 slot = rec.slot
-                before = slot.level
-                if slot.start_s is not None:
-                    r.move_running(rec, now, policy, self)
-                else:
-                    r.leave(slot)
-                    r.enter(slot, now, policy, self)
+                r.leave(slot)
+                r.enter(slot, now, policy, self)
                 moved = True
-                if quiet:
-                    quiet = slot.start_s is not None and _quiet_move(r, before, slot.level)
+                quiet = False
+        if r.running_due(now):
+            moved = True
+            if r.settled == sched.version:  # the verdict may skip the pass: it needs every change
+                if not r.catch_up():
+                    quiet = False
+            else:
+                quiet = False  # the pass runs (a quiet answer skips it only while settled)
         if moved:
             sched.note_change()  # ranks moved: a view of the queue is stale
         return quiet
@@ -399,6 +414,7 @@ class PreemptiveQueue:
         stands (`Ranks.plan_change`); the others move (a running one's place when a pass reads the
         running order, `Ranks.settle`, as at any level change)."""
         r, policy = self._r, self.policy
+        r.catch_up()  # running levels as of the last pass first (as a move at each change left them)
         todo = [rec for rec in r.waiting if policy.reranks(rec.slot)]
         todo.extend([rec for rec in r.running if policy.reranks(rec.slot)])
         for rec in todo:
@@ -691,21 +707,6 @@ _evict_rule: _Evict = _EVICT_FOR
 def _overlaps(taken: set[int], gpus: tuple[int, ...]) -> bool:
     """Whether any of `gpus` is in `taken` (compiled to a loop: `set.intersection` is a generic call)."""
     return any(g in taken for g in gpus)
-
-
-def _quiet_move(r: Ranks, before: float, after: float) -> bool:
-    """Whether a running job's level change from `before` to `after` can move no decision of a pass
-    that follows one that decided nothing (with nothing else changed since).
-
-    Below every waiting level, it is nobody's victim before or after. A rise past no waiting level
-    (none in [before, after)) leaves every waiting job's victims the same set (those of a higher
-    level), so every eviction that failed fails again (it fails only once all of them are counted,
-    whatever their order), and a suspended job's blockers stay above or below it as they were; the
-    highest running level rises past no waiting job either, so the pass reaches the same jobs."""
-    lowest = r.waiting.first().level if r.waiting else _INF
-    if before <= lowest and after <= lowest:
-        return True
-    return after >= before and not r.waiting_in(before, after)
 
 
 def _full(state: ClusterState) -> bool:

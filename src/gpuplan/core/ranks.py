@@ -144,8 +144,10 @@ class Ranks:
 
     rec: each job's record (`JobRank`), from its first entry until `forget`; waiting, running: the
     records by rank; keys, lo_key, hi_key (lo_order, hi_order): the static keys in order (once one fell
-    between two) and the lowest and highest key given an order (their orders: `order_of`); changes: the
-    heap of level changes (a change whose stamp is not its job's is stale); shapes, by_shape: waiting
+    between two) and the lowest and highest key given an order (their orders: `order_of`); changes,
+    wait_changes: the heaps of running and of waiting jobs' level changes (a change whose stamp is not
+    its job's is stale); now, rule: the instant of the last refresh and the levels' rule, at which a
+    running job's change left for the first reader of running levels is made (`catch_up`); shapes, by_shape: waiting
     jobs by level and shape id (counts), and each shape's waiting records; wakes (and wake_set, its
     members): ends of leases that held a preemption back; lease_held: a lease held a preemption back in
     this job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep
@@ -165,7 +167,10 @@ class Ranks:
         self.hi_key: tuple[Any, ...] | None = None
         self.lo_order = 0
         self.hi_order = 0
-        self.changes = ChangeHeap()
+        self.changes = ChangeHeap()  # running jobs' changes (`catch_up` makes those due)
+        self.wait_changes = ChangeHeap()  # waiting jobs' (a refresh makes those due at once)
+        self.now = -_INF
+        self.rule: LevelRule | None = None
         # shapes by a small id each (`shape_id`): a pass's sets and these dicts hash an int, not a tuple
         self.shape_ids: dict[tuple[object, ...], int] = {}
         self.shapes: dict[float, dict[int, int]] = {}  # level -> shape id -> waiting jobs
@@ -276,6 +281,8 @@ class Ranks:
         new.running = self.running.mapped(fresh)
         new.by_shape = {shape: same.mapped(fresh) for shape, same in self.by_shape.items()}
         new.changes = self.changes.mapped(fresh)
+        new.wait_changes = self.wait_changes.mapped(fresh)
+        new.now, new.rule = self.now, self.rule
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
         new.shape_ids = dict(self.shape_ids)
         new.wakes = list(self.wakes)
@@ -329,14 +336,56 @@ class Ranks:
 
     def next_change_s(self) -> float:
         """`PreemptiveQueue.next_change_s`: the first queued change whose stamp holds (stale ones are
-        dropped), or the first lease end."""
-        ch = self.changes
-        while ch:
-            if ch.first().holds():
-                break
-            ch.pop()
-        nxt = ch.first().time_s if ch else _INF
+        dropped; running jobs' changes due by the last refresh are made first, `catch_up`), or the
+        first lease end."""
+        self.catch_up()
+        nxt = _first_holding(self.changes)
+        other = _first_holding(self.wait_changes)
+        if other < nxt:
+            nxt = other
         return min(nxt, self.wakes[0]) if self.wakes else nxt
+
+    def running_due(self, now: float) -> bool:
+        """Whether a running job's level change is due by `now` (stale changes on top are dropped)."""
+        return _first_holding(self.changes) <= now
+
+    def catch_up(self) -> bool:
+        """Make every running job's level change due by the last refresh (`now`), at that instant: a
+        refresh leaves them for the first reader of running levels (`settle`, `next_change_s`), since a
+        pass that reads none (nobody waits, or every waiting job finds idle GPUs) needs none of them.
+        The levels are a function of the instant, so they come out as if moved at the refresh.
+        Returns whether every move was one no pass can act on (`quiet_move`)."""
+        ch, now = self.changes, self.now
+        if not ch or ch.first().time_s > now:
+            return True
+        rule = self.rule
+        source = self.source
+        assert rule is not None and source is not None  # set by the queue before any change is queued
+        quiet = True
+        while ch and ch.first().time_s <= now:
+            change = ch.pop()
+            rec = change.rec
+            if rec is not None and rec.stamp == change.stamp:
+                rec.due = _INF  # popped: `plan_change` queues its next one
+                before = rec.slot.level
+                self.move_running(rec, now, rule, source)
+                if quiet:
+                    quiet = self.quiet_move(before, rec.slot.level)
+        return quiet
+
+    def quiet_move(self, before: float, after: float) -> bool:
+        """Whether a running job's level change from `before` to `after` can move no decision of a pass
+        that follows one that decided nothing (with nothing else changed since).
+
+        Below every waiting level, it is nobody's victim before or after. A rise past no waiting level
+        (none in [before, after)) leaves every waiting job's victims the same set (those of a higher
+        level), so every eviction that failed fails again (it fails only once all of them are counted,
+        whatever their order), and a suspended job's blockers stay above or below it as they were; the
+        highest running level rises past no waiting job either, so the pass reaches the same jobs."""
+        lowest = self.waiting.first().level if self.waiting else _INF
+        if before <= lowest and after <= lowest:
+            return True
+        return after >= before and not self.waiting_in(before, after)
 
     def pop_wake(self) -> None:
         self.wake_set.discard(heappop(self.wakes))
@@ -369,7 +418,8 @@ class Ranks:
         rec.stamp += 1
         rec.due = t
         if t < _INF:
-            self.changes.push(t, rec.jid, rec.stamp, rec)
+            heap = self.changes if rec.slot.start_s is not None else self.wait_changes
+            heap.push(t, rec.jid, rec.stamp, rec)
 
     def move_running(self, rec: JobRank, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`
@@ -386,7 +436,9 @@ class Ranks:
 
     def settle(self) -> None:
         """Put every running job that `move_running` left behind in its place in `running` (what a
-        move at each change would have left: the order is a function of the levels and orders)."""
+        move at each change would have left: the order is a function of the levels and orders), after
+        making the running jobs' changes due by the last refresh (`catch_up`)."""
+        self.catch_up()
         moved = self.moved
         if not moved:
             return
@@ -532,3 +584,13 @@ class Ranks:
         """The highest running level (`settle`d first)."""
         self.settle()
         return self.running.last().level if self.running else -_INF
+
+
+def _first_holding(heap: ChangeHeap) -> float:
+    """The time of the first change in `heap` that still holds (inf: none), stale ones dropped."""
+    while heap:
+        first = heap.first()
+        if first.holds():
+            return first.time_s
+        heap.pop()
+    return _INF

@@ -188,6 +188,13 @@ class Scheduler(PreemptingScheduler):
             return Decisions([], self.schedule(now))
         return self._pre.decide(now)
 
+    def settle_levels(self) -> None:
+        """Make every running job's `JobSlot.level` current as of the last pass: a preemptive pass
+        leaves a running job's level change for the first reader of running levels (most passes read
+        none). Call it before reading running jobs' levels outside a pass."""
+        if self._pre is not None:
+            self._pre.catch_up()
+
     def next_event_s(self) -> float:
         """When a preemptive policy wants the next pass even if nothing arrives or ends (a level
         changes); `math.inf` for the others."""
@@ -496,6 +503,7 @@ class Scheduler(PreemptingScheduler):
         learning in the copy only); static policies, placers and the empty-cluster caches are shared.
         Every other attribute is copied shallowly, so a field added later travels too.
         """
+        self.settle_levels()  # the copied slots carry current levels
         new = Scheduler(self.spec, self.policy, self.backfill, self._placer, self.oracle)
         fields: dict[str, object] = self.__getstate__()  # type: ignore[assignment]  # every attribute
         for name, value in fields.items():  # (interpreted: the instance dict; compiled: its fields)

@@ -226,6 +226,7 @@ def preempt_plan(
     running = was_running - set(requeue)
     order = [j for j in (*first, *(b.ids[j] for j in sched.waiting_jids())) if j not in running]
     warnings = _warnings(pol, deferred, b, max_requeues)
+    sched.settle_levels()
     levels = {b.ids[j]: s.level for j, s in slots.items()}
     return PreemptPlan(pol.name, state.now_s, max_requeues, requeue, deferred, starts, order, b.protected,
                        b.unmanaged, attained, levels, warnings)  # fmt: skip
