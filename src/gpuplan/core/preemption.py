@@ -182,28 +182,34 @@ _fit_key: Callable[[JobSlot, float], object] = _fit_key_of
 _FIT_KEY: Final[Callable[[JobSlot, float], object]] = _fit_key_of
 
 
+class _Fit:
+    """One failed fit key's fields (`FitMemo`), read as C fields."""
+
+    __slots__ = ("gpus", "mem", "need", "spans")
+
+    def __init__(self, gpus: int, mem: float, spans: bool, need: Need | None) -> None:
+        self.gpus = gpus
+        self.mem = mem  # -1.0: memory every GPU has (the key's None)
+        self.spans = spans
+        self.need = need
+
+
 class FitMemo:
     """The fit keys (`_fit_key_of`) of jobs that failed in a pass: kept as the key's fields and compared
     natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
     in `_fit_key`'s place go in a set."""
 
-    __slots__ = ("gpus", "mems", "needs", "other", "spans")
+    __slots__ = ("fits", "other")
 
     def __init__(self) -> None:
-        self.gpus: list[int] = []
-        self.mems: list[float] = []  # -1.0: memory every GPU has (the key's None)
-        self.spans: list[bool] = []
-        self.needs: list[Need | None] = []
+        self.fits: list[_Fit] = []
         self.other: set[object] = set()
 
     def __bool__(self) -> bool:
-        return len(self.gpus) > 0 or len(self.other) > 0
+        return len(self.fits) > 0 or len(self.other) > 0
 
     def clear(self) -> None:
-        self.gpus.clear()
-        self.mems.clear()
-        self.spans.clear()
-        self.needs.clear()
+        self.fits.clear()
         self.other.clear()
 
     def add(self, slot: JobSlot, min_cap_gb: float) -> None:
@@ -211,10 +217,7 @@ class FitMemo:
         if rule is not _FIT_KEY:
             self.other.add(rule(slot, min_cap_gb))
         elif not self.has(slot, min_cap_gb):
-            self.gpus.append(slot.gpus)
-            self.mems.append(_fit_mem(slot, min_cap_gb))
-            self.spans.append(slot.may_span)
-            self.needs.append(slot.need)
+            self.fits.append(_Fit(slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need))
 
     def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
         """Whether a job of `slot`'s fit key failed."""
@@ -222,9 +225,9 @@ class FitMemo:
         if rule is not _FIT_KEY:
             return rule(slot, min_cap_gb) in self.other
         gpus, mem, spans, need = slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need
-        for i in range(len(self.gpus)):
-            if self.gpus[i] == gpus and self.mems[i] == mem and self.spans[i] == spans:
-                other = self.needs[i]
+        for fit in self.fits:
+            if fit.gpus == gpus and fit.mem == mem and fit.spans == spans:
+                other = fit.need
                 if other is need or other == need:
                     return True
         return False
@@ -531,7 +534,7 @@ class PreemptiveQueue:
             resumed = bool(slot.suspended_on)
             if fits_failed and not resumed and r.lease_free(entry, cost) and fits_failed.has(slot, min_cap):
                 failed.add(r.shape_of(entry))  # as its own try would
-                if r.all_fail(failed, level, order, worst, full):
+                if r.all_fail(failed, level, worst, full, entries.peek()):
                     break
                 continue
             r.lease_held = False
@@ -569,7 +572,7 @@ class PreemptiveQueue:
                 failed.add(r.shape_of(entry))
                 if not state.suspended_n and not r.suspend_running:
                     fits_failed.add(slot, min_cap)
-                if r.all_fail(failed, level, order, worst, full):
+                if r.all_fail(failed, level, worst, full, entries.peek()):
                     break  # every job it could still reach fails alike: none starts in this pass
         return out
 

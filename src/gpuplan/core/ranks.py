@@ -555,11 +555,12 @@ class Ranks:
                 best = first
         return best
 
-    def all_fail(self, failed: set[int], level: float, order: int, worst: float, full: bool) -> bool:
+    def all_fail(
+        self, failed: set[int], level: float, worst: float, full: bool, nxt: JobRank | None = None
+    ) -> bool:
         """Whether every waiting job of a level from `level` on (below `worst` while `full`) has a
-        shape in `failed`; the pass's cursor is at (`level`, `order`). The job right after the cursor
-        answers most asks at once."""
-        nxt = self.waiting.first_after(level, order)
+        shape in `failed`. `nxt`: the waiting job after the pass's cursor, which answers most asks at
+        once."""
         if nxt is not None and not (full and nxt.level >= worst) and self.shape_of(nxt) not in failed:
             return False
         self.index_all()

@@ -272,6 +272,18 @@ class Cursor:
         self.pos = pos
         self.i = i
 
+    def peek(self) -> JobRank | None:
+        """The record `next` would give, without moving on."""
+        lists = self.lists
+        pos, i = self.pos, self.i
+        while pos < len(lists):
+            chunk = lists[pos]
+            if i < len(chunk):
+                return chunk[i]
+            pos += 1
+            i = 0
+        return None
+
     def next(self) -> JobRank | None:
         """The next record, or None past the last."""
         lists = self.lists
