@@ -197,13 +197,15 @@ class _Fit:
 class FitMemo:
     """The fit keys (`_fit_key_of`) of jobs that failed in a pass: kept as the key's fields and compared
     natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
-    in `_fit_key`'s place go in a set."""
+    in `_fit_key`'s place go in a set. The rule is read when the memo is made (once per pass)."""
 
-    __slots__ = ("fits", "other")
+    __slots__ = ("fits", "other", "rule")
 
     def __init__(self) -> None:
         self.fits: list[_Fit] = []
         self.other: set[object] = set()
+        rule = _fit_key
+        self.rule: Callable[[JobSlot, float], object] | None = None if rule is _FIT_KEY else rule
 
     def __bool__(self) -> bool:
         return len(self.fits) > 0 or len(self.other) > 0
@@ -213,16 +215,16 @@ class FitMemo:
         self.other.clear()
 
     def add(self, slot: JobSlot, min_cap_gb: float) -> None:
-        rule = _fit_key
-        if rule is not _FIT_KEY:
+        rule = self.rule
+        if rule is not None:
             self.other.add(rule(slot, min_cap_gb))
         elif not self.has(slot, min_cap_gb):
             self.fits.append(_Fit(slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need))
 
     def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
         """Whether a job of `slot`'s fit key failed."""
-        rule = _fit_key
-        if rule is not _FIT_KEY:
+        rule = self.rule
+        if rule is not None:
             return rule(slot, min_cap_gb) in self.other
         gpus, mem, spans, need = slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need
         for fit in self.fits:
@@ -472,6 +474,7 @@ class PreemptiveQueue:
         if not r.waiting:
             return Decisions([], [])
         placer, cost = sched.placer, sched.preemption_cost
+        evict = _evict_rule  # the method itself unless a test swapped it (read once per pass)
         out = Decisions([], [])
         preempted: set[int] = set()
         # shapes that found no GPUs (even by preempting) since the pass last freed anything: a later job
@@ -547,7 +550,6 @@ class PreemptiveQueue:
                     if not full:
                         worst = r.worst()  # settles `running` for `_evict_for` too
                     if level < worst:
-                        evict = _evict_rule
                         gpus = (
                             self._evict(entry, now, out.preempted, preempted, placer, cost)
                             if evict is _EVICT_FOR
