@@ -5,6 +5,8 @@
   placer after each).
 - `PreemptiveQueue.decide` does not walk a settled queue (the last pass decided nothing and only level
   changes no pass acts on came since): against walking every pass.
+- A running job's level change waits for the first reader of running levels (`Ranks.catch_up`):
+  against making every change at its pass.
 - A pass passes by a job whose fit key (memory every GPU has left out) failed earlier in the pass:
   against trying every job of a new shape.
 - Shapes leave out memory every GPU has (tiresias, gittins) until a job that keeps its memory (mode
@@ -129,12 +131,18 @@ def _never_quiet(self, now):  # type: ignore[no-untyped-def]
     return False  # every pass walks the queue
 
 
+def _eager_levels(self, now):  # type: ignore[no-untyped-def]
+    quiet = _REFRESH(self, now)
+    self.catch_up()  # every running job's change made at its pass, read or not
+    return quiet
+
+
 def _exact_shape(self, slot):  # type: ignore[no-untyped-def]
     return (slot.gpus, slot.mem_gb, slot.may_span, slot.need, bool(slot.suspended_on))
 
 
 @pytest.mark.parametrize("policy", ["las:quantum=100", "tiresias:threshold=200", "gittins:first=50"])
-@pytest.mark.parametrize("plain", ["evict", "settle", "fits", "shapes"])
+@pytest.mark.parametrize("plain", ["evict", "settle", "eager", "fits", "shapes"])
 def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     policy: str, plain: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +153,8 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
         monkeypatch.setattr(preemption, "_evict_rule", _plain_evict_for)
     elif plain == "settle":
         monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
+    elif plain == "eager":  # running jobs' level changes made at every pass, not at the first read
+        monkeypatch.setattr(preemption, "_refresh_rule", _eager_levels)
     elif plain == "fits":  # no two jobs share a fit key: each new shape is tried
         monkeypatch.setattr(preemption, "_fit_key", lambda slot, cap: object())
     else:
@@ -279,3 +289,65 @@ def test_a_job_without_meta_reads_the_default_preempt_terms() -> None:
         job = Job("d", 0.0, 1, meta={"preempt": mode})
         assert job.preempt_mode == mode and job.checkpointable == (mode != "requeue")
     assert Job("e", 0.0, 1, meta={"checkpointable": False}).preempt_mode == "requeue"
+
+
+def test_a_restarted_tally_counts_as_a_new_one() -> None:
+    """`VictimTally.restart` (the pass keeps one tally per queue) answers as a fresh tally does, on
+    random placements and victims, spanning or not."""
+    rng = random.Random(7)
+    state = ClusterState(_cluster(4, 4))
+    kept = VictimTally(state, _slot(1))
+    for _ in range(200):
+        state = ClusterState(_cluster(4, 4))
+        for g in range(16):
+            if rng.random() < 0.7:
+                state.place((g,), None)
+        slot = _slot(rng.choice([1, 2, 3, 4, 6]), may_span=rng.random() < 0.3)
+        fresh = VictimTally(state, slot)
+        kept.restart(state, slot)
+        for _ in range(6):
+            alloc = tuple(rng.sample(range(16), rng.choice([1, 2])))
+            assert kept.add(alloc) == fresh.add(alloc)
+            assert kept.total == fresh.total
+
+
+def test_the_fit_memo_is_the_set_of_fit_keys() -> None:
+    """`FitMemo` says a job's fit key failed exactly when the set of `_fit_key_of` tuples holds it."""
+    from gpuplan.core.preemption import FitMemo, _fit_key_of
+    from gpuplan.core.state import Need
+
+    rng = random.Random(3)
+    memo, keys = FitMemo(), set()
+    needs = [None, Need(cpu_milli=1000.0), Need(cpu_milli=1000.0), Need(host_mem_gb=8.0)]
+    for _ in range(300):
+        gpus = rng.choice([1, 2, 4])
+        slot = JobSlot(0, Job("w", 0.0, gpus), gpus, rng.choice([None, 20.0, 79.0, 90.0]), 100.0,
+                       rng.random() < 0.5, need=rng.choice(needs))  # fmt: skip
+        assert memo.has(slot, 80.0) == (_fit_key_of(slot, 80.0) in keys)
+        if rng.random() < 0.3:
+            memo.add(slot, 80.0)
+            keys.add(_fit_key_of(slot, 80.0))
+    assert keys and bool(memo)
+    memo.clear()
+    assert not memo
+
+
+def test_a_running_jobs_level_is_made_when_read() -> None:
+    """A pass that reads no running level leaves a running job's due change for later: its level is
+    the one of its last move until `Scheduler.settle_levels` (or a fork, or the next change asked)
+    makes it, at that pass's instant."""
+    from gpuplan.core.scheduler import Scheduler
+
+    sched = Scheduler(_cluster(1, 4), "las:quantum=100", "none")
+    sched.submit(0, Job("a", 0.0, 1, duration_s=1e6), None, now=0.0)
+    assert [st.jid for st in sched.decide(0.0).started] == [0]
+    a = sched.slot(0)
+    assert a.level == 0.0
+    sched.submit(1, Job("b", 250.0, 1, duration_s=1e6), None, now=250.0)
+    assert [st.jid for st in sched.decide(250.0).started] == [1]  # on an idle GPU: no running level read
+    assert a.level == 0.0  # its changes at 100 and 200 are not made yet
+    fork = sched.fork()
+    assert fork.slot(0).level == 2.0  # the fork reads current levels
+    sched.settle_levels()
+    assert a.level == 2.0  # at the pass's instant (250 GPU-s: 2 whole quanta), not a later one
+    assert sched.next_event_s() == pytest.approx(300.0)

@@ -285,3 +285,40 @@ def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
     assert {"slot", "jid", "moved", *values, "order", "mode"} == fields  # compiled or source
     assert {name: getattr(new, name) for name in values} == values
     assert (new.order, new.mode) == (123, "suspend")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cursors_and_above_walk_the_sequence_as_a_sorted_list(seed: int) -> None:
+    """`RankedSeq.cursor`, `cursor_after` (with `peek`) and `above` against a sorted list of the same
+    records, on sequences long enough to have several chunks."""
+    from gpuplan.core.rankseq import JobRank, RankedSeq
+
+    rng = random.Random(seed)
+    seq, plain = RankedSeq(), []
+    for jid in range(rng.randint(0, 1200)):
+        slot = _slot(jid, rng, running=False)
+        rec = JobRank(slot, rng.randint(0, 10**6) * 4096 + jid, "checkpoint")
+        rec.level = float(rng.randint(0, 30))
+        seq.add(rec)
+        plain.append(rec)
+    plain.sort(key=lambda x: (x.level, x.order))
+
+    def walk(cursor):  # type: ignore[no-untyped-def]
+        out = []
+        while True:
+            ahead = cursor.peek()
+            got = cursor.next()
+            assert got is ahead
+            if got is None:
+                return out
+            out.append(got)
+
+    assert walk(seq.cursor()) == plain
+    for _ in range(20):
+        level, order = float(rng.randint(-1, 31)), rng.randint(0, 10**6) * 4096
+        if plain and rng.random() < 0.5:
+            pick = rng.choice(plain)
+            level, order = pick.level, pick.order
+        after = [x for x in plain if (x.level, x.order) > (level, order)]
+        assert walk(seq.cursor_after(level, order)) == after
+        assert seq.above(level) == [x for x in reversed(plain) if x.level > level]
