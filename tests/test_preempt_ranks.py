@@ -322,3 +322,25 @@ def test_cursors_and_above_walk_the_sequence_as_a_sorted_list(seed: int) -> None
         after = [x for x in plain if (x.level, x.order) > (level, order)]
         assert walk(seq.cursor_after(level, order)) == after
         assert seq.above(level) == [x for x in reversed(plain) if x.level > level]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_refiled_record_takes_the_place_its_new_level_gives(seed: int) -> None:
+    """`RankedSeq.refile` (in place when the record keeps its place between its neighbours, else out and
+    back in) leaves the records in (level, order) order, over several chunks."""
+    from gpuplan.core.rankseq import JobRank, RankedSeq
+
+    rng = random.Random(seed)
+    seq, recs = RankedSeq(), []
+    for jid in range(rng.randint(1, 1500)):
+        rec = JobRank(_slot(jid, rng, running=True), jid * 8 + rng.randint(0, 3), "checkpoint")
+        rec.level = float(rng.randint(0, 40))
+        seq.add(rec)
+        recs.append(rec)
+    for _ in range(500):
+        rec = rng.choice(recs)
+        level = rec.level + rng.choice([0.5, 1.0, 1.0, 2.0, -1.0, 25.0])
+        seq.refile(rec, level)
+        assert rec.level == level
+    assert list(seq) == sorted(recs, key=lambda x: (x.level, x.order)) and len(seq) == len(recs)
+    assert seq.last() is max(recs, key=lambda x: (x.level, x.order))

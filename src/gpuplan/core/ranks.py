@@ -450,9 +450,7 @@ class Ranks:
             level = rec.slot.level
             if rec.level == level:
                 continue  # back at the level it is filed under
-            running.remove(rec)
-            rec.level = level
-            running.add(rec)
+            running.refile(rec, level)
         moved.clear()
 
     def leave(self, slot: JobSlot) -> None:

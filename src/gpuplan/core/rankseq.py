@@ -160,6 +160,36 @@ class RankedSeq:
         elif idx == len(chunk):
             maxes[pos] = chunk[-1]
 
+    def refile(self, item: JobRank, level: float) -> None:
+        """Give `item` (in the sequence) the level `level`, in place when it keeps its place between its
+        neighbours (a level change mostly passes none of them), else by taking it out and putting it
+        back.
+
+        Raises:
+            ValueError: it is not in the sequence.
+        """
+        lists, maxes = self._lists, self._maxes
+        order = item.order
+        pos = _lower(maxes, item.level, order)
+        if pos < len(maxes):
+            chunk = lists[pos]
+            idx = _lower(chunk, item.level, order)
+            if idx < len(chunk) and chunk[idx] is item:
+                prev = chunk[idx - 1] if idx > 0 else (lists[pos - 1][-1] if pos > 0 else None)
+                nxt = (
+                    chunk[idx + 1]
+                    if idx + 1 < len(chunk)
+                    else (lists[pos + 1][0] if pos + 1 < len(lists) else None)
+                )
+                if (prev is None or prev.level < level or (prev.level == level and prev.order < order)) and (
+                    nxt is None or level < nxt.level or (level == nxt.level and order < nxt.order)
+                ):
+                    item.level = level  # `_maxes` holds the record itself: still the chunk's last
+                    return
+        self.remove(item)
+        item.level = level
+        self.add(item)
+
     def first(self) -> JobRank:
         """The first record (IndexError when empty)."""
         if not self._lists:
