@@ -235,6 +235,68 @@ class FitMemo:
         return False
 
 
+class _Failed:
+    """One failed eviction (`FailedEvictions`): the job's fit key's fields and whether a lease could
+    bind it (read as C fields)."""
+
+    __slots__ = ("gpus", "lease_free", "mem", "need", "spans")
+
+    def __init__(self, gpus: int, mem: float, spans: bool, need: Need | None, lease_free: bool) -> None:
+        self.gpus = gpus
+        self.mem = mem
+        self.spans = spans
+        self.need = need
+        self.lease_free = lease_free
+
+
+class FailedEvictions:
+    """Evictions that failed in a pass since it last freed anything, on an exclusive cluster where no GPU
+    holds a suspended job's memory and no running job would keep it (the count of `_evict`, then the
+    placer): a later job of the pass fails alike when it is at least as hard to place (as many GPUs or
+    more, on one node if the failed one was, as much memory the placer looks at, the same other needs)
+    and its victims are among the failed one's. They are: it ranks at the same level or higher, so the
+    running jobs above it are among those above the failed one, and a lease that bound one for the
+    failed job binds it for this one too (a lease binds a job of a level at or above the victim's start
+    level), unless the failed job was one no lease binds (then any). A start that freed nothing only
+    took idle GPUs from it; one that freed GPUs ends the memo. Such a job only notes the leases its
+    count would have noted (`PreemptiveQueue._note_leases`). It relies on what every built-in placer
+    does (core/placement.py, core/fgd.py): a job fails only where no node can host it, so a job that
+    needs more fails where a smaller one failed."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed: list[_Failed] = []
+
+    def __bool__(self) -> bool:
+        return len(self.failed) > 0
+
+    def clear(self) -> None:
+        self.failed.clear()
+
+    def add(self, slot: JobSlot, min_cap_gb: float, lease_free: bool) -> None:
+        if slot.gpus > 0:
+            self.failed.append(
+                _Failed(slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need, lease_free)
+            )
+
+    def covers(self, slot: JobSlot, min_cap_gb: float, lease_free: bool, r: Ranks) -> bool:
+        """Whether `slot`'s eviction fails as one noted did (no running job may keep its memory)."""
+        if r.suspend_running:
+            return False
+        gpus, mem, spans, need = slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need
+        for f in self.failed:
+            if (
+                f.gpus <= gpus
+                and (f.spans or not spans)
+                and f.mem <= mem
+                and (f.lease_free or not lease_free)
+                and (f.need is need or f.need == need)
+            ):
+                return True
+        return False
+
+
 def _fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
     """The memory in `slot`'s fit key: -1.0 for memory every GPU has (None in `_fit_key_of`)."""
     mem = slot.mem_gb
@@ -486,6 +548,9 @@ class PreemptiveQueue:
         # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
         # key that no lease can bind fails alike (its victims are among those of the job that failed)
         fits_failed = FitMemo()
+        # evictions that failed since the pass last freed anything (`FailedEvictions`): a later job at
+        # least as hard to place, whose victims are among theirs, fails alike
+        doomed = FailedEvictions()
         min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = r.waiting
@@ -550,11 +615,18 @@ class PreemptiveQueue:
                     if not full:
                         worst = r.worst()  # settles `running` for `_evict_for` too
                     if level < worst:
-                        gpus = (
-                            self._evict(entry, now, out.preempted, preempted, placer, cost)
-                            if evict is _EVICT_FOR
-                            else evict(self, slot, now, out.preempted, preempted)
-                        )
+                        if evict is not _EVICT_FOR:
+                            gpus = evict(self, slot, now, out.preempted, preempted)
+                        elif (
+                            doomed
+                            and not state.suspended_n
+                            and doomed.covers(slot, min_cap, r.lease_free(entry, cost), r)
+                        ):
+                            self._note_leases(entry, now, cost)  # what its count would note, then fail
+                        else:
+                            gpus = self._evict(entry, now, out.preempted, preempted, placer, cost)
+                            if gpus is None and memo and not state.suspended_n and not r.suspend_running:
+                                doomed.add(slot, min_cap, r.lease_free(entry, cost))
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
                 r.leave(slot)
@@ -564,6 +636,7 @@ class PreemptiveQueue:
                 if freed:
                     failed.clear()
                     fits_failed.clear()
+                    doomed.clear()
                     n_preempted = len(out.preempted)
                 entries = waiting.cursor_after(level, order)
                 heads.clear()
@@ -622,6 +695,17 @@ class PreemptiveQueue:
         only then released and the placer asked: the placer answers None while they could not."""
         sched = self.sched
         return self._evict(self._r.rec[slot.jid], now, out, preempted, sched.placer, sched.preemption_cost)
+
+    def _note_leases(self, by: JobRank, now: float, cost: PreemptionCost) -> None:
+        """What a failing eviction for `by` notes besides failing: every lease that binds one of its
+        victims (`Ranks.lease_binds`: the pass is woken when it ends)."""
+        r = self._r
+        if r.lease_free(by, cost):
+            return
+        level = by.slot.level
+        for victim in r.running.above(level):
+            if victim.mode != "never":
+                r.lease_binds(victim, level, now, cost)
 
     def _tally_for(self, slot: JobSlot) -> VictimTally:
         """The queue's one `VictimTally`, counting from nothing for `slot`."""
