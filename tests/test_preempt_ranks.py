@@ -21,7 +21,7 @@ from typing import cast
 import pytest
 
 from gpuplan.core.preemptive import PolicyLevels
-from gpuplan.core.ranks import ChangeHeap, Entry, Ranks
+from gpuplan.core.ranks import ChangeHeap, DueHeap, Entry, Ranks
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
@@ -273,7 +273,7 @@ def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
     rec = JobRank(slot, 123, "suspend")
     values: dict[str, object] = {
         "level": 2.5, "stamp": 4, "due": 99.0, "shape": 3, "overhead": 1.5, "overhead_cost": "cost",
-        "start_level": 1.0, "waits": True,
+        "start_level": 1.0, "waits": True, "hpos": 5,
     }  # fmt: skip
     for name, value in values.items():
         setattr(rec, name, value)
@@ -344,3 +344,36 @@ def test_a_refiled_record_takes_the_place_its_new_level_gives(seed: int) -> None
         assert rec.level == level
     assert list(seq) == sorted(recs, key=lambda x: (x.level, x.order)) and len(seq) == len(recs)
     assert seq.last() is max(recs, key=lambda x: (x.level, x.order))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_due_heap_keeps_the_earliest_change_first_through_moves_and_removals(seed: int) -> None:
+    """`DueHeap` (running jobs by their next change, each record once, moved in place) against a dict
+    of due times: after any mix of puts, moves to an earlier or later time and removals, its first is
+    the least (due, jid), every record knows its place, and a copy for other records keeps theirs."""
+    from gpuplan.core.rankseq import JobRank
+
+    rng = random.Random(seed)
+    heap, model = DueHeap(), dict[int, float]()
+    recs = [JobRank(_slot(jid, rng, running=True), jid, "checkpoint") for jid in range(60)]
+    for _ in range(2000):
+        rec = rng.choice(recs)
+        if rng.random() < 0.75:
+            rec.due = float(rng.randint(0, 50))  # ties: the handle breaks them
+            heap.place(rec)
+            model[rec.jid] = rec.due
+        else:
+            heap.remove(rec)
+            model.pop(rec.jid, None)
+            assert rec.hpos == -1
+        assert len(heap) == len(model)
+        if model:
+            want = min(model, key=lambda j: (model[j], j))
+            assert heap.top().jid == want and heap.first_s() == model[want]
+        assert all(heap.items[i].hpos == i for i in range(len(heap)))
+    fresh = {rec.jid: rec.copy_for(rec.slot) for rec in recs}
+    twin = heap.mapped(fresh)
+    assert [r.jid for r in twin.items] == [r.jid for r in heap.items]
+    assert all(
+        twin.items[i].hpos == i and twin.items[i] is fresh[twin.items[i].jid] for i in range(len(twin))
+    )

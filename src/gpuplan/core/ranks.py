@@ -139,6 +139,99 @@ class ChangeHeap:
         return new
 
 
+@final
+class DueHeap:
+    """Running jobs' records by the time of their next level change (`JobRank.due`), each record once:
+    a binary heap in (due, jid) order whose records know their place (`JobRank.hpos`), so a job's next
+    change moves its record in place (`place`): no entry per change, none stale, no pop and push."""
+
+    def __init__(self) -> None:
+        self.items: list[JobRank] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __bool__(self) -> bool:
+        return len(self.items) > 0
+
+    def first_s(self) -> float:
+        """The earliest due time (inf when empty)."""
+        return self.items[0].due if self.items else _INF
+
+    def top(self) -> JobRank:
+        """The record due first (IndexError when empty)."""
+        return self.items[0]
+
+    def place(self, rec: JobRank) -> None:
+        """Put `rec` in at its `due`, or move it there (its due changed)."""
+        items = self.items
+        i = rec.hpos
+        if i < 0:
+            items.append(rec)
+            i = len(items) - 1
+        i = self._up(i, rec)
+        self._down(i, rec)
+
+    def remove(self, rec: JobRank) -> None:
+        """Take `rec` out (nothing when it is not in)."""
+        i = rec.hpos
+        if i < 0:
+            return
+        rec.hpos = -1
+        items = self.items
+        last = items.pop()
+        if i < len(items):
+            i = self._up(i, last)
+            self._down(i, last)
+
+    def _up(self, i: int, rec: JobRank) -> int:
+        """Move `rec`, going in at `i`, up while its parent comes after it; its index."""
+        items = self.items
+        due, jid = rec.due, rec.jid
+        while i > 0:
+            parent = (i - 1) >> 1
+            up = items[parent]
+            if up.due < due or (up.due == due and up.jid < jid):
+                break
+            items[i] = up
+            up.hpos = i
+            i = parent
+        items[i] = rec
+        rec.hpos = i
+        return i
+
+    def _down(self, i: int, rec: JobRank) -> None:
+        """Move `rec`, at `i`, down while a child comes before it."""
+        items = self.items
+        n = len(items)
+        due, jid = rec.due, rec.jid
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            down = items[child]
+            if child + 1 < n:
+                other = items[child + 1]
+                if other.due < down.due or (other.due == down.due and other.jid < down.jid):
+                    child += 1
+                    down = other
+            if due < down.due or (due == down.due and jid < down.jid):
+                break
+            items[i] = down
+            down.hpos = i
+            i = child
+        items[i] = rec
+        rec.hpos = i
+
+    def mapped(self, fresh: dict[int, JobRank]) -> DueHeap:
+        """The same heap of `fresh[jid]` for each record (a forked queue's own records)."""
+        new = DueHeap()
+        new.items = [fresh[rec.jid] for rec in self.items]
+        for i, rec in enumerate(new.items):
+            rec.hpos = i
+        return new
+
+
 class Ranks:
     """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
@@ -167,7 +260,7 @@ class Ranks:
         self.hi_key: tuple[Any, ...] | None = None
         self.lo_order = 0
         self.hi_order = 0
-        self.changes = ChangeHeap()  # running jobs' changes (`catch_up` makes those due)
+        self.changes = DueHeap()  # running jobs by their next change (`catch_up` makes those due)
         self.wait_changes = ChangeHeap()  # waiting jobs' (a refresh makes those due at once)
         self.now = -_INF
         self.rule: LevelRule | None = None
@@ -280,7 +373,7 @@ class Ranks:
         new.waiting = self.waiting.mapped(fresh)
         new.running = self.running.mapped(fresh)
         new.by_shape = {shape: same.mapped(fresh) for shape, same in self.by_shape.items()}
-        new.changes = self.changes.mapped(fresh)
+        new.changes = self.changes.mapped(fresh)  # after the records, whose places it sets
         new.wait_changes = self.wait_changes.mapped(fresh)
         new.now, new.rule = self.now, self.rule
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
@@ -339,7 +432,7 @@ class Ranks:
         dropped; running jobs' changes due by the last refresh are made first, `catch_up`), or the
         first lease end."""
         self.catch_up()
-        nxt = _first_holding(self.changes)
+        nxt = self.changes.first_s()
         other = _first_holding(self.wait_changes)
         if other < nxt:
             nxt = other
@@ -347,7 +440,7 @@ class Ranks:
 
     def running_due(self, now: float) -> bool:
         """Whether a running job's level change is due by `now` (stale changes on top are dropped)."""
-        return _first_holding(self.changes) <= now
+        return self.changes.first_s() <= now
 
     def catch_up(self) -> bool:
         """Make every running job's level change due by the last refresh (`now`), at that instant: a
@@ -356,21 +449,18 @@ class Ranks:
         The levels are a function of the instant, so they come out as if moved at the refresh.
         Returns whether every move was one no pass can act on (`quiet_move`)."""
         ch, now = self.changes, self.now
-        if not ch or ch.first().time_s > now:
+        if ch.first_s() > now:
             return True
         rule = self.rule
         source = self.source
         assert rule is not None and source is not None  # set by the queue before any change is queued
         quiet = True
-        while ch and ch.first().time_s <= now:
-            change = ch.pop()
-            rec = change.rec
-            if rec is not None and rec.stamp == change.stamp:
-                rec.due = _INF  # popped: `plan_change` queues its next one
-                before = rec.slot.level
-                self.move_running(rec, now, rule, source)
-                if quiet:
-                    quiet = self.quiet_move(before, rec.slot.level)
+        while ch.first_s() <= now:
+            rec = ch.top()
+            before = rec.slot.level
+            self.move_running(rec, now, rule, source)  # its next change (later) moves it down
+            if quiet:
+                quiet = self.quiet_move(before, rec.slot.level)
         return quiet
 
     def quiet_move(self, before: float, after: float) -> bool:
@@ -417,9 +507,13 @@ class Ranks:
                 return  # the change it has queued stands (gittins' rerank_all moved no crossing)
         rec.stamp += 1
         rec.due = t
-        if t < _INF:
-            heap = self.changes if rec.slot.start_s is not None else self.wait_changes
-            heap.push(t, rec.jid, rec.stamp, rec)
+        if rec.slot.start_s is not None:
+            if t < _INF:
+                self.changes.place(rec)
+            else:
+                self.changes.remove(rec)
+        elif t < _INF:
+            self.wait_changes.push(t, rec.jid, rec.stamp, rec)
 
     def move_running(self, rec: JobRank, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`
@@ -454,8 +548,10 @@ class Ranks:
         moved.clear()
 
     def leave(self, slot: JobSlot) -> None:
-        """Take the job's record out of its sequences (it keeps its record until `forget`)."""
+        """Take the job's record out of its sequences (it keeps its record until `forget`); its queued
+        change no longer holds (the next `plan_change` queues one anew)."""
         rec = self.rec[slot.jid]
+        rec.due = _INF
         if slot.start_s is None:
             self.waiting.remove(rec)
             rec.waits = False
@@ -478,6 +574,7 @@ class Ranks:
                 del self.shapes[level]
         else:
             self.running.remove(rec)  # at the level it is filed under, moved or not
+            self.changes.remove(rec)
             rec.moved = False
             if rec.mode == "suspend":
                 self.suspend_running -= 1

@@ -35,10 +35,11 @@ class JobRank:
         overhead, overhead_cost: its restart overhead under `overhead_cost` (`Ranks.overhead`).
         start_level: its level when the pass last started it (inf: not started by the pass).
         moved: it waits in `Ranks.moved` for `settle`.
+        hpos: its place in `Ranks.changes` (a `DueHeap`) while it runs with a change queued (-1: none).
     """
 
     __slots__ = (
-        "due", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "shape", "slot",
+        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "shape", "slot",
         "stamp", "start_level", "waits",
     )  # fmt: skip
 
@@ -56,12 +57,13 @@ class JobRank:
         self.start_level = _INF
         self.moved = False
         self.waits = False
+        self.hpos = -1
 
     def copy_for(self, slot: JobSlot) -> JobRank:
         """The same record for `slot` (a forked scheduler's copy of the job)."""
         new = JobRank(slot, self.order, self.mode)
         new.level, new.stamp, new.due, new.shape = self.level, self.stamp, self.due, self.shape
-        new.waits = self.waits
+        new.waits, new.hpos = self.waits, self.hpos
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
         return new
 
