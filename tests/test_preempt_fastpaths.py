@@ -312,9 +312,14 @@ def test_a_restarted_tally_counts_as_a_new_one() -> None:
 
 
 def test_the_fit_memo_is_the_set_of_fit_keys() -> None:
-    """`FitMemo` says a job's fit key failed exactly when the set of `_fit_key_of` tuples holds it."""
-    from gpuplan.core.preemption import FitMemo, _fit_key_of
+    """`FitMemo` says a job's fit key failed exactly when a set of the keys as tuples holds it (GPUs,
+    memory unless every GPU has it, spanning, other needs)."""
+    from gpuplan.core.preemption import FitMemo
     from gpuplan.core.state import Need
+
+    def key(slot: JobSlot, cap: float) -> tuple[object, ...]:
+        mem = slot.mem_gb
+        return (slot.gpus, None if mem is None or mem <= cap else mem, slot.may_span, slot.need)
 
     rng = random.Random(3)
     memo, keys = FitMemo(), set()
@@ -323,10 +328,10 @@ def test_the_fit_memo_is_the_set_of_fit_keys() -> None:
         gpus = rng.choice([1, 2, 4])
         slot = JobSlot(0, Job("w", 0.0, gpus), gpus, rng.choice([None, 20.0, 79.0, 90.0]), 100.0,
                        rng.random() < 0.5, need=rng.choice(needs))  # fmt: skip
-        assert memo.has(slot, 80.0) == (_fit_key_of(slot, 80.0) in keys)
+        assert memo.has(slot, 80.0) == (key(slot, 80.0) in keys)
         if rng.random() < 0.3:
             memo.add(slot, 80.0)
-            keys.add(_fit_key_of(slot, 80.0))
+            keys.add(key(slot, 80.0))
     assert keys and bool(memo)
     memo.clear()
     assert not memo
@@ -351,3 +356,30 @@ def test_a_running_jobs_level_is_made_when_read() -> None:
     sched.settle_levels()
     assert a.level == 2.0  # at the pass's instant (250 GPU-s: 2 whole quanta), not a later one
     assert sched.next_event_s() == pytest.approx(300.0)
+
+
+def test_a_failed_eviction_covers_only_jobs_at_least_as_hard_to_place() -> None:
+    """`FailedEvictions.covers`: as many GPUs or more, on one node if the failed job was, as much memory
+    the placer looks at, the same other needs; and a failed job a lease could bind covers only jobs a
+    lease could bind (their victims are among its own)."""
+    from gpuplan.core.state import Need
+    from gpuplan.core.victims import FailedEvictions
+
+    def slot(gpus: int, span: bool = False, mem: float | None = None, need: Need | None = None) -> JobSlot:
+        return JobSlot(0, Job("w", 0.0, gpus), gpus, mem, 100.0, span, need=need)
+
+    memo = FailedEvictions()
+    memo.add(slot(4), 80.0, lease_free=False)
+    assert memo.covers(slot(4), 80.0, False) and memo.covers(slot(8), 80.0, False)
+    assert memo.covers(slot(4, mem=79.0), 80.0, False)  # memory every GPU has: not looked at
+    assert not memo.covers(slot(2), 80.0, False)  # fewer GPUs may fit
+    assert not memo.covers(slot(4, span=True), 80.0, False)  # may span nodes: may fit
+    assert not memo.covers(slot(4), 80.0, True)  # no lease binds it: it may take what bound the other
+    assert not memo.covers(slot(4, need=Need(cpu_milli=10.0)), 80.0, False)
+    memo.add(slot(2, span=True, mem=90.0), 80.0, lease_free=True)
+    assert memo.covers(slot(2, mem=95.0), 80.0, True) and memo.covers(
+        slot(3, span=True, mem=90.0), 80.0, False
+    )
+    assert not memo.covers(slot(2, span=True, mem=85.0), 80.0, True)  # less memory than the failed one
+    memo.clear()
+    assert not memo and not memo.covers(slot(8), 80.0, False)

@@ -37,6 +37,7 @@ COMPILED_MODULES = (
     "gpuplan.core.preemptive",
     "gpuplan.core.rankseq",
     "gpuplan.core.ranks",
+    "gpuplan.core.victims",
     "gpuplan.core.preemption",
     "gpuplan.sim.preempt",
     "gpuplan.core.profile",

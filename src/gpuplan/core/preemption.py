@@ -36,6 +36,7 @@ from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState, Need
+from gpuplan.core.victims import FailedEvictions, VictimTally, fit_mem
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
@@ -219,88 +220,20 @@ class FitMemo:
         if rule is not None:
             self.other.add(rule(slot, min_cap_gb))
         elif not self.has(slot, min_cap_gb):
-            self.fits.append(_Fit(slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need))
+            self.fits.append(_Fit(slot.gpus, fit_mem(slot, min_cap_gb), slot.may_span, slot.need))
 
     def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
         """Whether a job of `slot`'s fit key failed."""
         rule = self.rule
         if rule is not None:
             return rule(slot, min_cap_gb) in self.other
-        gpus, mem, spans, need = slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need
+        gpus, mem, spans, need = slot.gpus, fit_mem(slot, min_cap_gb), slot.may_span, slot.need
         for fit in self.fits:
             if fit.gpus == gpus and fit.mem == mem and fit.spans == spans:
                 other = fit.need
                 if other is need or other == need:
                     return True
         return False
-
-
-class _Failed:
-    """One failed eviction (`FailedEvictions`): the job's fit key's fields and whether a lease could
-    bind it (read as C fields)."""
-
-    __slots__ = ("gpus", "lease_free", "mem", "need", "spans")
-
-    def __init__(self, gpus: int, mem: float, spans: bool, need: Need | None, lease_free: bool) -> None:
-        self.gpus = gpus
-        self.mem = mem
-        self.spans = spans
-        self.need = need
-        self.lease_free = lease_free
-
-
-class FailedEvictions:
-    """Evictions that failed in a pass since it last freed anything, on an exclusive cluster where no GPU
-    holds a suspended job's memory and no running job would keep it (the count of `_evict`, then the
-    placer): a later job of the pass fails alike when it is at least as hard to place (as many GPUs or
-    more, on one node if the failed one was, as much memory the placer looks at, the same other needs)
-    and its victims are among the failed one's. They are: it ranks at the same level or higher, so the
-    running jobs above it are among those above the failed one, and a lease that bound one for the
-    failed job binds it for this one too (a lease binds a job of a level at or above the victim's start
-    level), unless the failed job was one no lease binds (then any). A start that freed nothing only
-    took idle GPUs from it; one that freed GPUs ends the memo. Such a job only notes the leases its
-    count would have noted (`PreemptiveQueue._note_leases`). It relies on what every built-in placer
-    does (core/placement.py, core/fgd.py): a job fails only where no node can host it, so a job that
-    needs more fails where a smaller one failed."""
-
-    __slots__ = ("failed",)
-
-    def __init__(self) -> None:
-        self.failed: list[_Failed] = []
-
-    def __bool__(self) -> bool:
-        return len(self.failed) > 0
-
-    def clear(self) -> None:
-        self.failed.clear()
-
-    def add(self, slot: JobSlot, min_cap_gb: float, lease_free: bool) -> None:
-        if slot.gpus > 0:
-            self.failed.append(
-                _Failed(slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need, lease_free)
-            )
-
-    def covers(self, slot: JobSlot, min_cap_gb: float, lease_free: bool, r: Ranks) -> bool:
-        """Whether `slot`'s eviction fails as one noted did (no running job may keep its memory)."""
-        if r.suspend_running:
-            return False
-        gpus, mem, spans, need = slot.gpus, _fit_mem(slot, min_cap_gb), slot.may_span, slot.need
-        for f in self.failed:
-            if (
-                f.gpus <= gpus
-                and (f.spans or not spans)
-                and f.mem <= mem
-                and (f.lease_free or not lease_free)
-                and (f.need is need or f.need == need)
-            ):
-                return True
-        return False
-
-
-def _fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
-    """The memory in `slot`'s fit key: -1.0 for memory every GPU has (None in `_fit_key_of`)."""
-    mem = slot.mem_gb
-    return -1.0 if mem is None or mem <= min_cap_gb else mem
 
 
 class Decisions:
@@ -620,7 +553,8 @@ class PreemptiveQueue:
                         elif (
                             doomed
                             and not state.suspended_n
-                            and doomed.covers(slot, min_cap, r.lease_free(entry, cost), r)
+                            and not r.suspend_running
+                            and doomed.covers(slot, min_cap, r.lease_free(entry, cost))
                         ):
                             self._note_leases(entry, now, cost)  # what its count would note, then fail
                         else:
@@ -818,60 +752,3 @@ def _find_gpus(state: ClusterState, placer: Placer, slot: JobSlot) -> list[int] 
         trial.suspended_gb.pop(g)
         trial.vacate_all(g)
     return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
-
-
-class VictimTally:
-    """GPUs that releasing counted victims would make idle on an exclusive cluster, without releasing
-    them: `add` says whether the job could then be placed (a placer finds GPUs for a job of n GPUs only
-    where n are idle: in all when it may span nodes, else on one node)."""
-
-    __slots__ = ("dec", "gain", "need", "njobs", "node_idle", "node_of", "spans", "total", "touched")
-
-    def __init__(self, state: ClusterState, slot: JobSlot) -> None:
-        self.dec: dict[int, int] = {}  # GPU -> counted victims on it (a GPU with several holders)
-        self.gain = [0] * len(state.node_idle)  # node -> GPUs the counted victims free there
-        self.touched: list[int] = []  # the nodes whose gain is not 0
-        self.restart(state, slot)
-
-    def restart(self, state: ClusterState, slot: JobSlot) -> VictimTally:
-        """Count again from nothing, for `slot` on `state` as it is now (a pass keeps one tally)."""
-        self.njobs, self.node_of, self.node_idle = state.gpu_njobs, state.gpu_node, state.node_idle
-        self.need = slot.gpus
-        self.spans = slot.may_span
-        self.total = state.idle_total  # idle GPUs once every counted victim is released
-        if self.dec:
-            self.dec.clear()
-        gain = self.gain
-        if len(gain) != len(state.node_idle):
-            self.gain = [0] * len(state.node_idle)
-        else:
-            for n in self.touched:
-                gain[n] = 0
-        self.touched.clear()
-        return self
-
-    def add(self, alloc: tuple[int, ...]) -> bool:
-        """Count one more victim; whether the job may fit once every counted victim is released."""
-        njobs, gain, node_of, node_idle = self.njobs, self.gain, self.node_of, self.node_idle
-        need, total = self.need, self.total
-        fits = False
-        for g in alloc:
-            held = njobs[g]
-            if held == 1:
-                d = 1  # its only occupant (no other victim can share it)
-            else:
-                dec = self.dec
-                d = dec[g] = dec.get(g, 0) + 1
-            if held == d:  # no other occupant: idle once released
-                n = node_of[g]
-                k = gain[n] + 1
-                gain[n] = k
-                if k == 1:
-                    self.touched.append(n)
-                total += 1
-                if node_idle[n] + k >= need:
-                    fits = True
-        self.total = total
-        if total < need:
-            return False
-        return fits or self.spans
