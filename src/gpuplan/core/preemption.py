@@ -461,11 +461,16 @@ class PreemptiveQueue:
             r.settled = sched.version
             return Decisions([], [])
         out = self._pass(now)
-        r.settled = -1 if out.preempted or out.started else sched.version
+        # settled: a pass that decided nothing, or one that only started jobs on GPUs nobody gave back
+        # and walked the whole queue (`Ranks.clean`): a job it passed by before a start failed with at
+        # least the GPUs it has now, a job after the last start saw the state as it is, so the same
+        # pass again decides nothing while only level changes no pass can act on come
+        r.settled = -1 if out.preempted or (out.started and not r.clean) else sched.version
         return out
 
     def _pass(self, now: float) -> Decisions:
         r, sched, state, policy = self._r, self.sched, self.state, self.policy
+        r.clean = False
         if not r.waiting:
             return Decisions([], [])
         placer, cost = sched.placer, sched.preemption_cost
@@ -499,6 +504,7 @@ class PreemptiveQueue:
         worst = r.worst() if full else _INF
         n_preempted = 0
         examined = 0
+        resumes = False
         while examined < MAX_EXAMINED:
             examined += 1
             entry = pending
@@ -563,6 +569,7 @@ class PreemptiveQueue:
                                 doomed.add(slot, min_cap, r.lease_free(entry, cost))
             if gpus is not None:
                 freed = len(out.preempted) > n_preempted or resumed
+                resumes = resumes or resumed
                 r.leave(slot)
                 sched.start_waiting(slot, gpus, now, out.started)
                 r.enter(slot, now, policy, self)
@@ -583,6 +590,7 @@ class PreemptiveQueue:
                     fits_failed.add(slot, min_cap)
                 if r.all_fail(failed, level, worst, full, entries.peek()):
                     break  # every job it could still reach fails alike: none starts in this pass
+        r.clean = examined < MAX_EXAMINED and not resumes and not out.preempted
         return out
 
     def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:

@@ -274,6 +274,7 @@ class Ranks:
         self.suspend_running = 0
         self.exact_shapes: bool = state.sharing or endless
         self.settled = -1
+        self.clean = False  # the last pass only started jobs on GPUs nobody gave back, the whole queue walked
         self.moved: list[JobRank] = []
         # waiting records not yet indexed by shape (`shape_of`): a job that starts at its first try in
         # a pass (most do, on a cluster with room) is never indexed
