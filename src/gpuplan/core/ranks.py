@@ -248,7 +248,8 @@ class Ranks:
     shapes keep memory that every GPU has once a job that keeps its memory when preempted (mode
     `suspend`) or waits suspended is known, on sharing clusters, and under leases (las: a job a lease
     may bind is tried for itself, as its exact shape says); settled: the scheduler's version after a
-    pass that decided nothing (-1: none)."""
+    pass that decided nothing, or that was `clean` (-1: none); clean: the last pass only started jobs
+    on GPUs nobody gave back (no preemption, no resume) and walked the whole queue."""
 
     def __init__(self, state: ClusterState, endless: bool) -> None:
         self.endless = endless
