@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import heapq
 import inspect
 import itertools
 import random
@@ -21,7 +20,7 @@ from typing import cast
 import pytest
 
 from gpuplan.core.preemptive import PolicyLevels
-from gpuplan.core.ranks import ChangeHeap, DueHeap, Entry, Ranks
+from gpuplan.core.ranks import DueHeap, Entry, Ranks
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import ClusterSpec, GpuSpec, Job, NodeSpec
@@ -232,37 +231,6 @@ def test_orders_follow_the_static_keys_through_inserts_between_and_forgets(seed:
     assert min(gaps) == 1 and max(gaps[-10:]) > 1  # the ints ran out, and the new orders have room again
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_the_change_heap_pops_in_heapqs_order(seed: int) -> None:
-    """`ChangeHeap` against heapq over (time, jid, stamp) tuples: pushes and pops mixed, times with ties,
-    and a copy (`mapped`) that goes its own way."""
-    rng = random.Random(seed)
-    heap, plain = ChangeHeap(), list[tuple[float, int, int]]()
-    stamps: dict[int, int] = {}
-    for _ in range(400):
-        if rng.random() < 0.6 or not plain:
-            jid = rng.randint(0, 30)
-            stamps[jid] = stamps.get(jid, 0) + 1
-            t = float(rng.randint(0, 20))
-            heap.push(t, jid, stamps[jid])
-            heapq.heappush(plain, (t, jid, stamps[jid]))
-        else:
-            got = heap.pop()
-            assert (got.time_s, got.jid, got.stamp) == heapq.heappop(plain)
-        assert len(heap) == len(plain)
-        if plain:
-            first = heap.first()
-            assert (first.time_s, first.jid, first.stamp) == plain[0]
-    twin, left = heap.mapped({}), sorted(plain)
-    twin.push(-1.0, 99, 1)  # the copy's push leaves the original as it was
-    popped = []
-    while heap:
-        c = heap.pop()
-        popped.append((c.time_s, c.jid, c.stamp))
-    assert popped == left
-    assert len(twin) == len(left) + 1 and twin.pop().time_s == -1.0
-
-
 def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
     """`JobRank.copy_for` (a forked scheduler's records): every field but the slot (and `moved`: a
     fork settles first, so no copied record waits for `settle`); a field added later and not copied
@@ -272,7 +240,7 @@ def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
     slot = JobSlot(7, Job("j7", 0.0, 1), 1, None, 100.0, False)
     rec = JobRank(slot, 123, "suspend")
     values: dict[str, object] = {
-        "level": 2.5, "stamp": 4, "due": 99.0, "shape": 3, "overhead": 1.5, "overhead_cost": "cost",
+        "level": 2.5, "due": 99.0, "shape": 3, "overhead": 1.5, "overhead_cost": "cost",
         "start_level": 1.0, "waits": True, "hpos": 5,
     }  # fmt: skip
     for name, value in values.items():

@@ -385,16 +385,12 @@ class PreemptiveQueue:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
         ch = r.wait_changes
         moved = False
-        while ch and ch.first().time_s <= now:
-            change = ch.pop()
-            rec = change.rec
-            if rec is not None and rec.stamp == change.stamp:
-                rec.due = _INF  # popped: `plan_change` queues its next one
-                slot = rec.slot
-                r.leave(slot)
-                r.enter(slot, now, policy, self)
-                moved = True
-                quiet = False
+        while ch.first_s() <= now:  # `leave` takes it out; `enter` queues its next change, later
+            slot = ch.top().slot
+            r.leave(slot)
+            r.enter(slot, now, policy, self)
+            moved = True
+            quiet = False
         if r.running_due(now):
             moved = True
             if r.settled == sched.version:  # the verdict may skip the pass: it needs every change

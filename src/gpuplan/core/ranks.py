@@ -17,7 +17,7 @@ from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 
-__all__ = ["MAX_LEVELS", "Change", "ChangeHeap", "Cost", "Entry", "JobRank", "Ranks", "ShapeSource"]
+__all__ = ["MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
 _INF: Final = math.inf
 
@@ -48,102 +48,11 @@ class Cost(Protocol):
 
 
 @final
-class Change:
-    """A queued level change: when, whose (its handle and record), and the record's stamp when it was
-    queued (a compiled class). Stale once the record's stamp moved on (`Ranks.forget` moves it too)."""
-
-    __slots__ = ("jid", "rec", "stamp", "time_s")
-
-    def __init__(self, time_s: float, jid: int, stamp: int, rec: JobRank | None) -> None:
-        self.time_s = time_s
-        self.jid = jid
-        self.stamp = stamp
-        self.rec = rec
-
-    def holds(self) -> bool:
-        """Whether it is still its job's queued change."""
-        rec = self.rec
-        return rec is not None and rec.stamp == self.stamp
-
-
-@final
-class ChangeHeap:
-    """The queued level changes: a binary heap in (time, jid, stamp) order that compares numbers in C
-    (heapq over tuples compared them through Python's generic comparison); it pops in heapq's order.
-    The comparison is written out in `push` and `pop` (a call per comparison cost as much again)."""
-
-    def __init__(self) -> None:
-        self.items: list[Change] = []
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __bool__(self) -> bool:
-        return len(self.items) > 0
-
-    def first(self) -> Change:
-        """The earliest change (IndexError when empty)."""
-        return self.items[0]
-
-    def push(self, time_s: float, jid: int, stamp: int, rec: JobRank | None = None) -> None:
-        new = Change(time_s, jid, stamp, rec)
-        items = self.items
-        items.append(new)
-        i = len(items) - 1
-        while i > 0:
-            parent = (i - 1) >> 1
-            up = items[parent]
-            t = up.time_s
-            if t < time_s or (t == time_s and (up.jid < jid or (up.jid == jid and up.stamp < stamp))):
-                break  # the parent comes first
-            items[i] = up
-            i = parent
-        items[i] = new
-
-    def pop(self) -> Change:
-        """Take out the earliest change (IndexError when empty)."""
-        items = self.items
-        first = items[0]
-        last = items.pop()
-        n = len(items)
-        if n:
-            lt, lj, ls = last.time_s, last.jid, last.stamp
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
-                down = items[child]
-                if child + 1 < n:
-                    other = items[child + 1]
-                    t, o = down.time_s, other.time_s
-                    if o < t or (
-                        o == t
-                        and (other.jid < down.jid or (other.jid == down.jid and other.stamp < down.stamp))
-                    ):
-                        child += 1
-                        down = other
-                t = down.time_s
-                if lt < t or (lt == t and (lj < down.jid or (lj == down.jid and ls < down.stamp))):
-                    break  # the last entry comes before the earlier child
-                items[i] = down
-                i = child
-            items[i] = last
-        return first
-
-    def mapped(self, fresh: dict[int, JobRank]) -> ChangeHeap:
-        """A copy whose changes name `fresh[jid]` (a forked queue's own records; a change of a job not
-        there is stale, as it was)."""
-        new = ChangeHeap()
-        new.items = [Change(c.time_s, c.jid, c.stamp, fresh.get(c.jid)) for c in self.items]
-        return new
-
-
-@final
 class DueHeap:
-    """Running jobs' records by the time of their next level change (`JobRank.due`), each record once:
-    a binary heap in (due, jid) order whose records know their place (`JobRank.hpos`), so a job's next
-    change moves its record in place (`place`): no entry per change, none stale, no pop and push."""
+    """Jobs' records by the time of their next level change (`JobRank.due`), each record once: a binary
+    heap in (due, jid) order whose records know their place (`JobRank.hpos`), so a job's next change
+    moves its record in place (`place`): no entry per change, none stale, no pop and push. A record is
+    in at most one heap (`Ranks.changes` while it runs, `Ranks.wait_changes` while it waits)."""
 
     def __init__(self) -> None:
         self.items: list[JobRank] = []
@@ -238,8 +147,7 @@ class Ranks:
     rec: each job's record (`JobRank`), from its first entry until `forget`; waiting, running: the
     records by rank; keys, lo_key, hi_key (lo_order, hi_order): the static keys in order (once one fell
     between two) and the lowest and highest key given an order (their orders: `order_of`); changes,
-    wait_changes: the heaps of running and of waiting jobs' level changes (a change whose stamp is not
-    its job's is stale); now, rule: the instant of the last refresh and the levels' rule, at which a
+    wait_changes: running and waiting jobs by their next level change (`DueHeap`s); now, rule: the instant of the last refresh and the levels' rule, at which a
     running job's change left for the first reader of running levels is made (`catch_up`); shapes, by_shape: waiting
     jobs by level and shape id (counts), and each shape's waiting records; wakes (and wake_set, its
     members): ends of leases that held a preemption back; lease_held: a lease held a preemption back in
@@ -262,7 +170,7 @@ class Ranks:
         self.lo_order = 0
         self.hi_order = 0
         self.changes = DueHeap()  # running jobs by their next change (`catch_up` makes those due)
-        self.wait_changes = ChangeHeap()  # waiting jobs' (a refresh makes those due at once)
+        self.wait_changes = DueHeap()  # waiting jobs by theirs (a refresh makes those due at once)
         self.now = -_INF
         self.rule: LevelRule | None = None
         # shapes by a small id each (`shape_id`): a pass's sets and these dicts hash an int, not a tuple
@@ -355,7 +263,6 @@ class Ranks:
         if rec is None:
             return
         del self.rec[jid]
-        rec.stamp += 1  # its queued change is stale
         keys = self.keys
         if keys is not None:
             keys.remove(rec.slot.key)
@@ -375,7 +282,7 @@ class Ranks:
         new.waiting = self.waiting.mapped(fresh)
         new.running = self.running.mapped(fresh)
         new.by_shape = {shape: same.mapped(fresh) for shape, same in self.by_shape.items()}
-        new.changes = self.changes.mapped(fresh)  # after the records, whose places it sets
+        new.changes = self.changes.mapped(fresh)  # after the records, whose places they set
         new.wait_changes = self.wait_changes.mapped(fresh)
         new.now, new.rule = self.now, self.rule
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
@@ -430,18 +337,14 @@ class Ranks:
         return True
 
     def next_change_s(self) -> float:
-        """`PreemptiveQueue.next_change_s`: the first queued change whose stamp holds (stale ones are
-        dropped; running jobs' changes due by the last refresh are made first, `catch_up`), or the
-        first lease end."""
+        """`PreemptiveQueue.next_change_s`: the first queued change (running jobs' changes due by the
+        last refresh are made first, `catch_up`), or the first lease end."""
         self.catch_up()
-        nxt = self.changes.first_s()
-        other = _first_holding(self.wait_changes)
-        if other < nxt:
-            nxt = other
+        nxt = min(self.changes.first_s(), self.wait_changes.first_s())
         return min(nxt, self.wakes[0]) if self.wakes else nxt
 
     def running_due(self, now: float) -> bool:
-        """Whether a running job's level change is due by `now` (stale changes on top are dropped)."""
+        """Whether a running job's level change is due by `now`."""
         return self.changes.first_s() <= now
 
     def catch_up(self) -> bool:
@@ -501,21 +404,18 @@ class Ranks:
         self.plan_change(rec, now, policy)
 
     def plan_change(self, rec: JobRank, now: float, policy: LevelRule) -> None:
-        """Queue the job's next level change (a new stamp: any earlier one is stale)."""
+        """Queue the job's next level change (in place of the one it has queued)."""
         t = policy.next_change_s(rec.slot, now)
         if t < _INF:
             t = max(t, now + 1e-6)  # a crossing rounded to now: look again just after it
             if rec.due == t:
                 return  # the change it has queued stands (gittins' rerank_all moved no crossing)
-        rec.stamp += 1
         rec.due = t
-        if rec.slot.start_s is not None:
-            if t < _INF:
-                self.changes.place(rec)
-            else:
-                self.changes.remove(rec)
-        elif t < _INF:
-            self.wait_changes.push(t, rec.jid, rec.stamp, rec)
+        heap = self.changes if rec.slot.start_s is not None else self.wait_changes
+        if t < _INF:
+            heap.place(rec)
+        else:
+            heap.remove(rec)
 
     def move_running(self, rec: JobRank, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`
@@ -556,6 +456,7 @@ class Ranks:
         rec.due = _INF
         if slot.start_s is None:
             self.waiting.remove(rec)
+            self.wait_changes.remove(rec)
             rec.waits = False
             shape = rec.shape
             if shape < 0:
@@ -682,13 +583,3 @@ class Ranks:
         """The highest running level (`settle`d first)."""
         self.settle()
         return self.running.last().level if self.running else -_INF
-
-
-def _first_holding(heap: ChangeHeap) -> float:
-    """The time of the first change in `heap` that still holds (inf: none), stale ones dropped."""
-    while heap:
-        first = heap.first()
-        if first.holds():
-            return first.time_s
-        heap.pop()
-    return _INF

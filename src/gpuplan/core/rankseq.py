@@ -29,18 +29,18 @@ class JobRank:
             of it for a running job `move_running` left for `settle`).
         order: an int that orders it among the jobs of one level as its static key does (`order_of`).
         mode: its `Job.preempt_mode`, read once.
-        stamp, due: the stamp and time of its queued level change (due inf: none queued).
+        due: the time of its queued level change (inf: none queued).
         shape: the id of its fits-shape while it waits and is indexed under it (-1 otherwise).
         waits: it is filed in `waiting`.
         overhead, overhead_cost: its restart overhead under `overhead_cost` (`Ranks.overhead`).
         start_level: its level when the pass last started it (inf: not started by the pass).
         moved: it waits in `Ranks.moved` for `settle`.
-        hpos: its place in `Ranks.changes` (a `DueHeap`) while it runs with a change queued (-1: none).
+        hpos: its place in the `DueHeap` that queues its next change (-1: none queued).
     """
 
     __slots__ = (
         "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "shape", "slot",
-        "stamp", "start_level", "waits",
+        "start_level", "waits",
     )  # fmt: skip
 
     def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
@@ -49,7 +49,6 @@ class JobRank:
         self.level = 0.0
         self.order = order
         self.mode = mode
-        self.stamp = 0
         self.due = _INF
         self.shape = -1
         self.overhead = 0.0
@@ -62,7 +61,7 @@ class JobRank:
     def copy_for(self, slot: JobSlot) -> JobRank:
         """The same record for `slot` (a forked scheduler's copy of the job)."""
         new = JobRank(slot, self.order, self.mode)
-        new.level, new.stamp, new.due, new.shape = self.level, self.stamp, self.due, self.shape
+        new.level, new.due, new.shape = self.level, self.due, self.shape
         new.waits, new.hpos = self.waits, self.hpos
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
         return new
