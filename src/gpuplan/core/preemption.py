@@ -35,8 +35,8 @@ from gpuplan.core.placement import Placer
 from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
-from gpuplan.core.state import ClusterState, Need
-from gpuplan.core.victims import FailedEvictions, VictimTally, fit_mem
+from gpuplan.core.state import ClusterState
+from gpuplan.core.victims import FailedEvictions, FitKey, VictimTally, fit_mem
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
@@ -183,18 +183,6 @@ _fit_key: Callable[[JobSlot, float], object] = _fit_key_of
 _FIT_KEY: Final[Callable[[JobSlot, float], object]] = _fit_key_of
 
 
-class _Fit:
-    """One failed fit key's fields (`FitMemo`), read as C fields."""
-
-    __slots__ = ("gpus", "mem", "need", "spans")
-
-    def __init__(self, gpus: int, mem: float, spans: bool, need: Need | None) -> None:
-        self.gpus = gpus
-        self.mem = mem  # -1.0: memory every GPU has (the key's None)
-        self.spans = spans
-        self.need = need
-
-
 class FitMemo:
     """The fit keys (`_fit_key_of`) of jobs that failed in a pass: kept as the key's fields and compared
     natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
@@ -203,7 +191,7 @@ class FitMemo:
     __slots__ = ("fits", "other", "rule")
 
     def __init__(self) -> None:
-        self.fits: list[_Fit] = []
+        self.fits: list[FitKey] = []
         self.other: set[object] = set()
         rule = _fit_key
         self.rule: Callable[[JobSlot, float], object] | None = None if rule is _FIT_KEY else rule
@@ -220,20 +208,15 @@ class FitMemo:
         if rule is not None:
             self.other.add(rule(slot, min_cap_gb))
         elif not self.has(slot, min_cap_gb):
-            self.fits.append(_Fit(slot.gpus, fit_mem(slot, min_cap_gb), slot.may_span, slot.need))
+            self.fits.append(FitKey(slot, min_cap_gb))
 
     def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
         """Whether a job of `slot`'s fit key failed."""
         rule = self.rule
         if rule is not None:
             return rule(slot, min_cap_gb) in self.other
-        gpus, mem, spans, need = slot.gpus, fit_mem(slot, min_cap_gb), slot.may_span, slot.need
-        for fit in self.fits:
-            if fit.gpus == gpus and fit.mem == mem and fit.spans == spans:
-                other = fit.need
-                if other is need or other == need:
-                    return True
-        return False
+        mem = fit_mem(slot, min_cap_gb)
+        return any(fit.same(slot, mem) for fit in self.fits)
 
 
 class Decisions:

@@ -305,24 +305,23 @@ class Cursor:
 
     def peek(self) -> JobRank | None:
         """The record `next` would give, without moving on."""
-        lists = self.lists
-        pos, i = self.pos, self.i
-        while pos < len(lists):
-            chunk = lists[pos]
-            if i < len(chunk):
-                return chunk[i]
-            pos += 1
-            i = 0
-        return None
+        return self._seek()
 
     def next(self) -> JobRank | None:
         """The next record, or None past the last."""
+        item = self._seek()
+        if item is not None:
+            self.i += 1
+        return item
+
+    def _seek(self) -> JobRank | None:
+        """The record at the cursor, past any chunk it has used up (None past the last)."""
         lists = self.lists
         pos, i = self.pos, self.i
         while pos < len(lists):
             chunk = lists[pos]
             if i < len(chunk):
-                self.pos, self.i = pos, i + 1
+                self.pos, self.i = pos, i
                 return chunk[i]
             pos += 1
             i = 0

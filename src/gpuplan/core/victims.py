@@ -10,7 +10,7 @@ from typing import final
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.core.view import JobSlot
 
-__all__ = ["FailedEvictions", "VictimTally", "fit_mem"]
+__all__ = ["FailedEvictions", "FitKey", "VictimTally", "fit_mem"]
 
 
 def fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
@@ -20,18 +20,39 @@ def fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
 
 
 @final
-class _Failed:
-    """One failed eviction (`FailedEvictions`): the job's fit key's fields and whether a lease could
-    bind it (read as C fields)."""
+class FitKey:
+    """A job's fit key (`core.preemption._fit_key_of`) as fields read as C fields: its GPUs, the memory
+    the placer looks at (`fit_mem`), whether it may span nodes and its other needs. What the pass keeps of
+    a job that failed (`FailedEvictions`, `core.preemption.FitMemo`)."""
 
-    __slots__ = ("gpus", "lease_free", "mem", "need", "spans")
+    __slots__ = ("gpus", "mem", "need", "spans")
 
-    def __init__(self, gpus: int, mem: float, spans: bool, need: Need | None, lease_free: bool) -> None:
-        self.gpus = gpus
-        self.mem = mem
-        self.spans = spans
-        self.need = need
-        self.lease_free = lease_free
+    def __init__(self, slot: JobSlot, min_cap_gb: float) -> None:
+        self.gpus = slot.gpus
+        self.mem = fit_mem(slot, min_cap_gb)
+        self.spans = slot.may_span
+        self.need: Need | None = slot.need
+
+    def same(self, slot: JobSlot, mem: float) -> bool:
+        """Whether `slot`, whose `fit_mem` is `mem`, has this key."""
+        need = self.need
+        return (
+            self.gpus == slot.gpus
+            and self.mem == mem
+            and self.spans == slot.may_span
+            and (need is slot.need or need == slot.need)
+        )
+
+    def no_harder(self, slot: JobSlot, mem: float) -> bool:
+        """Whether a job of this key is at most as hard to place as `slot` (whose `fit_mem` is `mem`): no
+        more GPUs, on one node only if `slot` must be too, no more memory, the same other needs."""
+        need = self.need
+        return (
+            self.gpus <= slot.gpus
+            and (self.spans or not slot.may_span)
+            and self.mem <= mem
+            and (need is slot.need or need == slot.need)
+        )
 
 
 class FailedEvictions:
@@ -48,37 +69,30 @@ class FailedEvictions:
     does (core/placement.py, core/fgd.py): a job fails only where no node can host it, so a job that
     needs more fails where a smaller one failed."""
 
-    __slots__ = ("failed",)
+    __slots__ = ("failed", "lease_free")
 
     def __init__(self) -> None:
-        self.failed: list[_Failed] = []
+        self.failed: list[FitKey] = []
+        self.lease_free: list[bool] = []  # whether no lease could bind the failed job
 
     def __bool__(self) -> bool:
         return len(self.failed) > 0
 
     def clear(self) -> None:
         self.failed.clear()
+        self.lease_free.clear()
 
     def add(self, slot: JobSlot, min_cap_gb: float, lease_free: bool) -> None:
         if slot.gpus > 0:
-            self.failed.append(
-                _Failed(slot.gpus, fit_mem(slot, min_cap_gb), slot.may_span, slot.need, lease_free)
-            )
+            self.failed.append(FitKey(slot, min_cap_gb))
+            self.lease_free.append(lease_free)
 
     def covers(self, slot: JobSlot, min_cap_gb: float, lease_free: bool) -> bool:
         """Whether `slot`'s eviction fails as one noted did (while no running job may keep its memory
         and no GPU holds a suspended job's: the caller's test)."""
-        gpus, mem, spans, need = slot.gpus, fit_mem(slot, min_cap_gb), slot.may_span, slot.need
-        for f in self.failed:
-            if (
-                f.gpus <= gpus
-                and (f.spans or not spans)
-                and f.mem <= mem
-                and (f.lease_free or not lease_free)
-                and (f.need is need or f.need == need)
-            ):
-                return True
-        return False
+        mem = fit_mem(slot, min_cap_gb)
+        failed, free = self.failed, self.lease_free
+        return any((free[k] or not lease_free) and failed[k].no_harder(slot, mem) for k in range(len(failed)))
 
 
 class VictimTally:
