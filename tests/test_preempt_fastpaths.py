@@ -7,6 +7,8 @@
   changes no pass acts on came since): against walking every pass.
 - A running job's level change waits for the first reader of running levels (`Ranks.catch_up`):
   against making every change at its pass.
+- After a settled pass the clock waits for the first level change a pass may act on
+  (`Ranks.next_loud_s`, las' `LevelRule.rise_s`), not for every change: against stopping at each.
 - A pass passes by a job whose fit key (memory every GPU has left out) failed earlier in the pass:
   against trying every job of a new shape.
 - Shapes leave out memory every GPU has (tiresias, gittins) until a job that keeps its memory (mode
@@ -142,7 +144,7 @@ def _exact_shape(self, slot):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("policy", ["las:quantum=100", "tiresias:threshold=200", "gittins:first=50"])
-@pytest.mark.parametrize("plain", ["evict", "settle", "eager", "fits", "shapes"])
+@pytest.mark.parametrize("plain", ["evict", "settle", "eager", "stops", "fits", "shapes"])
 def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     policy: str, plain: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,8 +153,11 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     fast = [_schedule(jobs, policy) for jobs in traces]
     if plain == "evict":
         monkeypatch.setattr(preemption, "_evict_rule", _plain_evict_for)
-    elif plain == "settle":
+    elif plain == "settle":  # a whole pass at every level change
         monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
+        monkeypatch.setattr(preemption, "_skip_quiet", False)
+    elif plain == "stops":  # the clock stops at every level change while a job waits
+        monkeypatch.setattr(preemption, "_skip_quiet", False)
     elif plain == "eager":  # running jobs' level changes made at every pass, not at the first read
         monkeypatch.setattr(preemption, "_refresh_rule", _eager_levels)
     elif plain == "fits":  # no two jobs share a fit key: each new shape is tried

@@ -74,9 +74,11 @@ def test_the_forecast_safety_net_leaves_jobs_it_did_not_reach_without_a_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 100 s job that may not be preempted, whose LAS level changes every 10 s, and a job that waits
-    behind it (each change is a pass: a job waits): with a net of 3 passes per job and one job's worth
-    (9 in all) the forecast stops at 90 s, before the first ends; the first keeps its start and has no
-    expected end, the second has no expected start. Without the net both are known."""
+    behind it (each change is a pass while a job waits, once the clock stops at every change: after the
+    first the changes are quiet, and the clock would skip them): with a net of 3 passes per job and one
+    job's worth (9 in all) the forecast stops at 90 s, before the first ends; the first keeps its start
+    and has no expected end, the second has no expected start. Without the net both are known."""
+    monkeypatch.setattr(preemption, "_skip_quiet", False)
     s = Scheduler(ONE_GPU, Las(quantum_gpu_s=10.0), "none", "first-fit")
     s.submit(1, Job("long", 0.0, 1, requested_s=100.0, meta={"preempt": "never"}), now=0.0)
     s.submit(2, Job("next", 0.0, 1, requested_s=5.0), now=0.0)

@@ -78,6 +78,23 @@ class EndHeap:
         """The earliest time (inf when empty)."""
         return self.entries[0].time_s if self.entries else _INF
 
+    def stale_top(self, version: dict[int, int]) -> bool:
+        """Whether the earliest entry's version no longer holds (`version`; 0 always holds)."""
+        if not self.entries:
+            return False
+        top = self.entries[0]
+        return top.version != 0 and version.get(top.jid) != top.version
+
+    def drop_stale(self, version: dict[int, int], before_s: float) -> None:
+        """Take out the earliest entries before `before_s` whose version no longer holds (`version`,
+        0 always holds), up to the first that holds."""
+        entries = self.entries
+        while entries:
+            top = entries[0]
+            if top.time_s >= before_s or top.version == 0 or version.get(top.jid) == top.version:
+                return
+            self.pop()
+
     def push(self, at_s: float, jid: int, version: int) -> None:
         new = _End(at_s, self.next_seq, jid, version)
         self.next_seq += 1
@@ -226,6 +243,15 @@ class EventClock:
                 started = sched.schedule(t)
             for st in started:
                 self.on_start(st, t)
+            if preemptive and heap.stale_top(version):
+                # a stop at an end that no longer holds is a pass: none while it would decide nothing
+                # (`Scheduler.quiet_before_s`) and nothing enters before
+                until = sched.quiet_before_s()
+                if arrival_s[ai] < until:
+                    until = arrival_s[ai]
+                if begins and begins[0][0] < until:
+                    until = begins[0][0]
+                heap.drop_stale(version, until)
             t_next = heap.first_s()  # comparisons, not min(): this is the hot path
             if arrival_s[ai] < t_next:
                 t_next = arrival_s[ai]

@@ -343,9 +343,30 @@ class PreemptiveQueue:
         """The next instant a level change or a lease end may move a decision: `next_change_s`, or
         inf while no job waits (a pass with nobody waiting decides nothing, so a running job's
         change waits for the next pass, whose `refresh` ranks it at that pass's instant: its level
-        is a function of that instant, so the ranks come out as if it had moved at each change)."""
+        is a function of that instant, so the ranks come out as if it had moved at each change).
+        After a settled pass, the first change that is not quiet (`Ranks.next_loud_s`): a pass at
+        each quiet one before it would be skipped."""
         r = self._r
-        return r.next_change_s() if r.waiting else _INF
+        if not r.waiting:
+            return _INF
+        if r.settled == self.sched.version and _skip_quiet:
+            return r.next_loud_s()  # a pass would skip each quiet change before it: no stop there
+        return r.next_change_s()
+
+    def quiet_before_s(self) -> float:
+        """An instant before which a pass, with nothing entering or ending first, decides nothing (the
+        clock need not stop there for a stale end): after a settled pass, the next instant a pass may
+        act (`next_pass_s`; a lease end less the pass's tolerance, `refresh`); inf while no job waits
+        (a pass then decides nothing); -inf otherwise."""
+        r = self._r
+        if not r.waiting:
+            return _INF
+        if r.settled != self.sched.version or not _skip_quiet:
+            return -_INF
+        t = self.next_pass_s()
+        if r.wakes and r.wakes[0] - 2e-9 < t:
+            t = r.wakes[0] - 2e-9
+        return t
 
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was
@@ -712,6 +733,7 @@ _EVICT_FOR: Final[_Evict] = PreemptiveQueue._evict_for
 _refresh_rule: Callable[[PreemptiveQueue, float], bool] = _REFRESH
 _shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = _FITS_SHAPE
 _evict_rule: _Evict = _EVICT_FOR
+_skip_quiet: bool = True  # False: the clock stops at every level change while a job waits
 
 
 def _overlaps(taken: set[int], gpus: tuple[int, ...]) -> bool:

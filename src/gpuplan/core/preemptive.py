@@ -112,6 +112,9 @@ class LevelRule:
     each call is a generic one that binds a method object first. Its parameters are the policy's when
     the queue was made."""
 
+    rises: bool = False
+    """Whether `rise_s` answers (a rule whose running jobs' levels only rise, by a formula)."""
+
     def __init__(self, endless_levels: bool) -> None:
         self.endless_levels = endless_levels
 
@@ -129,6 +132,12 @@ class LevelRule:
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
         return _INF
+
+    def rise_s(self, slot: JobSlot, level: float) -> float:
+        """When a running job's level first rises above `level` (`rises`: its levels only rise, and
+        one level's crossing time is a formula), so the clock need not stop at each change below it;
+        -inf when the rule does not say (the clock stops at each change)."""
+        return -_INF
 
     def reranks(self, slot: JobSlot) -> bool:
         """Whether what the policy learned since `reranked` may have moved the job's level (when the
@@ -215,6 +224,7 @@ class _LasLevels(LevelRule):
     def __init__(self, endless_levels: bool, quantum_gpu_s: float) -> None:
         super().__init__(endless_levels)
         self.quantum_gpu_s = quantum_gpu_s
+        self.rises = True
 
     def args(self) -> tuple[object, ...]:
         return (self.endless_levels, self.quantum_gpu_s)
@@ -224,6 +234,11 @@ class _LasLevels(LevelRule):
 
     def next_change_s(self, slot: JobSlot, now: float) -> float:
         return _next_quantum_s(slot, now, self.quantum_gpu_s)
+
+    def rise_s(self, slot: JobSlot, level: float) -> float:
+        """The crossing of the quantum after `level`'s (a whole number of quanta: the time
+        `_next_quantum_s` gives there)."""
+        return _crossing_s(slot, 0.0, (level + 1.0) * self.quantum_gpu_s)
 
 
 @register_policy

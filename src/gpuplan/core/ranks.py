@@ -20,6 +20,7 @@ from gpuplan.model import Job
 __all__ = ["MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
 _INF: Final = math.inf
+_NAN: Final = math.nan
 
 MAX_LEVELS: Final = 64
 """More distinct waiting levels than this: a pass does not look for the point where all fail."""
@@ -343,6 +344,41 @@ class Ranks:
         nxt = min(self.changes.first_s(), self.wait_changes.first_s())
         return min(nxt, self.wakes[0]) if self.wakes else nxt
 
+    def next_loud_s(self) -> float:
+        """`next_change_s` after a settled pass (one that decided nothing, or `clean`; its refresh made
+        every running change due by then): the first change a pass may act on. A running job's change
+        is quiet (`quiet_move`) until its level rises above the lowest waiting level at or above its
+        own, and its rule says when that is (`LevelRule.rise_s`); the clock need not stop at the quiet
+        ones (each would be a settled pass's verdict, skipped). A rule that does not say stops at
+        each change."""
+        self.settle()
+        nxt = self.wait_changes.first_s()
+        if self.wakes and self.wakes[0] < nxt:
+            nxt = self.wakes[0]
+        rule = self.rule
+        if rule is None or not rule.rises or not self.waiting:
+            first = self.changes.first_s()
+            return first if first < nxt else nxt
+        waiting = self.waiting
+        top = waiting.last().level
+        bound = -_INF  # the lowest waiting level at or above the records' so far (they come by level)
+        for rec in self.running.upto(top):  # (above every waiting level, a rise crosses none)
+            level = rec.level
+            if level > bound:
+                first_rec = waiting.first_at_level(level)
+                assert first_rec is not None  # a waiting level (`top`) is at or above it
+                bound = first_rec.level
+            if rec.rise_of == bound:
+                t = rec.rise_s
+            else:
+                t = rec.rise_s = rule.rise_s(rec.slot, bound)
+                rec.rise_of = bound
+            if t < rec.due:
+                t = rec.due  # (at its next change at the earliest: a crossing rounded to now waits)
+            if t < nxt:
+                nxt = t
+        return nxt
+
     def running_due(self, now: float) -> bool:
         """Whether a running job's level change is due by `now`."""
         return self.changes.first_s() <= now
@@ -399,6 +435,7 @@ class Ranks:
             self.unindexed.append(rec)
         else:
             self.running.add(rec)
+            rec.rise_of = _NAN  # its run's own crossings (`next_loud_s`)
             if suspends:
                 self.suspend_running += 1
         self.plan_change(rec, now, policy)

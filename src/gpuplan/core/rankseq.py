@@ -14,6 +14,7 @@ from gpuplan.core.view import JobSlot
 __all__ = ["Cursor", "Entry", "JobRank", "RankedSeq", "ranked_before"]
 
 _INF: Final = math.inf
+_NAN: Final = math.nan
 _chain_all: Final = chain.from_iterable
 
 
@@ -36,11 +37,13 @@ class JobRank:
         start_level: its level when the pass last started it (inf: not started by the pass).
         moved: it waits in `Ranks.moved` for `settle`.
         hpos: its place in the `DueHeap` that queues its next change (-1: none queued).
+        rise_of, rise_s: while it runs, a level and when its level rises above it (`Ranks.next_loud_s`;
+            nan: none known since it last entered).
     """
 
     __slots__ = (
-        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "shape", "slot",
-        "start_level", "waits",
+        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "rise_of", "rise_s",
+        "shape", "slot", "start_level", "waits",
     )  # fmt: skip
 
     def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
@@ -57,6 +60,8 @@ class JobRank:
         self.moved = False
         self.waits = False
         self.hpos = -1
+        self.rise_of = _NAN
+        self.rise_s = _INF
 
     def copy_for(self, slot: JobSlot) -> JobRank:
         """The same record for `slot` (a forked scheduler's copy of the job)."""
@@ -64,6 +69,7 @@ class JobRank:
         new.level, new.due, new.shape = self.level, self.due, self.shape
         new.waits, new.hpos = self.waits, self.hpos
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
+        new.rise_of, new.rise_s = self.rise_of, self.rise_s  # the twin's run is the same run
         return new
 
     def __repr__(self) -> str:
@@ -267,6 +273,16 @@ class RankedSeq:
                 out.append(item)
                 i -= 1
             k -= 1
+        return out
+
+    def upto(self, level: float) -> list[JobRank]:
+        """The records of a level at most `level`, the lowest first."""
+        out: list[JobRank] = []
+        for chunk in self._lists:
+            for item in chunk:
+                if item.level > level:
+                    return out
+                out.append(item)
         return out
 
     def rank(self, level: float, order: int, upper: bool) -> int:

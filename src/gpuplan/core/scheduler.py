@@ -206,6 +206,12 @@ class Scheduler(PreemptingScheduler):
         moves no decision; the next pass ranks the job at its own instant)."""
         return _INF if self._pre is None else self._pre.next_pass_s()
 
+    def quiet_before_s(self) -> float:
+        """An instant before which a pass, with nothing entering or ending first, decides nothing: a
+        clock need not stop there for an end that no longer holds (`PreemptiveQueue.quiet_before_s`);
+        -inf for a policy that does not preempt (its pass is asked at every stop)."""
+        return -_INF if self._pre is None else self._pre.quiet_before_s()
+
     def preempt(self, jid: int, now: float, released: bool = False) -> Preempted:
         """Take a running job's GPUs (`Job.preempt_mode`): `suspend` keeps its memory on them (it resumes
         there), `checkpoint` and `requeue` free them. It waits again, keeping the GPU-service it
