@@ -9,6 +9,9 @@
   against making every change at its pass.
 - After a settled pass the clock waits for the first level change a pass may act on
   (`Ranks.next_loud_s`, las' `LevelRule.rise_s`), not for every change: against stopping at each.
+- A pass that preempted is settled when a pass right after it would decide nothing
+  (`core.victims.follow_up_idle`: the jobs ranked before its last start that freed GPUs and its victims
+  fail, counting every running job above them as released): against a pass at every change ("settle").
 - A pass passes by a job whose fit key (memory every GPU has left out) failed earlier in the pass:
   against trying every job of a new shape.
 - Shapes leave out memory every GPU has (tiresias, gittins) until a job that keeps its memory (mode
@@ -18,6 +21,7 @@ Both on random traces under every preemptive policy, preempt modes mixed.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import random
 
@@ -167,6 +171,26 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     slow = [_schedule(jobs, policy) for jobs in traces]
     assert fast == slow
     assert sum(p for _, p in slow) > 30  # the traces do preempt
+
+
+@pytest.mark.parametrize("policy", ["las:quantum=300", "las:quantum=400", "tiresias:threshold=100"])
+def test_a_settled_pass_that_preempted_gives_the_schedules_of_a_pass_at_every_change(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More traces for `follow_up_idle`, crowded (arrivals every 15 s on average) so that big jobs at the
+    head of the queue fail before a small one preempts: the schedules of a whole pass at every level
+    change and every end (nothing settled, nothing skipped)."""
+    rng = random.Random(f"follow-up {policy}")
+    traces = []
+    for k in range(30):
+        jobs = _trace(rng, rng.randint(15, 40), suspend=k % 5 == 0)
+        traces.append([dataclasses.replace(j, submit_s=round(j.submit_s * 0.4, 1)) for j in jobs])
+    fast = [_schedule(jobs, policy) for jobs in traces]
+    monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
+    monkeypatch.setattr(preemption, "_skip_quiet", False)
+    slow = [_schedule(jobs, policy) for jobs in traces]
+    assert fast == slow
+    assert sum(p for _, p in slow) > 100
 
 
 def test_gittins_levels_follow_each_rebuilt_table() -> None:

@@ -36,7 +36,7 @@ from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
-from gpuplan.core.victims import FailedEvictions, FitKey, VictimTally, fit_mem
+from gpuplan.core.victims import FailedEvictions, FitKey, VictimTally, fit_mem, follow_up_idle
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
@@ -364,6 +364,8 @@ class PreemptiveQueue:
         if r.settled != self.sched.version or not _skip_quiet:
             return -_INF
         t = self.next_pass_s()
+        if r.changes.first_s() < t:  # a level made at an end's instant may round down, and wait 1e-6
+            t = r.changes.first_s()
         if r.wakes and r.wakes[0] - 2e-9 < t:
             t = r.wakes[0] - 2e-9
         return t
@@ -385,8 +387,10 @@ class PreemptiveQueue:
         while wakes and wakes[0] <= now:  # a lease that held a preemption back ended
             r.pop_wake()
             quiet = False
+            r.crossed = None
         if wakes and wakes[0] <= now + 1e-9:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
+            r.crossed = None
         ch = r.wait_changes
         moved = False
         while ch.first_s() <= now:  # `leave` takes it out; `enter` queues its next change, later
@@ -395,6 +399,7 @@ class PreemptiveQueue:
             r.enter(slot, now, policy, self)
             moved = True
             quiet = False
+            r.crossed = None
         if r.running_due(now):
             moved = True
             if r.settled == sched.version:  # the verdict may skip the pass: it needs every change
@@ -455,20 +460,29 @@ class PreemptiveQueue:
         and decide nothing again, so it is not walked."""
         r, sched = self._r, self.sched
         settled = r.settled == sched.version
+        if settled and _skip_quiet and not self.state.sharing:
+            r.crossed = set()  # the levels the refresh's changes cross (`Ranks.note_crossed`)
         rule = _refresh_rule  # the method itself unless a test swapped it (a direct call: no generic one)
         quiet = self.refresh(now) if rule is _REFRESH else rule(self, now)
+        crossed, r.crossed = r.crossed, None
         if settled and quiet:
             r.settled = sched.version
             return Decisions([], [])
-        out = self._pass(now)
+        out = self._pass(now, crossed if crossed else None)
         # settled: a pass that decided nothing, or one that only started jobs on GPUs nobody gave back
         # and walked the whole queue (`Ranks.clean`): a job it passed by before a start failed with at
         # least the GPUs it has now, a job after the last start saw the state as it is, so the same
-        # pass again decides nothing while only level changes no pass can act on come
-        r.settled = -1 if out.preempted or (out.started and not r.clean) else sched.version
+        # pass again decides nothing while only level changes no pass can act on come; or one that
+        # preempted, after which a pass would decide nothing (`follow_up_idle`)
+        r.settled = -1 if (out.preempted or out.started) and not r.clean else sched.version
         return out
 
-    def _pass(self, now: float) -> Decisions:
+    def _pass(self, now: float, crossed: set[float] | None = None) -> Decisions:
+        """The walk of `decide`. `crossed`: the pass follows a settled one, and only running jobs' level
+        changes came since, which crossed these waiting levels: a job of another level has the same
+        victims and the same idle GPUs as in that pass, and fails as it did (it is passed by, counted
+        as examined), until a start frees GPUs it does not take (a resume, or a victim's GPU left
+        idle), after which every job is tried."""
         r, sched, state, policy = self._r, self.sched, self.state, self.policy
         r.clean = False
         if not r.waiting:
@@ -505,6 +519,7 @@ class PreemptiveQueue:
         n_preempted = 0
         examined = 0
         resumes = False
+        free_level, free_order = -_INF, 0  # the cursor of the last start that freed GPUs
         while examined < MAX_EXAMINED:
             examined += 1
             entry = pending
@@ -521,6 +536,8 @@ class PreemptiveQueue:
                 break
             if preempted and entry.jid in preempted:
                 continue
+            if crossed is not None and level not in crossed:
+                continue  # it fails as in the settled pass
             slot = entry.slot
             if (
                 failed and r.shape_of(entry) in failed
@@ -575,6 +592,9 @@ class PreemptiveQueue:
                 r.enter(slot, now, policy, self)
                 entry.start_level = slot.level
                 if freed:
+                    free_level, free_order = level, order
+                    if crossed is not None and (resumed or _left_idle(out.preempted, n_preempted, gpus)):
+                        crossed = None  # GPUs came free: every job is tried from here on
                     failed.clear()
                     fits_failed.clear()
                     doomed.clear()
@@ -590,7 +610,16 @@ class PreemptiveQueue:
                     fits_failed.add(slot, min_cap)
                 if r.all_fail(failed, level, worst, full, entries.peek()):
                     break  # every job it could still reach fails alike: none starts in this pass
-        r.clean = examined < MAX_EXAMINED and not resumes and not out.preempted
+        r.clean = (
+            examined < MAX_EXAMINED
+            and not resumes
+            and (
+                not out.preempted
+                or follow_up_idle(
+                    r, state, placer, [r.rec[p.jid] for p in out.preempted], free_level, free_order
+                )
+            )
+        )
         return out
 
     def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
@@ -739,6 +768,13 @@ _skip_quiet: bool = True  # False: the clock stops at every level change while a
 def _overlaps(taken: set[int], gpus: tuple[int, ...]) -> bool:
     """Whether any of `gpus` is in `taken` (compiled to a loop: `set.intersection` is a generic call)."""
     return any(g in taken for g in gpus)
+
+
+def _left_idle(preempted: list[Preempted], since: int, gpus: list[int] | tuple[int, ...]) -> bool:
+    """Whether a victim preempted since `preempted[since]` holds a GPU that the start on `gpus` does
+    not take (it is idle now)."""
+    taken = set(gpus)
+    return any(not all(g in taken for g in preempted[k].gpu_ids) for k in range(since, len(preempted)))
 
 
 def _full(state: ClusterState) -> bool:

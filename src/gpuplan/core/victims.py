@@ -1,16 +1,20 @@
 """What the preemptive pass (core/preemption.py) knows of an eviction before it releases anyone: the GPUs
-counted victims would free (`VictimTally`) and the evictions that failed in the pass so far
-(`FailedEvictions`). Compiled (native) classes: the pass asks them for every job it tries to place by
+counted victims would free (`VictimTally`), the evictions that failed in the pass so far
+(`FailedEvictions`), and whether the pass after one that preempted would decide nothing
+(`follow_up_idle`). Compiled (native) classes: the pass asks them for every job it tries to place by
 preempting."""
 
 from __future__ import annotations
 
 from typing import final
 
+from gpuplan.core.placement import Placer
+from gpuplan.core.ranks import Ranks
+from gpuplan.core.rankseq import JobRank
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.core.view import JobSlot
 
-__all__ = ["FailedEvictions", "FitKey", "VictimTally", "fit_mem"]
+__all__ = ["FailedEvictions", "FitKey", "VictimTally", "fit_mem", "follow_up_idle"]
 
 
 def fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
@@ -150,3 +154,44 @@ class VictimTally:
         if total < need:
             return False
         return fits or self.spans
+
+
+def follow_up_idle(
+    r: Ranks, state: ClusterState, placer: Placer, victims: list[JobRank], level: float, order: int
+) -> bool:
+    """Whether a pass now, right after one that preempted (`victims`, now waiting) and whose last start
+    that freed GPUs was of the job at (`level`, `order`), would decide nothing, on an exclusive cluster
+    where no GPU holds a suspended job's memory and no running job would keep it (False otherwise, and
+    whenever it cannot tell).
+
+    That pass walks the queue again. A job the last one tried after that start saw the state as it is
+    (later starts only took idle GPUs, and a job they put among its victims holds GPUs that were idle
+    at its try): it fails alike, and so does every job the last pass did not reach because every job
+    left failed alike or ranked at the highest running level. What may act is a job ranked before
+    that start (it failed with fewer GPUs idle) or a victim (a pass never tries the jobs it preempted).
+    Each fails when the placer finds no GPUs for it and, counting every running job above its level
+    as released (a lease or not), no node could host it (`VictimTally`): a job that fails so fails
+    whatever the leases, so the leases its try would note make no pass act either."""
+    if state.sharing or state.suspended_n or r.suspend_running:
+        return False
+    worst = r.worst()
+    for rec in r.waiting.upto(level):
+        if (rec.level < level or rec.order < order) and not _fails_now(r, state, placer, rec, worst):
+            return False
+    return all(_fails_now(r, state, placer, rec, worst) for rec in victims)
+
+
+def _fails_now(r: Ranks, state: ClusterState, placer: Placer, rec: JobRank, worst: float) -> bool:
+    slot = rec.slot
+    if slot.suspended_on or slot.gpus <= 0:
+        return False
+    if placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need) is not None:
+        return False
+    level = rec.level
+    if level >= worst:
+        return True  # nobody runs above it
+    tally = VictimTally(state, slot)
+    for victim in r.running.above(level):
+        if victim.mode != "never" and tally.add(victim.slot.alloc):
+            return False
+    return True
