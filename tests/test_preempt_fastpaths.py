@@ -173,18 +173,22 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     assert sum(p for _, p in slow) > 30  # the traces do preempt
 
 
-@pytest.mark.parametrize("policy", ["las:quantum=300", "las:quantum=400", "tiresias:threshold=100"])
+@pytest.mark.parametrize(
+    "policy", ["las:quantum=300", "las:quantum=400", "tiresias:threshold=100", "gittins:first=50"]
+)
 def test_a_settled_pass_that_preempted_gives_the_schedules_of_a_pass_at_every_change(
     policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """More traces for `follow_up_idle`, crowded (arrivals every 15 s on average) so that big jobs at the
-    head of the queue fail before a small one preempts: the schedules of a whole pass at every level
-    change and every end (nothing settled, nothing skipped)."""
-    rng = random.Random(f"follow-up {policy}")
+    """More traces for what a settled pass lets the next ones skip (`follow_up_idle`, the jobs of levels
+    no change crossed, quiet stops, stale ends), some crowded (arrivals every 12 to 20 s on average) so
+    that big jobs at the head of the queue fail before a small one preempts: the schedules of a whole
+    pass at every level change and every end (nothing settled, nothing skipped)."""
+    rng = random.Random(f"many {policy}")
     traces = []
-    for k in range(30):
+    for k in range(60):
         jobs = _trace(rng, rng.randint(15, 40), suspend=k % 5 == 0)
-        traces.append([dataclasses.replace(j, submit_s=round(j.submit_s * 0.4, 1)) for j in jobs])
+        scale = rng.choice([0.3, 0.5, 1.0])
+        traces.append([dataclasses.replace(j, submit_s=round(j.submit_s * scale, 1)) for j in jobs])
     fast = [_schedule(jobs, policy) for jobs in traces]
     monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
     monkeypatch.setattr(preemption, "_skip_quiet", False)

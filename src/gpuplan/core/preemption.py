@@ -296,6 +296,18 @@ class PreemptiveQueue:
         """Rank a job (waiting or running) at `now` and note when its level next changes."""
         self._r.enter(slot, now, self.policy, self)
 
+    def submitted(self, slot: JobSlot, now: float) -> None:
+        """`enter` of a job just submitted (the scheduler's version bumped for it): while only jobs
+        entered since a settled pass, the next pass tries them and the jobs whose victims changed
+        (`Ranks.arrived`)."""
+        r, version = self._r, self.sched.version
+        r.enter(slot, now, self.policy, self)
+        if r.settled == version - 1 or r.arrived_at == version - 1:
+            r.arrived_at = version
+            r.arrived.add(slot.level)
+        else:
+            r.arrived_at = -1
+
     def leave(self, slot: JobSlot) -> None:
         self._r.leave(slot)
 
@@ -460,11 +472,19 @@ class PreemptiveQueue:
         and decide nothing again, so it is not walked."""
         r, sched = self._r, self.sched
         settled = r.settled == sched.version
-        if settled and _skip_quiet and not self.state.sharing:
-            r.crossed = set()  # the levels the refresh's changes cross (`Ranks.note_crossed`)
+        arrived = r.arrived_at == sched.version  # only jobs entered since a settled pass
+        if (settled or arrived) and _skip_quiet and not self.state.sharing:
+            r.crossed = set(r.arrived) if arrived else set()  # and levels crossed (`Ranks.note_crossed`)
         rule = _refresh_rule  # the method itself unless a test swapped it (a direct call: no generic one)
         quiet = self.refresh(now) if rule is _REFRESH else rule(self, now)
+        if arrived and r.crossed is not None and r.running_due(now):
+            if _full(self.state):  # the pass reads running levels first: make them now, noting crossings
+                r.catch_up()
+            else:  # the pass may read them late, or never (their changes are left for it)
+                r.crossed = None
         crossed, r.crossed = r.crossed, None
+        r.arrived_at = -1
+        r.arrived.clear()
         if settled and quiet:
             r.settled = sched.version
             return Decisions([], [])
@@ -479,10 +499,10 @@ class PreemptiveQueue:
 
     def _pass(self, now: float, crossed: set[float] | None = None) -> Decisions:
         """The walk of `decide`. `crossed`: the pass follows a settled one, and only running jobs' level
-        changes came since, which crossed these waiting levels: a job of another level has the same
-        victims and the same idle GPUs as in that pass, and fails as it did (it is passed by, counted
-        as examined), until a start frees GPUs it does not take (a resume, or a victim's GPU left
-        idle), after which every job is tried."""
+        changes, which crossed these waiting levels, and jobs entered at these levels came since: a job
+        of another level has the same victims and the same idle GPUs as in that pass, and fails as it
+        did (it is passed by, counted as examined), until a start frees GPUs it does not take (a
+        resume, or a victim's GPU left idle), after which every job is tried."""
         r, sched, state, policy = self._r, self.sched, self.state, self.policy
         r.clean = False
         if not r.waiting:

@@ -170,7 +170,8 @@ class Ranks:
     queue, resumed nobody, and only started jobs on GPUs nobody gave back, or preempted and a pass
     right after it would decide nothing (`core.victims.follow_up_idle`); crossed: while the refresh
     after a settled pass is made, the waiting levels running jobs' changes crossed (None: not kept, or
-    something else changed)."""
+    something else changed); arrived_at, arrived: the scheduler's version while only submitted jobs
+    entered since a settled pass (-1 otherwise), and their levels (`PreemptiveQueue.submitted`)."""
 
     def __init__(self, state: ClusterState, endless: bool) -> None:
         self.endless = endless
@@ -199,6 +200,8 @@ class Ranks:
         self.clean = False  # the last pass is settled though it acted
         self.moved: list[JobRank] = []
         self.loud_at, self.loud_for, self.loud_s = _NAN, -1, _INF  # `next_loud_s`'s last answer
+        self.arrived_at = -1  # the scheduler's version once only jobs entered since a settled pass
+        self.arrived: set[float] = set()  # their levels
         self.crossed: set[float] | None = None  # waiting levels crossed since a settled pass (`note_crossed`)
         # waiting records not yet indexed by shape (`shape_of`): a job that starts at its first try in
         # a pass (most do, on a cluster with room) is never indexed

@@ -138,7 +138,7 @@ class Scheduler(PreemptingScheduler):
         slot.key = key
         if self._pre is not None:  # a preemptive policy's waiting jobs are its records' (`waiting`)
             slot.waiting_since_s = job.submit_s if now is None else now
-            self._pre.enter(slot, slot.waiting_since_s)
+            self._pre.submitted(slot, slot.waiting_since_s)
             return slot
         self._queue.add((*key, slot))
         if self._shapes is not None:
