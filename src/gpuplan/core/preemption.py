@@ -636,7 +636,13 @@ class PreemptiveQueue:
             and (
                 not out.preempted
                 or follow_up_idle(
-                    r, state, placer, [r.rec[p.jid] for p in out.preempted], free_level, free_order
+                    r,
+                    state,
+                    placer,
+                    [r.rec[p.jid] for p in out.preempted],
+                    free_level,
+                    free_order,
+                    self._tally,
                 )
             )
         )
@@ -750,7 +756,7 @@ class PreemptiveQueue:
                     break
         if not applied:
             return None  # nothing was released: nothing to undo
-        taken: set[int] = set(gpus) if gpus is not None else set()
+        taken: tuple[int, ...] = tuple(gpus) if gpus is not None else ()
         # a victim in the way stays released on an exclusive cluster (the Scheduler is told so); on a
         # sharing one every victim is undone and preempted anew (memory sums in the same order)
         keep = gpus is not None and not state.sharing
@@ -785,16 +791,21 @@ _evict_rule: _Evict = _EVICT_FOR
 _skip_quiet: bool = True  # False: the clock stops at every level change while a job waits
 
 
-def _overlaps(taken: set[int], gpus: tuple[int, ...]) -> bool:
-    """Whether any of `gpus` is in `taken` (compiled to a loop: `set.intersection` is a generic call)."""
-    return any(g in taken for g in gpus)
+def _overlaps(taken: tuple[int, ...], gpus: tuple[int, ...]) -> bool:
+    """Whether any of `gpus` is in `taken` (compiled to two loops over a job's few GPUs: no set built)."""
+    return any(_has(taken, g) for g in gpus)
+
+
+def _has(gpus: tuple[int, ...], gpu: int) -> bool:
+    """`gpu in gpus`, compared as C ints."""
+    return any(g == gpu for g in gpus)
 
 
 def _left_idle(preempted: list[Preempted], since: int, gpus: list[int] | tuple[int, ...]) -> bool:
     """Whether a victim preempted since `preempted[since]` holds a GPU that the start on `gpus` does
     not take (it is idle now)."""
-    taken = set(gpus)
-    return any(not all(g in taken for g in preempted[k].gpu_ids) for k in range(since, len(preempted)))
+    taken = tuple(gpus)
+    return any(not _has(taken, g) for k in range(since, len(preempted)) for g in preempted[k].gpu_ids)
 
 
 def _full(state: ClusterState) -> bool:

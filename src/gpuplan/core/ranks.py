@@ -151,6 +151,14 @@ class DueHeap:
         return new
 
 
+def _first_at_least(levels: list[float], level: float) -> float:
+    """The first of the ascending `levels` at or above `level` (inf: none)."""
+    for x in levels:
+        if x >= level:
+            return x
+    return _INF
+
+
 class Ranks:
     """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
@@ -200,6 +208,8 @@ class Ranks:
         self.clean = False  # the last pass is settled though it acted
         self.moved: list[JobRank] = []
         self.loud_at, self.loud_for, self.loud_s = _NAN, -1, _INF  # `next_loud_s`'s last answer
+        self.level_counts: dict[float, int] = {}  # waiting jobs per level (`count_level`)
+        self.level_epoch = 0
         self.arrived_at = -1  # the scheduler's version once only jobs entered since a settled pass
         self.arrived: set[float] = set()  # their levels
         self.crossed: set[float] | None = None  # waiting levels crossed since a settled pass (`note_crossed`)
@@ -304,6 +314,7 @@ class Ranks:
         new.wait_changes = self.wait_changes.mapped(fresh)
         new.now, new.rule = self.now, self.rule
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
+        new.level_counts, new.level_epoch = dict(self.level_counts), self.level_epoch
         new.shape_ids = dict(self.shape_ids)
         new.wakes = list(self.wakes)
         new.wake_set = set(self.wakes)
@@ -381,27 +392,36 @@ class Ranks:
             if first < nxt:
                 nxt = first
         else:
-            levels = self.waiting.levels()
-            n = len(levels)
+            epoch = self.level_epoch
+            levels: list[float] | None = None
             for rec in self.changes.items:  # (a job whose level never changes is never loud)
                 level = rec.slot.level
-                k = 0
-                while k < n and levels[k] < level:
-                    k += 1
-                if k == n:
-                    continue  # above every waiting level: its rises cross none
-                bound = levels[k]
-                if rec.rise_of == bound:
-                    t = rec.rise_s
+                if rec.rise_epoch == epoch and level <= rec.rise_of:
+                    t = rec.rise_s  # the same waiting levels, and none between its level and its bound
                 else:
-                    t = rec.rise_s = rule.rise_s(rec.slot, bound)
-                    rec.rise_of = bound
+                    if levels is None:
+                        levels = self.waiting.levels()
+                    bound = _first_at_least(levels, level)  # inf: above every waiting level
+                    t = rule.rise_s(rec.slot, bound) if bound < _INF else _INF
+                    rec.rise_s, rec.rise_of, rec.rise_epoch = t, bound, epoch
                 if t < rec.due:
                     t = rec.due  # (at its next change at the earliest: a crossing rounded to now waits)
                 if t < nxt:
                     nxt = t
         self.loud_at, self.loud_for, self.loud_s = self.now, self.settled, nxt
         return nxt
+
+    def count_level(self, level: float, by: int) -> None:
+        """A waiting job of `level` came (`by` 1) or went (-1): a level that appears or goes moves
+        `level_epoch` (`next_loud_s`'s kept bounds)."""
+        counts = self.level_counts
+        k = counts.get(level, 0) + by
+        if k:
+            counts[level] = k
+        else:
+            del counts[level]
+        if k == 0 or (k == 1 and by > 0):
+            self.level_epoch += 1
 
     def running_due(self, now: float) -> bool:
         """Whether a running job's level change is due by `now`."""
@@ -475,6 +495,7 @@ class Ranks:
             self.waiting.add(rec)
             rec.waits = True
             self.unindexed.append(rec)
+            self.count_level(rec.level, 1)
         else:
             self.running.add(rec)
             rec.rise_of = _NAN  # its run's own crossings (`next_loud_s`)
@@ -483,15 +504,19 @@ class Ranks:
         self.plan_change(rec, now, policy)
 
     def plan_change(self, rec: JobRank, now: float, policy: LevelRule) -> None:
-        """Queue the job's next level change (in place of the one it has queued)."""
-        t = policy.next_change_s(rec.slot, now)
+        """Queue the job's next level change (in place of the one it has queued): a running job's
+        whose levels only rise changes when its level rises above the one it has (`LevelRule.rise_s`,
+        its `slot.level` made at `now`)."""
+        slot = rec.slot
+        running = slot.start_s is not None
+        t = policy.rise_s(slot, slot.level) if running and policy.rises else policy.next_change_s(slot, now)
         if t < _INF:
             if t <= now:
                 t = now + 1e-6  # a crossing rounded to now: look again just after it
             if rec.due == t:
                 return  # the change it has queued stands (gittins' rerank_all moved no crossing)
         rec.due = t
-        heap = self.changes if rec.slot.start_s is not None else self.wait_changes
+        heap = self.changes if running else self.wait_changes
         if t < _INF:
             heap.place(rec)
         else:
@@ -538,6 +563,7 @@ class Ranks:
             self.waiting.remove(rec)
             self.wait_changes.remove(rec)
             rec.waits = False
+            self.count_level(rec.level, -1)
             shape = rec.shape
             if shape < 0:
                 return  # never indexed

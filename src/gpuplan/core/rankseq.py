@@ -37,13 +37,14 @@ class JobRank:
         start_level: its level when the pass last started it (inf: not started by the pass).
         moved: it waits in `Ranks.moved` for `settle`.
         hpos: its place in the `DueHeap` that queues its next change (-1: none queued).
-        rise_of, rise_s: while it runs, a level and when its level rises above it (`Ranks.next_loud_s`;
-            nan: none known since it last entered).
+        rise_of, rise_s, rise_epoch: while it runs, the lowest waiting level at or above its own (inf:
+            none), when its level rises above it, and the waiting levels' epoch they hold for
+            (`Ranks.next_loud_s`; nan: none known since it last entered).
     """
 
     __slots__ = (
-        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "rise_of", "rise_s",
-        "shape", "slot", "start_level", "waits",
+        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "rise_epoch", "rise_of",
+        "rise_s", "shape", "slot", "start_level", "waits",
     )  # fmt: skip
 
     def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
@@ -62,6 +63,7 @@ class JobRank:
         self.hpos = -1
         self.rise_of = _NAN
         self.rise_s = _INF
+        self.rise_epoch = -1
 
     def copy_for(self, slot: JobSlot) -> JobRank:
         """The same record for `slot` (a forked scheduler's copy of the job)."""
@@ -69,7 +71,7 @@ class JobRank:
         new.level, new.due, new.shape = self.level, self.due, self.shape
         new.waits, new.hpos = self.waits, self.hpos
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
-        new.rise_of, new.rise_s = self.rise_of, self.rise_s  # the twin's run is the same run
+        new.rise_of, new.rise_s, new.rise_epoch = self.rise_of, self.rise_s, self.rise_epoch  # the same run
         return new
 
     def __repr__(self) -> str:

@@ -157,7 +157,13 @@ class VictimTally:
 
 
 def follow_up_idle(
-    r: Ranks, state: ClusterState, placer: Placer, victims: list[JobRank], level: float, order: int
+    r: Ranks,
+    state: ClusterState,
+    placer: Placer,
+    victims: list[JobRank],
+    level: float,
+    order: int,
+    tally: VictimTally | None = None,
 ) -> bool:
     """Whether a pass now, right after one that preempted (`victims`, now waiting) and whose last start
     that freed GPUs was of the job at (`level`, `order`), would decide nothing, on an exclusive cluster
@@ -171,17 +177,20 @@ def follow_up_idle(
     that start (it failed with fewer GPUs idle) or a victim (a pass never tries the jobs it preempted).
     Each fails when the placer finds no GPUs for it and, counting every running job above its level
     as released (a lease or not), no node could host it (`VictimTally`): a job that fails so fails
-    whatever the leases, so the leases its try would note make no pass act either."""
+    whatever the leases, so the leases its try would note make no pass act either. `tally`: one to
+    count with (the queue's), else a new one."""
     if state.sharing or state.suspended_n or r.suspend_running:
         return False
     worst = r.worst()
     for rec in r.waiting.upto(level):
-        if (rec.level < level or rec.order < order) and not _fails_now(r, state, placer, rec, worst):
+        if (rec.level < level or rec.order < order) and not _fails_now(r, state, placer, rec, worst, tally):
             return False
-    return all(_fails_now(r, state, placer, rec, worst) for rec in victims)
+    return all(_fails_now(r, state, placer, rec, worst, tally) for rec in victims)
 
 
-def _fails_now(r: Ranks, state: ClusterState, placer: Placer, rec: JobRank, worst: float) -> bool:
+def _fails_now(
+    r: Ranks, state: ClusterState, placer: Placer, rec: JobRank, worst: float, tally: VictimTally | None
+) -> bool:
     slot = rec.slot
     if slot.suspended_on or slot.gpus <= 0:
         return False
@@ -190,7 +199,7 @@ def _fails_now(r: Ranks, state: ClusterState, placer: Placer, rec: JobRank, wors
     level = rec.level
     if level >= worst:
         return True  # nobody runs above it
-    tally = VictimTally(state, slot)
+    tally = VictimTally(state, slot) if tally is None else tally.restart(state, slot)
     for victim in r.running.above(level):
         if victim.mode != "never" and tally.add(victim.slot.alloc):
             return False
