@@ -8,8 +8,9 @@ that enter the queue (a trace's submits, known in advance and sorted; or jobs fo
 deferred job whose dependency ended and whose begin time comes later), then one scheduling pass
 (`Scheduler.decide` under a preemptive policy: its preemptions, then its starts; `Scheduler.schedule`
 otherwise). The clock then jumps to the next end, entry or level change (`Scheduler.next_pass_s`:
-a preemptive policy's quantum promotions and lease ends, while a job waits), until nothing is left, a
-driver says it has learned enough, or the safety net (a bound on passes) trips.
+a preemptive policy's quantum promotions and lease ends, while a job waits; an end that no longer
+holds is passed over while a pass there would decide nothing, `Scheduler.quiet_before_s`), until
+nothing is left, a driver says it has learned enough, or the safety net (a bound on passes) trips.
 
 What differs between clocks is a hook of its driver: what an end means (a job's finish, or a sharing
 job's phase end that moves its neighbours' rates), what an entry submits, what a start and a
