@@ -540,6 +540,7 @@ class PreemptiveQueue:
         examined = 0
         resumes = False
         free_level, free_order = -_INF, 0  # the cursor of the last start that freed GPUs
+        top_crossed = max(crossed) if crossed is not None else _INF
         while examined < MAX_EXAMINED:
             examined += 1
             entry = pending
@@ -557,6 +558,8 @@ class PreemptiveQueue:
             if preempted and entry.jid in preempted:
                 continue
             if crossed is not None and level not in crossed:
+                if level > top_crossed:
+                    break  # every job left fails as in the settled pass
                 continue  # it fails as in the settled pass
             slot = entry.slot
             if (

@@ -400,7 +400,7 @@ class Ranks:
                     t = rec.rise_s  # the same waiting levels, and none between its level and its bound
                 else:
                     if levels is None:
-                        levels = self.waiting.levels()
+                        levels = sorted(self.level_counts)
                     bound = _first_at_least(levels, level)  # inf: above every waiting level
                     t = rule.rise_s(rec.slot, bound) if bound < _INF else _INF
                     rec.rise_s, rec.rise_of, rec.rise_epoch = t, bound, epoch

@@ -277,27 +277,6 @@ class RankedSeq:
             k -= 1
         return out
 
-    def upto(self, level: float) -> list[JobRank]:
-        """The records of a level at most `level`, the lowest first."""
-        out: list[JobRank] = []
-        for chunk in self._lists:
-            for item in chunk:
-                if item.level > level:
-                    return out
-                out.append(item)
-        return out
-
-    def levels(self) -> list[float]:
-        """The records' levels, each once, ascending."""
-        out: list[float] = []
-        last = -_INF
-        for chunk in self._lists:
-            for item in chunk:
-                if item.level != last or not out:
-                    last = item.level
-                    out.append(last)
-        return out
-
     def rank(self, level: float, order: int, upper: bool) -> int:
         """How many records come before (`level`, `order`); `upper`: or are at it."""
         maxes = self._maxes

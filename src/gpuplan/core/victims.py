@@ -6,7 +6,7 @@ preempting."""
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.ranks import Ranks
@@ -14,7 +14,7 @@ from gpuplan.core.rankseq import JobRank
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.core.view import JobSlot
 
-__all__ = ["FailedEvictions", "FitKey", "VictimTally", "fit_mem", "follow_up_idle"]
+__all__ = ["MAX_FOLLOW_UP", "FailedEvictions", "FitKey", "VictimTally", "fit_mem", "follow_up_idle"]
 
 
 def fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
@@ -156,6 +156,11 @@ class VictimTally:
         return fits or self.spans
 
 
+MAX_FOLLOW_UP: Final = 64
+"""More jobs ranked before the last start that freed GPUs than this: `follow_up_idle` does not try them
+all (it answers False: the pass after runs, as it would have)."""
+
+
 def follow_up_idle(
     r: Ranks,
     state: ClusterState,
@@ -181,10 +186,15 @@ def follow_up_idle(
     count with (the queue's), else a new one."""
     if state.sharing or state.suspended_n or r.suspend_running:
         return False
+    if r.waiting.rank(level, order, False) > MAX_FOLLOW_UP:
+        return False
     worst = r.worst()
-    for rec in r.waiting.upto(level):
-        if (rec.level < level or rec.order < order) and not _fails_now(r, state, placer, rec, worst, tally):
+    cursor = r.waiting.cursor()
+    rec = cursor.next()
+    while rec is not None and (rec.level < level or (rec.level == level and rec.order < order)):
+        if not _fails_now(r, state, placer, rec, worst, tally):
             return False
+        rec = cursor.next()
     return all(_fails_now(r, state, placer, rec, worst, tally) for rec in victims)
 
 
