@@ -115,6 +115,8 @@ def test_restart_adopts_running_and_requeues_never_launched(make_agent, clock: C
     running = _submit(agent)
     agent.step()
     assert _state(agent, running) == "running"
+    # its process shows the job's environment once it has exec'd (before that a restart cannot see it)
+    wait_until(lambda: any(jid == running for jid, _ in live_jobs(agent.paths.home)), "the job's process")
     ghost = _submit(agent, hold=True)  # a row marked running whose process never started (crash window)
     agent.store.update_job(ghost, state="running", start_s=clock.now, gpu_ids="7")
     again = make_agent()
