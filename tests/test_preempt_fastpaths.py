@@ -27,7 +27,7 @@ import random
 
 import pytest
 
-from gpuplan.core import preemption
+from gpuplan.core import preemption, victims
 from gpuplan.core.preemption import PreemptiveQueue, VictimTally
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
@@ -165,7 +165,7 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     elif plain == "eager":  # running jobs' level changes made at every pass, not at the first read
         monkeypatch.setattr(preemption, "_refresh_rule", _eager_levels)
     elif plain == "fits":  # no two jobs share a fit key: each new shape is tried
-        monkeypatch.setattr(preemption, "_fit_key", lambda slot, cap: object())
+        monkeypatch.setattr(victims, "_fit_key", lambda slot, cap: object())
     else:
         monkeypatch.setattr(preemption, "_shape_rule", _exact_shape)
     slow = [_schedule(jobs, policy) for jobs in traces]
@@ -347,8 +347,8 @@ def test_a_restarted_tally_counts_as_a_new_one() -> None:
 def test_the_fit_memo_is_the_set_of_fit_keys() -> None:
     """`FitMemo` says a job's fit key failed exactly when a set of the keys as tuples holds it (GPUs,
     memory unless every GPU has it, spanning, other needs)."""
-    from gpuplan.core.preemption import FitMemo
     from gpuplan.core.state import Need
+    from gpuplan.core.victims import FitMemo
 
     def key(slot: JobSlot, cap: float) -> tuple[object, ...]:
         mem = slot.mem_gb

@@ -36,7 +36,7 @@ from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
-from gpuplan.core.victims import FailedEvictions, FitKey, VictimTally, fit_mem, follow_up_idle
+from gpuplan.core.victims import FailedEvictions, FitMemo, VictimTally, follow_up_idle, left_idle, overlaps
 from gpuplan.core.view import JobSlot, SchedulerView, Started
 from gpuplan.model import Job
 
@@ -169,54 +169,6 @@ class JobTerms:
         if got is None:
             got = self.by_jid[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
         return got
-
-
-def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
-    """What decides whether a job that does not wait suspended finds GPUs on an exclusive cluster where
-    no GPU holds a suspended job's memory: memory that every GPU has does not matter there."""
-    mem = slot.mem_gb
-    return (slot.gpus, None if mem is None or mem <= min_cap_gb else mem, slot.may_span, slot.need)
-
-
-# a module attribute read at each call, also compiled, so a test can put the plain rule in its place
-_fit_key: Callable[[JobSlot, float], object] = _fit_key_of
-_FIT_KEY: Final[Callable[[JobSlot, float], object]] = _fit_key_of
-
-
-class FitMemo:
-    """The fit keys (`_fit_key_of`) of jobs that failed in a pass: kept as the key's fields and compared
-    natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
-    in `_fit_key`'s place go in a set. The rule is read when the memo is made (once per pass)."""
-
-    __slots__ = ("fits", "other", "rule")
-
-    def __init__(self) -> None:
-        self.fits: list[FitKey] = []
-        self.other: set[object] = set()
-        rule = _fit_key
-        self.rule: Callable[[JobSlot, float], object] | None = None if rule is _FIT_KEY else rule
-
-    def __bool__(self) -> bool:
-        return len(self.fits) > 0 or len(self.other) > 0
-
-    def clear(self) -> None:
-        self.fits.clear()
-        self.other.clear()
-
-    def add(self, slot: JobSlot, min_cap_gb: float) -> None:
-        rule = self.rule
-        if rule is not None:
-            self.other.add(rule(slot, min_cap_gb))
-        elif not self.has(slot, min_cap_gb):
-            self.fits.append(FitKey(slot, min_cap_gb))
-
-    def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
-        """Whether a job of `slot`'s fit key failed."""
-        rule = self.rule
-        if rule is not None:
-            return rule(slot, min_cap_gb) in self.other
-        mem = fit_mem(slot, min_cap_gb)
-        return any(fit.same(slot, mem) for fit in self.fits)
 
 
 class Decisions:
@@ -516,7 +468,7 @@ class PreemptiveQueue:
         # jobs started since on GPUs that were idle), and on an exclusive cluster a placement that
         # fails with more free fails with less: it fails alike. Suspended jobs resume by their own rule.
         failed: set[int] = set()  # shape ids (`Ranks.shape_id`)
-        # the same for jobs that differ only in memory the placer does not look at (`_fit_key`): while
+        # the same for jobs that differ only in memory the placer does not look at (`core.victims._fit_key`): while
         # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
         # key that no lease can bind fails alike (its victims are among those of the job that failed)
         fits_failed = FitMemo()
@@ -616,7 +568,7 @@ class PreemptiveQueue:
                 entry.start_level = slot.level
                 if freed:
                     free_level, free_order = level, order
-                    if crossed is not None and (resumed or _left_idle(out.preempted, n_preempted, gpus)):
+                    if crossed is not None and (resumed or left_idle(out.preempted, n_preempted, gpus)):
                         crossed = None  # GPUs came free: every job is tried from here on
                     failed.clear()
                     fits_failed.clear()
@@ -766,7 +718,7 @@ class PreemptiveQueue:
         for k in range(applied):  # undo: every victim when nothing fits, else those not in the way
             rv = released[k]
             v = rv.slot
-            if keep and _overlaps(taken, v.alloc):
+            if keep and overlaps(taken, v.alloc):
                 continue
             if rv.mode == "suspend":
                 state.drop_suspended(v.alloc, v.mem_gb)
@@ -774,7 +726,7 @@ class PreemptiveQueue:
         if gpus is None:
             return None
         for rv in released:
-            if _overlaps(taken, rv.slot.alloc):
+            if overlaps(taken, rv.slot.alloc):
                 out.append(sched.preempt(rv.jid, now, keep))
                 preempted.add(rv.jid)
         return gpus
@@ -792,23 +744,6 @@ _refresh_rule: Callable[[PreemptiveQueue, float], bool] = _REFRESH
 _shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = _FITS_SHAPE
 _evict_rule: _Evict = _EVICT_FOR
 _skip_quiet: bool = True  # False: the clock stops at every level change while a job waits
-
-
-def _overlaps(taken: tuple[int, ...], gpus: tuple[int, ...]) -> bool:
-    """Whether any of `gpus` is in `taken` (compiled to two loops over a job's few GPUs: no set built)."""
-    return any(_has(taken, g) for g in gpus)
-
-
-def _has(gpus: tuple[int, ...], gpu: int) -> bool:
-    """`gpu in gpus`, compared as C ints."""
-    return any(g == gpu for g in gpus)
-
-
-def _left_idle(preempted: list[Preempted], since: int, gpus: list[int] | tuple[int, ...]) -> bool:
-    """Whether a victim preempted since `preempted[since]` holds a GPU that the start on `gpus` does
-    not take (it is idle now)."""
-    taken = tuple(gpus)
-    return any(not _has(taken, g) for k in range(since, len(preempted)) for g in preempted[k].gpu_ids)
 
 
 def _full(state: ClusterState) -> bool:

@@ -6,6 +6,7 @@ preempting."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Final, final
 
 from gpuplan.core.placement import Placer
@@ -14,7 +15,17 @@ from gpuplan.core.rankseq import JobRank
 from gpuplan.core.state import ClusterState, Need
 from gpuplan.core.view import JobSlot
 
-__all__ = ["MAX_FOLLOW_UP", "FailedEvictions", "FitKey", "VictimTally", "fit_mem", "follow_up_idle"]
+__all__ = [
+    "MAX_FOLLOW_UP",
+    "FailedEvictions",
+    "FitKey",
+    "FitMemo",
+    "VictimTally",
+    "fit_mem",
+    "follow_up_idle",
+    "left_idle",
+    "overlaps",
+]
 
 
 def fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
@@ -25,9 +36,9 @@ def fit_mem(slot: JobSlot, min_cap_gb: float) -> float:
 
 @final
 class FitKey:
-    """A job's fit key (`core.preemption._fit_key_of`) as fields read as C fields: its GPUs, the memory
+    """A job's fit key (`_fit_key_of`) as fields read as C fields: its GPUs, the memory
     the placer looks at (`fit_mem`), whether it may span nodes and its other needs. What the pass keeps of
-    a job that failed (`FailedEvictions`, `core.preemption.FitMemo`)."""
+    a job that failed (`FailedEvictions`, `FitMemo`)."""
 
     __slots__ = ("gpus", "mem", "need", "spans")
 
@@ -57,6 +68,54 @@ class FitKey:
             and self.mem <= mem
             and (need is slot.need or need == slot.need)
         )
+
+
+def _fit_key_of(slot: JobSlot, min_cap_gb: float) -> tuple[object, ...]:
+    """What decides whether a job that does not wait suspended finds GPUs on an exclusive cluster where
+    no GPU holds a suspended job's memory: memory that every GPU has does not matter there."""
+    mem = slot.mem_gb
+    return (slot.gpus, None if mem is None or mem <= min_cap_gb else mem, slot.may_span, slot.need)
+
+
+# a module attribute read at each call, also compiled, so a test can put the plain rule in its place
+_fit_key: Callable[[JobSlot, float], object] = _fit_key_of
+_FIT_KEY: Final[Callable[[JobSlot, float], object]] = _fit_key_of
+
+
+class FitMemo:
+    """The fit keys (`_fit_key_of`) of jobs that failed in a pass (`core.preemption.PreemptiveQueue`'s): kept as the key's fields and compared
+    natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
+    in `_fit_key`'s place go in a set. The rule is read when the memo is made (once per pass)."""
+
+    __slots__ = ("fits", "other", "rule")
+
+    def __init__(self) -> None:
+        self.fits: list[FitKey] = []
+        self.other: set[object] = set()
+        rule = _fit_key
+        self.rule: Callable[[JobSlot, float], object] | None = None if rule is _FIT_KEY else rule
+
+    def __bool__(self) -> bool:
+        return len(self.fits) > 0 or len(self.other) > 0
+
+    def clear(self) -> None:
+        self.fits.clear()
+        self.other.clear()
+
+    def add(self, slot: JobSlot, min_cap_gb: float) -> None:
+        rule = self.rule
+        if rule is not None:
+            self.other.add(rule(slot, min_cap_gb))
+        elif not self.has(slot, min_cap_gb):
+            self.fits.append(FitKey(slot, min_cap_gb))
+
+    def has(self, slot: JobSlot, min_cap_gb: float) -> bool:
+        """Whether a job of `slot`'s fit key failed."""
+        rule = self.rule
+        if rule is not None:
+            return rule(slot, min_cap_gb) in self.other
+        mem = fit_mem(slot, min_cap_gb)
+        return any(fit.same(slot, mem) for fit in self.fits)
 
 
 class FailedEvictions:
@@ -214,3 +273,22 @@ def _fails_now(
         if victim.mode != "never" and tally.add(victim.slot.alloc):
             return False
     return True
+
+
+def overlaps(taken: tuple[int, ...], gpus: tuple[int, ...]) -> bool:
+    """Whether any of `gpus` is in `taken` (compiled to two loops over a job's few GPUs: no set built)."""
+    return any(_has(taken, g) for g in gpus)
+
+
+def _has(gpus: tuple[int, ...], gpu: int) -> bool:
+    """`gpu in gpus`, compared as C ints."""
+    return any(g == gpu for g in gpus)
+
+
+def left_idle(
+    preempted: Sequence[tuple[int, tuple[int, ...], str]], since: int, gpus: list[int] | tuple[int, ...]
+) -> bool:
+    """Whether a victim preempted since `preempted[since]` (`core.preemption.Preempted`: its handle, its
+    GPUs, how) holds a GPU that the start on `gpus` does not take (it is idle now)."""
+    taken = tuple(gpus)
+    return any(not _has(taken, g) for k in range(since, len(preempted)) for g in preempted[k][1])
