@@ -397,7 +397,7 @@ class Ranks:
             for rec in self.changes.items:  # (a job whose level never changes is never loud)
                 level = rec.slot.level
                 if rec.rise_epoch == epoch and level <= rec.rise_of:
-                    t = rec.rise_s  # the same waiting levels, and none between its level and its bound
+                    t = rec.rise_s  # no waiting level came between its level and its bound, nor went there
                 else:
                     if levels is None:
                         levels = sorted(self.level_counts)
@@ -412,16 +412,29 @@ class Ranks:
         return nxt
 
     def count_level(self, level: float, by: int) -> None:
-        """A waiting job of `level` came (`by` 1) or went (-1): a level that appears or goes moves
-        `level_epoch` (`next_loud_s`'s kept bounds)."""
+        """A waiting job of `level` came (`by` 1) or went (-1). A level that appears or goes ends the
+        bounds `next_loud_s` keeps that it moves: a running job's whose level is at most it and whose
+        bound is above it (it appeared), or whose bound it was (it went); past `MAX_LOUD_SCAN` running
+        jobs, every bound (`level_epoch`)."""
         counts = self.level_counts
         k = counts.get(level, 0) + by
         if k:
             counts[level] = k
         else:
             del counts[level]
-        if k == 0 or (k == 1 and by > 0):
+        if k and (k > 1 or by < 0):
+            return  # the same levels wait
+        items = self.changes.items
+        if len(items) > MAX_LOUD_SCAN:
             self.level_epoch += 1
+        elif k:
+            for rec in items:
+                if rec.slot.level <= level < rec.rise_of:
+                    rec.rise_of = _NAN
+        else:
+            for rec in items:
+                if rec.rise_of == level:
+                    rec.rise_of = _NAN
 
     def running_due(self, now: float) -> bool:
         """Whether a running job's level change is due by `now`."""
