@@ -197,6 +197,56 @@ def test_a_settled_pass_that_preempted_gives_the_schedules_of_a_pass_at_every_ch
     assert sum(p for _, p in slow) > 100
 
 
+def test_the_settled_shortcuts_on_a_big_crowded_cluster_give_the_schedules_of_a_pass_at_every_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same check where the shortcuts' bounds apply: 96 GPUs with up to ~90 running jobs (more than
+    `MAX_LOUD_SCAN`: the clock stops at each change, and a waiting level that comes or goes ends every
+    kept bound) and queues of ~200 (more than `MAX_FOLLOW_UP` jobs before a freeing start: the pass
+    after one that preempted runs)."""
+    rng = random.Random(7)
+    traces = []
+    for _ in range(3):
+        jobs, t = [], 0.0
+        for i in range(400):
+            t += rng.expovariate(1 / 4.0)
+            jobs.append(Job(f"j{i}", round(t, 1), rng.choice([1, 1, 1, 2, 4]), mem_gb=30.0,
+                            duration_s=float(rng.choice([100, 400, 1500, 5000])), meta={"preempt": "checkpoint"}))  # fmt: skip
+        traces.append(jobs)
+
+    def run() -> list[tuple[object, ...]]:
+        out = []
+        for jobs in traces:
+            r = simulate(jobs, _cluster(12, 8), "las:quantum=300", "none")
+            out.append(
+                (
+                    tuple(sorted((x.job_id, x.start_s, x.end_s, x.gpus) for x in r.records)),
+                    r.metrics.preemptions,
+                )
+            )
+        return out
+
+    fast = run()
+    monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
+    monkeypatch.setattr(preemption, "_skip_quiet", False)
+    slow = run()
+    assert fast == slow
+    assert min(p for _, p in slow) > 1000  # type: ignore[operator]
+
+
+def test_a_start_leaves_idle_the_victims_gpus_it_does_not_take() -> None:
+    """`overlaps` and `left_idle` (what ends a pass's shortcut after a settled one) against sets."""
+    from gpuplan.core.preemption import new_preempted
+    from gpuplan.core.victims import left_idle, overlaps
+
+    assert overlaps((1, 2, 3), (3, 9)) and not overlaps((1, 2, 3), (4, 9)) and not overlaps((), (1,))
+    victims = [new_preempted(5, (0, 1), "checkpoint"), new_preempted(6, (2, 3), "checkpoint")]
+    assert not left_idle(victims, 0, [0, 1, 2, 3, 7])  # every victim GPU taken (and an idle one)
+    assert left_idle(victims, 0, (0, 1, 2))  # GPU 3 left idle
+    assert not left_idle(victims, 1, (2, 3))  # only the victims since index 1 count
+    assert not left_idle(victims, 2, ())
+
+
 def test_gittins_levels_follow_each_rebuilt_table() -> None:
     """Gittins keeps each GPU count's table until one is rebuilt: a level asked before any history is the
     LAS fallback (its grid point), the same level asked after the bucket's table is built is minus its

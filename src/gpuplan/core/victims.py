@@ -83,9 +83,10 @@ _FIT_KEY: Final[Callable[[JobSlot, float], object]] = _fit_key_of
 
 
 class FitMemo:
-    """The fit keys (`_fit_key_of`) of jobs that failed in a pass (`core.preemption.PreemptiveQueue`'s): kept as the key's fields and compared
-    natively (a key tuple was built, boxed and hashed at every look-up); the keys of a rule a test put
-    in `_fit_key`'s place go in a set. The rule is read when the memo is made (once per pass)."""
+    """The fit keys (`_fit_key_of`) of jobs that failed in a pass (`core.preemption.PreemptiveQueue`'s):
+    kept as the key's fields and compared natively (a key tuple was built, boxed and hashed at every
+    look-up); the keys of a rule a test put in `_fit_key`'s place go in a set. The rule is read when
+    the memo is made (once per pass)."""
 
     __slots__ = ("fits", "other", "rule")
 
