@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import random
 from collections.abc import Iterable
 from typing import cast
@@ -315,18 +316,49 @@ def test_a_refiled_record_takes_the_place_its_new_level_gives(seed: int) -> None
 
 
 @pytest.mark.parametrize("seed", range(10))
+def test_a_flat_sequence_sorts_again_after_levels_change_in_place(seed: int) -> None:
+    """`RankedSeq.resort` (what `Ranks.settle` does with many moved running jobs in one chunk): after
+    some levels change in place, up or down, by a little or past every other, the records are back
+    in (level, order) order and the last is the highest."""
+    from gpuplan.core.rankseq import JobRank, RankedSeq
+
+    rng = random.Random(seed)
+    seq, recs = RankedSeq(), []
+    for jid in range(rng.randint(1, 200)):
+        rec = JobRank(_slot(jid, rng, running=True), jid * 8 + rng.randint(0, 3), "checkpoint")
+        rec.level = float(rng.randint(0, 20))
+        seq.add(rec)
+        recs.append(rec)
+    assert seq.flat()
+    for _ in range(20):
+        for rec in rng.sample(recs, rng.randint(0, len(recs))):
+            rec.level += rng.choice([1.0, 1.0, 2.0, -1.0, 30.0, -30.0])
+        seq.resort()
+        assert list(seq) == sorted(recs, key=lambda x: (x.level, x.order))
+        assert seq.last() is max(recs, key=lambda x: (x.level, x.order))
+        plain = sorted(recs, key=lambda x: (x.level, x.order))
+        at = float(rng.randint(-30, 50))  # the searches read the chunk's last record too
+        assert seq.first_at_level(at) is next((x for x in plain if x.level >= at), None)
+        assert seq.first_after(at, 0) is next((x for x in plain if (x.level, x.order) > (at, 0)), None)
+
+
+@pytest.mark.parametrize("seed", range(10))
 def test_the_due_heap_keeps_the_earliest_change_first_through_moves_and_removals(seed: int) -> None:
     """`DueHeap` (running jobs by their next change, each record once, moved in place) against a dict
     of due times: after any mix of puts, moves to an earlier or later time and removals, its first is
-    the least (due, jid), every record knows its place, and a copy for other records keeps theirs."""
+    the least (due, jid), the records due by an instant are those of the dict, every record knows its
+    place, and a copy for other records keeps theirs. The count grows past the bag's bound and falls
+    back under it (a bag of at most 64 records, a heap past it), more than once."""
     from gpuplan.core.rankseq import JobRank
 
     rng = random.Random(seed)
     heap, model = DueHeap(), dict[int, float]()
-    recs = [JobRank(_slot(jid, rng, running=True), jid, "checkpoint") for jid in range(60)]
-    for _ in range(2000):
+    recs = [JobRank(_slot(jid, rng, running=True), jid, "checkpoint") for jid in range(160)]
+    kinds = set()
+    for step in range(6000):
+        grow = (step // 1000) % 2 == 0  # phases: mostly puts, then mostly removals
         rec = rng.choice(recs)
-        if rng.random() < 0.75:
+        if rng.random() < (0.85 if grow else 0.2):
             rec.due = float(rng.randint(0, 50))  # ties: the handle breaks them
             heap.place(rec)
             model[rec.jid] = rec.due
@@ -334,11 +366,17 @@ def test_the_due_heap_keeps_the_earliest_change_first_through_moves_and_removals
             heap.remove(rec)
             model.pop(rec.jid, None)
             assert rec.hpos == -1
+        kinds.add((heap.ordered, len(heap) > 64))
         assert len(heap) == len(model)
         if model:
             want = min(model, key=lambda j: (model[j], j))
             assert heap.top().jid == want and heap.first_s() == model[want]
+            at = float(rng.randint(0, 50))
+            assert sorted(r.jid for r in heap.due_by(at)) == sorted(j for j, d in model.items() if d <= at)
+        else:
+            assert heap.first_s() == math.inf and heap.due_by(50.0) == []
         assert all(heap.items[i].hpos == i for i in range(len(heap)))
+    assert {(False, False), (True, True), (True, False)} <= kinds  # a bag, a heap, and a heap falling back
     fresh = {rec.jid: rec.copy_for(rec.slot) for rec in recs}
     twin = heap.mapped(fresh)
     assert [r.jid for r in twin.items] == [r.jid for r in heap.items]

@@ -7,6 +7,7 @@ imports neither."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from typing import Any, Final, Protocol, final
 
@@ -30,6 +31,10 @@ MAX_LOUD_SCAN: Final = 64
 running job below the highest waiting level; with hundreds running (10,000 Poisson jobs on 1,024 GPUs,
 las:quantum=300: 536 visited per scan, 4.5 stops saved) it costs more than the stops it saves (with 22
 running on 64 GPUs: 6 stops saved per scan)."""
+
+_RESORT_PER: Final = 32
+"""`settle` sorts the running records again (`RankedSeq.resort`, ~40 instructions a record) rather than
+refiling each moved one (~1,000) while they are at most this many per moved record."""
 
 _ORDER_GAP: Final = 1 << 20
 """The orders of two jobs given one after the other, last in static key order (the common case: jobs
@@ -57,15 +62,31 @@ class Cost(Protocol):
     def lease_by_s(self, overhead_s: float, resumed: bool) -> float: ...
 
 
+_BAG_MAX: Final = 64
+"""A `DueHeap` of at most this many records keeps no order (a bag and its earliest due): a move is an
+assignment, where a heap's sift reads a list item per level; past it, a heap, until it falls under
+`_BAG_BACK` (a bound that keeps a count near this one from heapifying at each change)."""
+
+_BAG_BACK: Final = 48
+
+
 @final
 class DueHeap:
-    """Jobs' records by the time of their next level change (`JobRank.due`), each record once: a binary
-    heap in (due, jid) order whose records know their place (`JobRank.hpos`), so a job's next change
-    moves its record in place (`place`): no entry per change, none stale, no pop and push. A record is
-    in at most one heap (`Ranks.changes` while it runs, `Ranks.wait_changes` while it waits)."""
+    """Jobs' records by the time of their next level change (`JobRank.due`), each record once, and each
+    knows its place (`JobRank.hpos`), so a job's next change moves its record in place (`place`): no
+    entry per change, none stale, no pop and push. A record is in at most one (`Ranks.changes` while it
+    runs, `Ranks.wait_changes` while it waits).
+
+    Up to `_BAG_MAX` records, a bag: no order, the earliest due kept (`min_s`, exact while `min_ok`;
+    a move or removal of the earliest record makes it a bound, and the next `first_s` scans). Past it, a
+    binary heap in (due, jid) order (`ordered`). The earliest record (`top`) and the records due by an
+    instant (`due_by`) are the same in both."""
 
     def __init__(self) -> None:
         self.items: list[JobRank] = []
+        self.ordered = False  # a heap (else a bag)
+        self.min_s = _INF  # a bag's earliest due: exact while `min_ok`, else a lower bound
+        self.min_ok = True
 
     def __len__(self) -> int:
         return len(self.items)
@@ -75,16 +96,66 @@ class DueHeap:
 
     def first_s(self) -> float:
         """The earliest due time (inf when empty)."""
-        return self.items[0].due if self.items else _INF
+        if self.ordered:
+            return self.items[0].due if self.items else _INF
+        if not self.min_ok:
+            first = _INF
+            for rec in self.items:
+                if rec.due < first:
+                    first = rec.due
+            self.min_s, self.min_ok = first, True
+        return self.min_s
 
     def top(self) -> JobRank:
-        """The record due first (IndexError when empty)."""
-        return self.items[0]
+        """The record due first, the least (due, jid) (IndexError when empty)."""
+        items = self.items
+        if self.ordered or not items:
+            return items[0]
+        best = items[0]
+        for rec in items:
+            if rec.due < best.due or (rec.due == best.due and rec.jid < best.jid):
+                best = rec
+        return best
+
+    def due_by(self, now: float) -> list[JobRank]:
+        """The records due by `now`, in no set order (they stay in: the caller moves each, `place`)."""
+        items = self.items
+        out: list[JobRank] = []
+        if not self.ordered:
+            for rec in items:
+                if rec.due <= now:
+                    out.append(rec)
+            return out
+        n = len(items)
+        todo = [0] if n and items[0].due <= now else []
+        while todo:  # the heap's nodes due by `now`: a node past it has none below it
+            i = todo.pop()
+            out.append(items[i])
+            child = 2 * i + 1
+            if child < n and items[child].due <= now:
+                todo.append(child)
+            if child + 1 < n and items[child + 1].due <= now:
+                todo.append(child + 1)
+        return out
 
     def place(self, rec: JobRank) -> None:
         """Put `rec` in at its `due`, or move it there (its due changed)."""
         items = self.items
         i = rec.hpos
+        if not self.ordered:
+            due = rec.due
+            if i < 0:
+                rec.hpos = len(items)
+                items.append(rec)
+                if len(items) > _BAG_MAX:
+                    self._heapify()
+                    return
+            elif due > self.min_s:
+                self.min_ok = False  # it may have been the earliest
+                return
+            if due < self.min_s:
+                self.min_s = due  # (every other record is due at or after the old bound)
+            return
         if i < 0:
             items.append(rec)
             i = len(items) - 1
@@ -99,9 +170,25 @@ class DueHeap:
         rec.hpos = -1
         items = self.items
         last = items.pop()
+        if not self.ordered:
+            if i < len(items):
+                items[i] = last
+                last.hpos = i
+            self.min_ok = False  # it may have been the earliest (its due may be written over already)
+            return
         if i < len(items):
             i = self._up(i, last)
             self._down(i, last)
+        if len(items) < _BAG_BACK:
+            self.ordered = False
+            self.min_ok = False
+
+    def _heapify(self) -> None:
+        """From a bag to a heap (past `_BAG_MAX` records)."""
+        self.ordered = True
+        items = self.items
+        for i in range(len(items)):
+            self._up(i, items[i])
 
     def _up(self, i: int, rec: JobRank) -> int:
         """Move `rec`, going in at `i`, up while its parent comes after it; its index."""
@@ -146,17 +233,10 @@ class DueHeap:
         """The same heap of `fresh[jid]` for each record (a forked queue's own records)."""
         new = DueHeap()
         new.items = [fresh[rec.jid] for rec in self.items]
+        new.ordered, new.min_s, new.min_ok = self.ordered, self.min_s, self.min_ok
         for i, rec in enumerate(new.items):
             rec.hpos = i
         return new
-
-
-def _first_at_least(levels: list[float], level: float) -> float:
-    """The first of the ascending `levels` at or above `level` (inf: none)."""
-    for x in levels:
-        if x >= level:
-            return x
-    return _INF
 
 
 class Ranks:
@@ -209,6 +289,7 @@ class Ranks:
         self.moved: list[JobRank] = []
         self.loud_at, self.loud_for, self.loud_s = _NAN, -1, _INF  # `next_loud_s`'s last answer
         self.level_counts: dict[float, int] = {}  # waiting jobs per level (`count_level`)
+        self.levels: list[float] = []  # its keys, ascending
         self.level_epoch = 0
         self.arrived_at = -1  # the scheduler's version once only jobs entered since a settled pass
         self.arrived: set[float] = set()  # their levels
@@ -315,6 +396,7 @@ class Ranks:
         new.now, new.rule = self.now, self.rule
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
         new.level_counts, new.level_epoch = dict(self.level_counts), self.level_epoch
+        new.levels = list(self.levels)
         new.shape_ids = dict(self.shape_ids)
         new.wakes = list(self.wakes)
         new.wake_set = set(self.wakes)
@@ -393,15 +475,14 @@ class Ranks:
                 nxt = first
         else:
             epoch = self.level_epoch
-            levels: list[float] | None = None
+            levels = self.levels
             for rec in self.changes.items:  # (a job whose level never changes is never loud)
                 level = rec.slot.level
                 if rec.rise_epoch == epoch and level <= rec.rise_of:
                     t = rec.rise_s  # no waiting level came between its level and its bound, nor went there
                 else:
-                    if levels is None:
-                        levels = sorted(self.level_counts)
-                    bound = _first_at_least(levels, level)  # inf: above every waiting level
+                    at = bisect_left(levels, level)
+                    bound = levels[at] if at < len(levels) else _INF  # inf: above every waiting level
                     t = rule.rise_s(rec.slot, bound) if bound < _INF else _INF
                     rec.rise_s, rec.rise_of, rec.rise_epoch = t, bound, epoch
                 if t < rec.due:
@@ -420,8 +501,12 @@ class Ranks:
         k = counts.get(level, 0) + by
         if k:
             counts[level] = k
+            if k == 1 and by > 0:
+                insort(self.levels, level)  # it appears
         else:
             del counts[level]
+            levels = self.levels
+            del levels[bisect_left(levels, level)]
         if k and (k > 1 or by < 0):
             return  # the same levels wait
         items = self.changes.items
@@ -453,8 +538,7 @@ class Ranks:
         source = self.source
         assert rule is not None and source is not None  # set by the queue before any change is queued
         quiet = True
-        while ch.first_s() <= now:
-            rec = ch.top()
+        for rec in ch.due_by(now):  # each moves once: its next change is after `now`
             before = rec.slot.level
             self.move_running(rec, now, rule, source)  # its next change (later) moves it down
             if quiet or self.crossed is not None:
@@ -557,14 +641,21 @@ class Ranks:
         if not moved:
             return
         running = self.running
-        for rec in moved:
-            if not rec.moved:
-                continue  # it left `running` since
-            rec.moved = False
-            level = rec.slot.level
-            if rec.level == level:
-                continue  # back at the level it is filed under
-            running.refile(rec, level)
+        if running.flat() and len(moved) * _RESORT_PER >= len(running):
+            for rec in moved:  # every level at once, then one sort
+                if rec.moved:
+                    rec.moved = False
+                    rec.level = rec.slot.level
+            running.resort()
+        else:
+            for rec in moved:
+                if not rec.moved:
+                    continue  # it left `running` since
+                rec.moved = False
+                level = rec.slot.level
+                if rec.level == level:
+                    continue  # back at the level it is filed under
+                running.refile(rec, level)
         moved.clear()
 
     def leave(self, slot: JobSlot) -> None:

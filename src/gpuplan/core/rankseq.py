@@ -199,6 +199,32 @@ class RankedSeq:
         item.level = level
         self.add(item)
 
+    def flat(self) -> bool:
+        """Whether the records are in one chunk (`resort` can put them back in order)."""
+        return len(self._lists) == 1
+
+    def resort(self) -> None:
+        """Put the records of a `flat` sequence back in order after levels changed in place (an
+        insertion sort: a few records moved, mostly by a few places). Only for one chunk."""
+        chunk = self._lists[0]
+        for i in range(1, len(chunk)):
+            item = chunk[i]
+            level, order = item.level, item.order
+            j = i - 1
+            prev = chunk[j]
+            if prev.level < level or (prev.level == level and prev.order < order):
+                continue
+            while True:
+                chunk[j + 1] = prev
+                j -= 1
+                if j < 0:
+                    break
+                prev = chunk[j]
+                if prev.level < level or (prev.level == level and prev.order < order):
+                    break
+            chunk[j + 1] = item
+        self._maxes[0] = chunk[-1]
+
     def first(self) -> JobRank:
         """The first record (IndexError when empty)."""
         if not self._lists:
