@@ -358,9 +358,20 @@ def test_the_due_heap_keeps_the_earliest_change_first_through_moves_and_removals
     for step in range(6000):
         grow = (step // 1000) % 2 == 0  # phases: mostly puts, then mostly removals
         rec = rng.choice(recs)
-        if rng.random() < (0.85 if grow else 0.2):
-            rec.due = float(rng.randint(0, 50))  # ties: the handle breaks them
-            heap.place(rec)
+        roll = rng.random()
+        if roll < 0.1 and model:  # a catch-up: every record due by an instant moves later
+            at = float(rng.randint(0, 50))
+            due = heap.due_by(at)
+            for moved in due:
+                if rng.random() < 0.1:
+                    heap.remove(moved)
+                    del model[moved.jid]
+                else:
+                    heap.place(moved, at + rng.randint(1, 20))
+                    model[moved.jid] = moved.due
+            heap.moved(due)
+        elif roll < (0.85 if grow else 0.2):
+            heap.place(rec, float(rng.randint(0, 50)))  # ties: the handle breaks them
             model[rec.jid] = rec.due
         else:
             heap.remove(rec)

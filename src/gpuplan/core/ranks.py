@@ -87,6 +87,7 @@ class DueHeap:
         self.ordered = False  # a heap (else a bag)
         self.min_s = _INF  # a bag's earliest due: exact while `min_ok`, else a lower bound
         self.min_ok = True
+        self.rest_s = _INF  # a bag's earliest due past the last `due_by`'s instant
 
     def __len__(self) -> int:
         return len(self.items)
@@ -118,14 +119,21 @@ class DueHeap:
         return best
 
     def due_by(self, now: float) -> list[JobRank]:
-        """The records due by `now`, in no set order (they stay in: the caller moves each, `place`)."""
+        """The records due by `now`, in no set order (they stay in: the caller moves each, `place`, then
+        says so, `moved`). A bag keeps the earliest due of the others (`rest_s`)."""
         items = self.items
         out: list[JobRank] = []
         if not self.ordered:
+            rest = _INF
             for rec in items:
-                if rec.due <= now:
+                due = rec.due
+                if due <= now:
                     out.append(rec)
+                elif due < rest:
+                    rest = due
+            self.rest_s = rest
             return out
+        self.rest_s = _NAN  # a heap's: not kept
         n = len(items)
         todo = [0] if n and items[0].due <= now else []
         while todo:  # the heap's nodes due by `now`: a node past it has none below it
@@ -138,24 +146,26 @@ class DueHeap:
                 todo.append(child + 1)
         return out
 
-    def place(self, rec: JobRank) -> None:
-        """Put `rec` in at its `due`, or move it there (its due changed)."""
+    def place(self, rec: JobRank, due: float) -> None:
+        """Put `rec` in at `due` (its new `due`), or move it there."""
         items = self.items
         i = rec.hpos
         if not self.ordered:
-            due = rec.due
+            was = rec.due
+            rec.due = due
             if i < 0:
                 rec.hpos = len(items)
                 items.append(rec)
                 if len(items) > _BAG_MAX:
                     self._heapify()
                     return
-            elif due > self.min_s:
+            elif due > was and was <= self.min_s:
                 self.min_ok = False  # it may have been the earliest
                 return
             if due < self.min_s:
                 self.min_s = due  # (every other record is due at or after the old bound)
             return
+        rec.due = due
         if i < 0:
             items.append(rec)
             i = len(items) - 1
@@ -174,7 +184,8 @@ class DueHeap:
             if i < len(items):
                 items[i] = last
                 last.hpos = i
-            self.min_ok = False  # it may have been the earliest (its due may be written over already)
+            if rec.due <= self.min_s:
+                self.min_ok = False  # it may have been the earliest
             return
         if i < len(items):
             i = self._up(i, last)
@@ -182,6 +193,17 @@ class DueHeap:
         if len(items) < _BAG_BACK:
             self.ordered = False
             self.min_ok = False
+
+    def moved(self, recs: list[JobRank]) -> None:
+        """`recs`, the records `due_by` gave, moved (or left) and nothing else changed since: a bag's
+        earliest due is one of theirs or the others' earliest (`rest_s`), without a scan."""
+        first = self.rest_s
+        if self.ordered or first != first:  # (nan: `due_by` found a heap)
+            return
+        for rec in recs:
+            if rec.hpos >= 0 and rec.due < first:
+                first = rec.due
+        self.min_s, self.min_ok = first, True
 
     def _heapify(self) -> None:
         """From a bag to a heap (past `_BAG_MAX` records)."""
@@ -538,7 +560,8 @@ class Ranks:
         source = self.source
         assert rule is not None and source is not None  # set by the queue before any change is queued
         quiet = True
-        for rec in ch.due_by(now):  # each moves once: its next change is after `now`
+        due = ch.due_by(now)
+        for rec in due:  # each moves once: its next change is after `now`
             before = rec.slot.level
             self.move_running(rec, now, rule, source)  # its next change (later) moves it down
             if quiet or self.crossed is not None:
@@ -546,6 +569,7 @@ class Ranks:
                 if not self.quiet_move(before, after):
                     quiet = False
                     self.note_crossed(before, after)
+        ch.moved(due)
         return quiet
 
     def note_crossed(self, before: float, after: float) -> None:
@@ -612,12 +636,12 @@ class Ranks:
                 t = now + 1e-6  # a crossing rounded to now: look again just after it
             if rec.due == t:
                 return  # the change it has queued stands (gittins' rerank_all moved no crossing)
-        rec.due = t
         heap = self.changes if running else self.wait_changes
         if t < _INF:
-            heap.place(rec)
+            heap.place(rec, t)
         else:
             heap.remove(rec)
+            rec.due = t
 
     def move_running(self, rec: JobRank, now: float, policy: LevelRule, queue: ShapeSource) -> None:
         """A running job's level changed: its new level and next change now; its place in `running`
@@ -662,10 +686,10 @@ class Ranks:
         """Take the job's record out of its sequences (it keeps its record until `forget`); its queued
         change no longer holds (the next `plan_change` queues one anew)."""
         rec = self.rec[slot.jid]
-        rec.due = _INF
         if slot.start_s is None:
             self.waiting.remove(rec)
             self.wait_changes.remove(rec)
+            rec.due = _INF
             rec.waits = False
             self.count_level(rec.level, -1)
             shape = rec.shape
@@ -688,6 +712,7 @@ class Ranks:
         else:
             self.running.remove(rec)  # at the level it is filed under, moved or not
             self.changes.remove(rec)
+            rec.due = _INF
             rec.moved = False
             if rec.mode == "suspend":
                 self.suspend_running -= 1
