@@ -40,9 +40,6 @@ _ORDER_GAP: Final = 1 << 20
 """The orders of two jobs given one after the other, last in static key order (the common case: jobs
 arrive in that order), are this far apart; a job that goes between two takes the midpoint."""
 
-_PAST_ORDERS: Final = 1 << 62
-"""After every order (`_ORDER_LIMIT` bounds them): (level, this) comes after every record of the level."""
-
 _ORDER_LIMIT: Final = 1 << 60
 """Orders stay within +- this (the compiled core's fast ints); past it, or with no int left between
 two neighbours, every job gets a new order (`Ranks.reorder`)."""
@@ -311,7 +308,7 @@ class Ranks:
         self.moved: list[JobRank] = []
         self.loud_at, self.loud_for, self.loud_s = _NAN, -1, _INF  # `next_loud_s`'s last answer
         self.level_counts: dict[float, int] = {}  # waiting jobs per level (`count_level`)
-        self.levels: list[float] = []  # its keys, ascending
+        self.levels: list[float] = []  # its keys, ascending: the waiting levels
         self.level_epoch = 0
         self.arrived_at = -1  # the scheduler's version once only jobs entered since a settled pass
         self.arrived: set[float] = set()  # their levels
@@ -581,11 +578,11 @@ class Ranks:
         if after < before:
             self.crossed = None
             return
-        waiting = self.waiting
-        rec = waiting.first_at_level(before)
-        while rec is not None and rec.level < after:
-            crossed.add(rec.level)
-            rec = waiting.first_after(rec.level, _PAST_ORDERS)
+        levels = self.levels
+        i = bisect_left(levels, before)
+        while i < len(levels) and levels[i] < after:
+            crossed.add(levels[i])
+            i += 1
 
     def quiet_move(self, before: float, after: float) -> bool:
         """Whether a running job's level change from `before` to `after` can move no decision of a pass
@@ -596,7 +593,8 @@ class Ranks:
         level), so every eviction that failed fails again (it fails only once all of them are counted,
         whatever their order), and a suspended job's blockers stay above or below it as they were; the
         highest running level rises past no waiting job either, so the pass reaches the same jobs."""
-        lowest = self.waiting.first().level if self.waiting else _INF
+        levels = self.levels
+        lowest = levels[0] if levels else _INF
         if before <= lowest and after <= lowest:
             return True
         return after >= before and not self.waiting_in(before, after)
@@ -811,8 +809,9 @@ class Ranks:
         """Whether a waiting job's level is in [lo, hi)."""
         if hi <= lo:
             return False
-        first = self.waiting.first_at_level(lo)
-        return first is not None and first.level < hi
+        levels = self.levels
+        i = bisect_left(levels, lo)
+        return i < len(levels) and levels[i] < hi
 
     def worst(self) -> float:
         """The highest running level (`settle`d first)."""

@@ -247,13 +247,7 @@ class ClusterState:
         if self.changed is not None:
             self._note_changed(gpus)
         if not self.sharing:  # exclusive: a GPU is taken whole; its free memory is not consulted
-            node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
-            for g in gpus:
-                if njobs[g] == 0:
-                    at = node_of[g]
-                    node_idle[at] = node_idle[at] - 1
-                    self.idle_total -= 1
-                njobs[g] = njobs[g] + 1
+            self._take_whole(gpus if isinstance(gpus, tuple) else tuple(gpus))
             return
         for g in gpus:
             if self.gpu_njobs[g] == 0:
@@ -267,6 +261,28 @@ class ClusterState:
         if mem_gb is None or need is not None:
             self._take_share(gpus, mem_gb, need)
 
+    def _take_whole(self, gpus: tuple[int, ...]) -> None:
+        """`place` on an exclusive cluster (a tuple: the compiled loop indexes it, no iterator)."""
+        node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
+        for g in gpus:
+            if njobs[g] == 0:
+                at = node_of[g]
+                node_idle[at] = node_idle[at] - 1
+                self.idle_total -= 1
+            njobs[g] = njobs[g] + 1
+
+    def _give_whole(self, gpus: tuple[int, ...]) -> None:
+        """`release` on an exclusive cluster."""
+        node_idle, njobs, node_of, hint = self.node_idle, self.gpu_njobs, self.gpu_node, self.ff_hint
+        for g in gpus:
+            njobs[g] = njobs[g] - 1
+            if njobs[g] == 0:
+                n = node_of[g]
+                node_idle[n] = node_idle[n] + 1
+                self.idle_total += 1
+                if hint[node_idle[n]] > n:
+                    hint[node_idle[n]] = n
+
     def release(
         self, gpus: list[int] | tuple[int, ...], mem_gb: float | None, need: Need | None = None
     ) -> None:
@@ -276,15 +292,7 @@ class ClusterState:
         if self.changed is not None:
             self._note_changed(gpus)
         if not self.sharing:
-            node_idle, njobs, node_of, hint = self.node_idle, self.gpu_njobs, self.gpu_node, self.ff_hint
-            for g in gpus:
-                njobs[g] = njobs[g] - 1
-                if njobs[g] == 0:
-                    n = node_of[g]
-                    node_idle[n] = node_idle[n] + 1
-                    self.idle_total += 1
-                    if hint[node_idle[n]] > n:
-                        hint[node_idle[n]] = n
+            self._give_whole(gpus if isinstance(gpus, tuple) else tuple(gpus))
             return
         if mem_gb is None or need is not None:
             fs = self.gpu_free_share
