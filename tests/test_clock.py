@@ -88,7 +88,7 @@ def test_a_moved_end_skips_the_stale_entry_and_a_fixed_end_is_never_stale() -> N
     assert [e for e in clock.log if e[0] == "end"] == [("end", 0, 7.0)]
     fixed = _Log(Scheduler(ONE_NODE, "fifo", "none"), {})
     fixed.push_end(9, 2.0)
-    fixed.cancel_end(9)  # a fixed end (version 0) is not versioned: it still comes
+    fixed.cancel_end(9)  # a fixed end never moves: it still comes
     fixed.loop()
     assert ("end", 9, 2.0) in fixed.log
 
@@ -167,23 +167,70 @@ def _drivers(tree: ast.Module) -> set[str]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_end_heap_pops_in_the_order_of_heapq_over_time_seq_jid_version_tuples(seed: int) -> None:
-    """Many ends at one instant (ties broken by push order), infinite and negative times, pops that
-    empty the heap and pushes that refill it."""
+def test_the_end_heap_pops_ends_that_hold_in_time_then_push_order_and_keeps_the_stale_times(seed: int) -> None:
+    """Against a plain model: many ends at one instant (ties broken by push order), infinite and negative
+    times, fixed ends and ends that move (a new one replaces the job's earlier end, a cancel takes it
+    out: its time stays a stop that pops as -1, before the ends that hold of a later time only), stale
+    times dropped before a bound, pops that empty the heap and pushes that refill it."""
     rng = random.Random(seed)
-    ends, ref, seq = EndHeap(), [], 0
+    ends, seq = EndHeap(), 0
+    holds: list[tuple[float, int, int]] = []  # (time, seq, jid) of every end that holds
+    live: dict[int, tuple[float, int, int]] = {}  # the end of a job whose end may move
+    stale: list[float] = []
+
+    def first_holding() -> tuple[float, int, int] | None:
+        return min(holds) if holds else None
+
     for _ in range(5000):
-        if ref and rng.random() < 0.45:
-            assert ends.first_s() == ref[0][0]
-            _, _, jid, version = heapq.heappop(ref)
-            assert ends.pop() == (jid, version)
+        roll = rng.random()
+        top = first_holding()
+        if (holds or stale) and roll < 0.4:
+            want = min([*stale, top[0] if top else math.inf])
+            assert ends.first_s() == want
+            assert ends.stale_top() == (bool(stale) and (top is None or min(stale) < top[0]))
+            if stale and (top is None or min(stale) < top[0]):
+                stale.remove(min(stale))
+                assert ends.pop() == -1
+            else:
+                assert top is not None
+                holds.remove(top)
+                if live.get(top[2]) == top:
+                    del live[top[2]]
+                assert ends.pop() == top[2]
+        elif roll < 0.5:
+            jid = rng.randrange(40)
+            if jid in live:
+                old = live.pop(jid)
+                holds.remove(old)
+                stale.append(old[0])
+            ends.cancel(jid)
+        elif roll < 0.53:
+            bound = rng.uniform(-5, 30)
+            upto = min(bound, top[0] if top else math.inf)
+            stale = [x for x in stale if x >= upto]
+            ends.drop_stale(bound)
         else:
             at_s = rng.choice([float(rng.randrange(30)), rng.uniform(-5, 30), math.inf, 0.0, -0.0])
-            jid, version = rng.randrange(1000), rng.randrange(4)
-            ends.push(at_s, jid, version)
-            heapq.heappush(ref, (at_s, seq, jid, version))
+            jid, moves = rng.randrange(40), rng.random() < 0.7
+            entry = (at_s, seq, jid)
+            if moves:
+                if jid in live:
+                    old = live.pop(jid)
+                    holds.remove(old)
+                    stale.append(old[0])
+                live[jid] = entry
+            ends.push(at_s, jid, moves)
+            holds.append(entry)
             seq += 1
-        assert len(ends) == len(ref) and bool(ends) == bool(ref)
-    while ref:
-        assert ends.pop() == heapq.heappop(ref)[2:]
+        assert len(ends) == len(holds) + len(stale) and bool(ends) == bool(holds or stale)
+        assert all(ends.entries[k].pos == k for k in range(len(ends.entries)))
+    while holds or stale:
+        top = first_holding()
+        if stale and (top is None or min(stale) < top[0]):
+            stale.remove(min(stale))
+            assert ends.pop() == -1
+        else:
+            assert top is not None
+            holds.remove(top)
+            assert ends.pop() == top[2]
     assert ends.first_s() == math.inf and not ends

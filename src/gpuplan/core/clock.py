@@ -2,8 +2,8 @@
 forecast's (core/forecast.py); the plan search scores its orders through the simulator, so it runs it too.
 
 `EventClock.loop` advances time from event to event (no fixed step). An instant is handled in one
-order on every clock: first the events due (the ends in a versioned heap: a job's end moves when it is
-preempted or its progress rate changes, and an entry whose version is stale is skipped), then the jobs
+order on every clock: first the events due (the ends in a heap: a job's end moves when it is preempted
+or its progress rate changes, and the end that no longer holds leaves only its time), then the jobs
 that enter the queue (a trace's submits, known in advance and sorted; or jobs found as the run goes, a
 deferred job whose dependency ended and whose begin time comes later), then one scheduling pass
 (`Scheduler.decide` under a preemptive policy: its preemptions, then its starts; `Scheduler.schedule`
@@ -44,13 +44,14 @@ _INF: Final = math.inf
 class _End:
     """One expected end in an `EndHeap` (a compiled class: its fields are read as C fields)."""
 
-    __slots__ = ("jid", "seq", "time_s", "version")
+    __slots__ = ("jid", "moves", "pos", "seq", "time_s")
 
-    def __init__(self, time_s: float, seq: int, jid: int, version: int) -> None:
+    def __init__(self, time_s: float, seq: int, jid: int, moves: bool) -> None:
         self.time_s = time_s
         self.seq = seq
         self.jid = jid
-        self.version = version
+        self.moves = moves  # `EndHeap.live` holds it
+        self.pos = -1  # its index in `EndHeap.entries`
 
 
 def _before(a: _End, b: _End) -> bool:
@@ -59,84 +60,131 @@ def _before(a: _End, b: _End) -> bool:
 
 @final
 class EndHeap:
-    """A clock's expected ends: a binary heap ordered by (time, seq), seq counting the pushes (so ties
-    break the same way on every run), each with its job's handle and end version. The order of
-    `heapq` over `(time, seq, jid, version)` tuples, with entries of a compiled class, so that a push
-    or a pop compares two numbers in C (a tuple comparison through Python's generic one cost about
-    ten times more)."""
+    """A clock's expected ends that hold: a binary heap ordered by (time, seq), seq counting the pushes
+    (so ties break the same way on every run), each with its job's handle and its place (`_End.pos`).
+    An end that may move (`moves`) replaces the job's earlier one, and `cancel` takes it out: an end that no longer holds leaves only its time (`stale`, a heap of floats, kept by
+    `heapq` in C), where the clock still stops (a pass may act there) until it comes or `drop_stale`
+    drops it. So the heap holds one end per running job, not one per end ever expected (a job
+    preempted a thousand times left a thousand entries to sift past). Entries of a compiled class: a
+    push or a pop compares two numbers in C."""
 
     def __init__(self) -> None:
         self.entries: list[_End] = []
+        self.live: dict[int, _End] = {}  # each job's end that may move, in `entries`
+        self.stale: list[float] = []  # times of ends that no longer hold
         self.next_seq = 0
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.entries) + len(self.stale)
 
     def __bool__(self) -> bool:
-        return len(self.entries) > 0
+        return len(self.entries) > 0 or len(self.stale) > 0
 
     def first_s(self) -> float:
-        """The earliest time (inf when empty)."""
-        return self.entries[0].time_s if self.entries else _INF
+        """The earliest time, of an end that holds or not (inf when empty)."""
+        t = self.entries[0].time_s if self.entries else _INF
+        stale = self.stale
+        return stale[0] if stale and stale[0] < t else t
 
-    def stale_top(self, version: dict[int, int]) -> bool:
-        """Whether the earliest entry's version no longer holds (`version`; 0 always holds)."""
-        if not self.entries:
-            return False
-        top = self.entries[0]
-        return top.version != 0 and version.get(top.jid) != top.version
+    def stale_top(self) -> bool:
+        """Whether the earliest time is only that of ends that no longer hold."""
+        stale = self.stale
+        return len(stale) > 0 and (not self.entries or stale[0] < self.entries[0].time_s)
 
-    def drop_stale(self, version: dict[int, int], before_s: float) -> None:
-        """Take out the earliest entries before `before_s` whose version no longer holds (`version`,
-        0 always holds), up to the first that holds."""
-        entries = self.entries
-        while entries:
-            top = entries[0]
-            if top.time_s >= before_s or top.version == 0 or version.get(top.jid) == top.version:
-                return
-            self.pop()
+    def drop_stale(self, before_s: float) -> None:
+        """Drop the times of ends that no longer hold that come before `before_s` and before the first
+        end that holds."""
+        stale = self.stale
+        t = self.entries[0].time_s if self.entries else _INF
+        if before_s < t:
+            t = before_s
+        while stale and stale[0] < t:
+            heappop(stale)
 
-    def push(self, at_s: float, jid: int, version: int) -> None:
-        new = _End(at_s, self.next_seq, jid, version)
+    def push(self, at_s: float, jid: int, moves: bool) -> None:
+        """`jid` ends at `at_s`; an end that may move (`moves`) in place of its earlier one, which no
+        longer holds."""
+        new = _End(at_s, self.next_seq, jid, moves)
         self.next_seq += 1
+        if moves:
+            old = self.live.get(jid)
+            if old is not None:
+                self._take_out(old)
+            self.live[jid] = new
         entries = self.entries
         entries.append(new)
-        i = len(entries) - 1
-        while i > 0:  # up from the new leaf while the parent comes later
+        self._up(len(entries) - 1, new)
+
+    def cancel(self, jid: int) -> None:
+        """`jid`'s end that may move no longer holds (nothing when it has none)."""
+        old = self.live.get(jid)
+        if old is not None:
+            self._take_out(old)
+
+    def _take_out(self, old: _End) -> None:
+        """Take `old` (an end that may move) out of the heap; its time stays among the stale ones."""
+        del self.live[old.jid]
+        heappush(self.stale, old.time_s)
+        entries = self.entries
+        last = entries.pop()
+        i = old.pos
+        if i < len(entries):
+            i = self._up(i, last)
+            self._down(i, last)
+
+    def pop(self) -> int:
+        """Take out the earliest: the job of an end that holds, or -1 for a time of ends that no longer
+        hold (at one instant, the ends that hold first).
+
+        Raises:
+            IndexError: the heap is empty.
+        """
+        entries, stale = self.entries, self.stale
+        if stale and (not entries or stale[0] < entries[0].time_s):
+            heappop(stale)
+            return -1
+        first = entries[0]
+        last = entries.pop()
+        if entries:
+            self._down(0, last)
+        if first.moves:
+            del self.live[first.jid]
+        return first.jid
+
+    def _up(self, i: int, new: _End) -> int:
+        """Move `new`, going in at `i`, up while its parent comes later; its index."""
+        entries = self.entries
+        while i > 0:
             parent = (i - 1) >> 1
             up = entries[parent]
             if _before(up, new):
                 break
             entries[i] = up
+            up.pos = i
             i = parent
         entries[i] = new
+        new.pos = i
+        return i
 
-    def pop(self) -> tuple[int, int]:
-        """Take out the earliest end: (jid, version).
-
-        Raises:
-            IndexError: the heap is empty.
-        """
+    def _down(self, i: int, last: _End) -> None:
+        """Move `last`, at `i`, down while a child comes before it (the earlier child up)."""
         entries = self.entries
-        first = entries[0]
-        last = entries.pop()
         n = len(entries)
-        if n:
-            i = 0
-            while True:  # down from the root, the earlier child up, until the last entry fits
-                child = 2 * i + 1
-                if child >= n:
-                    break
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            down = entries[child]
+            if child + 1 < n and _before(entries[child + 1], down):
+                child += 1
                 down = entries[child]
-                if child + 1 < n and _before(entries[child + 1], down):
-                    child += 1
-                    down = entries[child]
-                if _before(last, down):
-                    break
-                entries[i] = down
-                i = child
-            entries[i] = last
-        return first.jid, first.version
+            if _before(last, down):
+                break
+            entries[i] = down
+            down.pos = i
+            i = child
+        entries[i] = last
+        last.pos = i
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # drivers outside the compiled core (sim/preempt.py)
@@ -146,9 +194,9 @@ class EventClock:
     Attributes:
         sched: the scheduler the clock drives.
         preemptive: whether its policy preempts (a pass is `decide`, and level changes are events).
-        heap: the expected ends (an `EndHeap`: time, then push order); `expect_end` and `cancel_end`
-            keep it.
-        version: each job's current end version; a popped entry of another version is skipped.
+        heap: the expected ends (an `EndHeap`: time, then push order; an end that no longer holds
+            leaves its time, a stop where the pass may act); `push_end`, `expect_end` and
+            `cancel_end` keep it.
         arrival_s, arrival_jid: the entries known in advance, sorted by time (`arrival_s` ends with inf);
             `next_arrival` indexes the first not yet entered.
         begins: entries found as the run goes, a heap of `(time, jid)` (`enter_at` pushes one).
@@ -161,7 +209,6 @@ class EventClock:
         self.sched = sched
         self.preemptive: bool = sched.policy.preemptive
         self.heap = EndHeap()
-        self.version: dict[int, int] = {}
         self.arrival_s: list[float] = [_INF]
         self.arrival_jid: list[int] = []
         self.next_arrival = 0
@@ -181,24 +228,24 @@ class EventClock:
         heappush(self.begins, (at_s, jid))
 
     def push_end(self, jid: int, at_s: float) -> None:
-        """`jid` ends at `at_s`, an end that never moves (version 0, never stale: no bookkeeping)."""
-        self.heap.push(at_s, jid, 0)
+        """`jid` ends at `at_s`, an end that never moves (never stale: no bookkeeping)."""
+        self.heap.push(at_s, jid, False)
 
     def expect_end(self, jid: int, at_s: float) -> None:
         """`jid`'s next event (its end, or a phase end) is at `at_s` (inf: none); any earlier one no
-        longer holds (its versions start at 1)."""
-        v = self.version.get(jid, 0) + 1
-        self.version[jid] = v
+        longer holds."""
         if at_s < _INF:
-            self.heap.push(at_s, jid, v)
+            self.heap.push(at_s, jid, True)
+        else:
+            self.heap.cancel(jid)
 
     def cancel_end(self, jid: int) -> None:
         """`jid`'s pending event no longer holds (it was preempted)."""
-        self.version[jid] = self.version.get(jid, 0) + 1
+        self.heap.cancel(jid)
 
     def forget(self, jid: int) -> None:
-        """`jid` ended for good: drop its version (its stale entries are skipped)."""
-        self.version.pop(jid, None)
+        """`jid` ended for good: an end it still has no longer holds."""
+        self.heap.cancel(jid)
 
     def next_time_s(self) -> float:
         """The next instant with something to do (inf: none)."""
@@ -212,7 +259,7 @@ class EventClock:
     # -- the loop ------------------------------------------------------------------------------------
     def loop(self, start_s: float | None = None) -> None:
         """Run the clock from `start_s` (None: its first event) until it stops."""
-        sched, heap, version, begins = self.sched, self.heap, self.version, self.begins
+        sched, heap, begins = self.sched, self.heap, self.begins
         arrival_s, arrival_jid = self.arrival_s, self.arrival_jid
         preemptive = self.preemptive
         ai, passes, max_passes = self.next_arrival, self.passes, self.max_passes
@@ -227,8 +274,8 @@ class EventClock:
                 return
             passes += 1
             while heap.first_s() <= t:
-                jid, ver = heap.pop()
-                if ver == 0 or version.get(jid) == ver:
+                jid = heap.pop()
+                if jid >= 0:  # an end that holds (-1: the time of one that no longer does)
                     self.on_end(jid, t)
             while arrival_s[ai] <= t:
                 self.on_arrival(arrival_jid[ai], t)
@@ -244,7 +291,7 @@ class EventClock:
                 started = sched.schedule(t)
             for st in started:
                 self.on_start(st, t)
-            if preemptive and heap.stale_top(version):
+            if preemptive and heap.stale_top():
                 # a stop at an end that no longer holds is a pass: none while it would decide nothing
                 # (`Scheduler.quiet_before_s`) and nothing enters before
                 until = sched.quiet_before_s()
@@ -252,7 +299,7 @@ class EventClock:
                     until = arrival_s[ai]
                 if begins and begins[0][0] < until:
                     until = begins[0][0]
-                heap.drop_stale(version, until)
+                heap.drop_stale(until)
             t_next = heap.first_s()  # comparisons, not min(): this is the hot path
             if arrival_s[ai] < t_next:
                 t_next = arrival_s[ai]
@@ -273,7 +320,7 @@ class EventClock:
 
     # -- the hooks -----------------------------------------------------------------------------------
     def on_end(self, jid: int, t: float) -> None:
-        """`jid`'s event at `t` is due (its version holds)."""
+        """`jid`'s event at `t` is due (it holds)."""
         raise NotImplementedError
 
     def on_arrival(self, jid: int, t: float) -> None:

@@ -7,7 +7,6 @@ imports neither."""
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from typing import Any, Final, Protocol, final
 
@@ -258,6 +257,19 @@ class DueHeap:
         return new
 
 
+def _first_at_least(levels: list[float], level: float) -> int:
+    """The index of the first of the ascending `levels` at or above `level` (`bisect_left`, compiled:
+    the library's is a generic call with a boxed float)."""
+    lo, hi = 0, len(levels)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if levels[mid] < level:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class Ranks:
     """The preemptive queue's records, a compiled (native) class: the pass reads them at C speed.
 
@@ -500,7 +512,7 @@ class Ranks:
                 if rec.rise_epoch == epoch and level <= rec.rise_of:
                     t = rec.rise_s  # no waiting level came between its level and its bound, nor went there
                 else:
-                    at = bisect_left(levels, level)
+                    at = _first_at_least(levels, level)
                     bound = levels[at] if at < len(levels) else _INF  # inf: above every waiting level
                     t = rule.rise_s(rec.slot, bound) if bound < _INF else _INF
                     rec.rise_s, rec.rise_of, rec.rise_epoch = t, bound, epoch
@@ -521,11 +533,12 @@ class Ranks:
         if k:
             counts[level] = k
             if k == 1 and by > 0:
-                insort(self.levels, level)  # it appears
+                levels = self.levels
+                levels.insert(_first_at_least(levels, level), level)  # it appears
         else:
             del counts[level]
             levels = self.levels
-            del levels[bisect_left(levels, level)]
+            levels.pop(_first_at_least(levels, level))
         if k and (k > 1 or by < 0):
             return  # the same levels wait
         items = self.changes.items
@@ -579,7 +592,7 @@ class Ranks:
             self.crossed = None
             return
         levels = self.levels
-        i = bisect_left(levels, before)
+        i = _first_at_least(levels, before)
         while i < len(levels) and levels[i] < after:
             crossed.add(levels[i])
             i += 1
@@ -810,7 +823,7 @@ class Ranks:
         if hi <= lo:
             return False
         levels = self.levels
-        i = bisect_left(levels, lo)
+        i = _first_at_least(levels, lo)
         return i < len(levels) and levels[i] < hi
 
     def worst(self) -> float:

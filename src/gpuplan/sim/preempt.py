@@ -33,6 +33,8 @@ from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
 __all__ = ["PreemptiveRun", "simulate_preemptive"]
 
 _INF: Final = math.inf
+_PREEMPT_EVENT: Final = {a: f"preempt:{a}" for a in ("suspend", "checkpoint", "requeue")}
+"""The event's action of each preempt mode (made once, not at every preemption)."""
 
 
 class PreemptiveRun(EventClock):
@@ -48,7 +50,7 @@ class PreemptiveRun(EventClock):
                 "exclusive clusters only; pass --exclusive (or a cluster without sharing)"
             )
         super().__init__(sched)
-        self.jobs = jobs
+        self.jobs: list[Job] = list(jobs)  # indexed at every event (a list: no generic item call)
         self.state = sched.state
         self.cost = sched.preemption_cost = cost  # the pass leases each start by the same cost
         self.progress = progress
@@ -132,7 +134,7 @@ class PreemptiveRun(EventClock):
         progress = max(seg - self.seg_overhead_s[jid], 0.0)
         _, checkpointable, mode = self.terms.of(jid, job)
         kept = self.cost.kept_by_s(checkpointable, mode, progress)
-        self.events.append((now, f"preempt:{p.action}", job.id))
+        self.events.append((now, _PREEMPT_EVENT.get(p.action) or f"preempt:{p.action}", job.id))
         if p.action == "suspend":
             self.in_place.add(jid)
         self.left[jid] = self.left[jid] - kept if checkpointable else float(job.duration_s or 0.0)
