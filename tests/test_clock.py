@@ -4,7 +4,6 @@ seam that keeps it one: no driver has a heap or a loop of its own."""
 from __future__ import annotations
 
 import ast
-import heapq
 import math
 import random
 from pathlib import Path
