@@ -166,7 +166,7 @@ def _drivers(tree: ast.Module) -> set[str]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_end_heap_pops_ends_that_hold_in_time_then_push_order_and_keeps_the_stale_times(seed: int) -> None:
+def test_the_end_heap_pops_holding_ends_in_time_then_push_order_and_keeps_stale_times(seed: int) -> None:
     """Against a plain model: many ends at one instant (ties broken by push order), infinite and negative
     times, fixed ends and ends that move (a new one replaces the job's earlier end, a cancel takes it
     out: its time stays a stop that pops as -1, before the ends that hold of a later time only), stale
