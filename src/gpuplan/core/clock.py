@@ -62,16 +62,17 @@ def _before(a: _End, b: _End) -> bool:
 class EndHeap:
     """A clock's expected ends that hold: a binary heap ordered by (time, seq), seq counting the pushes
     (so ties break the same way on every run), each with its job's handle and its place (`_End.pos`).
-    An end that may move (`moves`) replaces the job's earlier one, and `cancel` takes it out: an end that no longer holds leaves only its time (`stale`, a heap of floats, kept by
-    `heapq` in C), where the clock still stops (a pass may act there) until it comes or `drop_stale`
-    drops it. So the heap holds one end per running job, not one per end ever expected (a job
-    preempted a thousand times left a thousand entries to sift past). Entries of a compiled class: a
-    push or a pop compares two numbers in C."""
+    An end that may move (`moves`) replaces the job's earlier one, and `cancel` takes it out: an end
+    that no longer holds goes to a heap of its own (`stale`, same order), where the clock still stops
+    (a pass may act there) until it comes or `drop_stale` drops it. So the heap of ends that hold has
+    one per running job, not one per end ever expected (a job preempted a thousand times left a
+    thousand entries to sift past). Entries of a compiled class: a push or a pop compares two numbers
+    in C."""
 
     def __init__(self) -> None:
         self.entries: list[_End] = []
         self.live: dict[int, _End] = {}  # each job's end that may move, in `entries`
-        self.stale: list[float] = []  # times of ends that no longer hold
+        self.stale: list[_End] = []  # ends that no longer hold
         self.next_seq = 0
 
     def __len__(self) -> int:
@@ -84,22 +85,22 @@ class EndHeap:
         """The earliest time, of an end that holds or not (inf when empty)."""
         t = self.entries[0].time_s if self.entries else _INF
         stale = self.stale
-        return stale[0] if stale and stale[0] < t else t
+        return stale[0].time_s if stale and stale[0].time_s < t else t
 
     def stale_top(self) -> bool:
         """Whether the earliest time is only that of ends that no longer hold."""
         stale = self.stale
-        return len(stale) > 0 and (not self.entries or stale[0] < self.entries[0].time_s)
+        return len(stale) > 0 and (not self.entries or stale[0].time_s < self.entries[0].time_s)
 
     def drop_stale(self, before_s: float) -> None:
-        """Drop the times of ends that no longer hold that come before `before_s` and before the first
-        end that holds."""
+        """Drop the ends that no longer hold that come before `before_s` and before the first end that
+        holds."""
         stale = self.stale
         t = self.entries[0].time_s if self.entries else _INF
         if before_s < t:
             t = before_s
-        while stale and stale[0] < t:
-            heappop(stale)
+        while stale and stale[0].time_s < t:
+            _pop(stale)
 
     def push(self, at_s: float, jid: int, moves: bool) -> None:
         """`jid` ends at `at_s`; an end that may move (`moves`) in place of its earlier one, which no
@@ -111,9 +112,7 @@ class EndHeap:
             if old is not None:
                 self._take_out(old)
             self.live[jid] = new
-        entries = self.entries
-        entries.append(new)
-        self._up(len(entries) - 1, new)
+        _push(self.entries, new)
 
     def cancel(self, jid: int) -> None:
         """`jid`'s end that may move no longer holds (nothing when it has none)."""
@@ -122,69 +121,79 @@ class EndHeap:
             self._take_out(old)
 
     def _take_out(self, old: _End) -> None:
-        """Take `old` (an end that may move) out of the heap; its time stays among the stale ones."""
+        """Move `old` (an end that may move) from the ends that hold to the stale ones."""
         del self.live[old.jid]
-        heappush(self.stale, old.time_s)
         entries = self.entries
         last = entries.pop()
         i = old.pos
         if i < len(entries):
-            i = self._up(i, last)
-            self._down(i, last)
+            _down(entries, _up(entries, i, last), last)
+        _push(self.stale, old)
 
     def pop(self) -> int:
-        """Take out the earliest: the job of an end that holds, or -1 for a time of ends that no longer
-        hold (at one instant, the ends that hold first).
+        """Take out the earliest: the job of an end that holds, or -1 for an end that no longer holds
+        (at one instant, the ends that hold first).
 
         Raises:
             IndexError: the heap is empty.
         """
         entries, stale = self.entries, self.stale
-        if stale and (not entries or stale[0] < entries[0].time_s):
-            heappop(stale)
+        if stale and (not entries or stale[0].time_s < entries[0].time_s):
+            _pop(stale)
             return -1
-        first = entries[0]
-        last = entries.pop()
-        if entries:
-            self._down(0, last)
+        first = _pop(entries)
         if first.moves:
             del self.live[first.jid]
         return first.jid
 
-    def _up(self, i: int, new: _End) -> int:
-        """Move `new`, going in at `i`, up while its parent comes later; its index."""
-        entries = self.entries
-        while i > 0:
-            parent = (i - 1) >> 1
-            up = entries[parent]
-            if _before(up, new):
-                break
-            entries[i] = up
-            up.pos = i
-            i = parent
-        entries[i] = new
-        new.pos = i
-        return i
 
-    def _down(self, i: int, last: _End) -> None:
-        """Move `last`, at `i`, down while a child comes before it (the earlier child up)."""
-        entries = self.entries
-        n = len(entries)
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                break
+def _push(entries: list[_End], new: _End) -> None:
+    entries.append(new)
+    _up(entries, len(entries) - 1, new)
+
+
+def _pop(entries: list[_End]) -> _End:
+    """Take out the earliest of `entries` (IndexError when empty)."""
+    first = entries[0]
+    last = entries.pop()
+    if entries:
+        _down(entries, 0, last)
+    return first
+
+
+def _up(entries: list[_End], i: int, new: _End) -> int:
+    """Move `new`, going in at `i`, up while its parent comes later; its index."""
+    while i > 0:
+        parent = (i - 1) >> 1
+        up = entries[parent]
+        if _before(up, new):
+            break
+        entries[i] = up
+        up.pos = i
+        i = parent
+    entries[i] = new
+    new.pos = i
+    return i
+
+
+def _down(entries: list[_End], i: int, last: _End) -> None:
+    """Move `last`, at `i`, down while a child comes before it (the earlier child up)."""
+    n = len(entries)
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        down = entries[child]
+        if child + 1 < n and _before(entries[child + 1], down):
+            child += 1
             down = entries[child]
-            if child + 1 < n and _before(entries[child + 1], down):
-                child += 1
-                down = entries[child]
-            if _before(last, down):
-                break
-            entries[i] = down
-            down.pos = i
-            i = child
-        entries[i] = last
-        last.pos = i
+        if _before(last, down):
+            break
+        entries[i] = down
+        down.pos = i
+        i = child
+    entries[i] = last
+    last.pos = i
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # drivers outside the compiled core (sim/preempt.py)
