@@ -52,6 +52,7 @@ __all__ = [
     "PreemptionCost",
     "PreemptiveQueue",
     "VictimTally",
+    "kept_by_s",
     "new_preempted",
 ]
 
@@ -131,12 +132,7 @@ class PreemptionCost:
 
     def kept_by_s(self, checkpointable: bool, mode: str, progress_s: float) -> float:
         """`kept_s` of a job of `checkpointable` and preempt `mode` (a clock reads them once per job)."""
-        if not checkpointable or progress_s <= 0.0:
-            return 0.0
-        if mode == "suspend":  # its process is only stopped: nothing is lost
-            return progress_s
-        c = self.checkpoint_interval_s
-        return progress_s if c <= 0.0 else math.floor(progress_s / c) * c
+        return kept_by_s(self.checkpoint_interval_s, checkpointable, mode, progress_s)
 
     def lease_s(self, job: Job, resumed: bool) -> float:
         """Seconds a run must last after a start (`resumed`: a resume, that paid `overhead_s`) before
@@ -152,6 +148,16 @@ class PreemptionCost:
         c = self.checkpoint_interval_s
         pays = overhead_s if c <= 0.0 else max(math.ceil(overhead_s / c), 1) * c
         return (overhead_s if resumed else 0.0) + pays
+
+
+def kept_by_s(interval_s: float, checkpointable: bool, mode: str, progress_s: float) -> float:
+    """`PreemptionCost.kept_by_s` under checkpoints every `interval_s` (0: at the preemption), a native
+    function (the cost model is a Python class: a method call on it is a generic one)."""
+    if not checkpointable or progress_s <= 0.0:
+        return 0.0
+    if mode == "suspend":  # its process is only stopped: nothing is lost
+        return progress_s
+    return progress_s if interval_s <= 0.0 else math.floor(progress_s / interval_s) * interval_s
 
 
 class JobTerms:

@@ -35,6 +35,9 @@ _RESORT_PER: Final = 32
 """`settle` sorts the running records again (`RankedSeq.resort`, ~40 instructions a record) rather than
 refiling each moved one (~1,000) while they are at most this many per moved record."""
 
+_SCAN_FIRST: Final = 4
+"""`_first_at_least` reads this many levels in turn before it halves the rest."""
+
 _ORDER_GAP: Final = 1 << 20
 """The orders of two jobs given one after the other, last in static key order (the common case: jobs
 arrive in that order), are this far apart; a job that goes between two takes the midpoint."""
@@ -259,8 +262,14 @@ class DueHeap:
 
 def _first_at_least(levels: list[float], level: float) -> int:
     """The index of the first of the ascending `levels` at or above `level` (`bisect_left`, compiled:
-    the library's is a generic call with a boxed float)."""
-    lo, hi = 0, len(levels)
+    the library's is a generic call with a boxed float). The first few are read in turn: a running
+    job's level, the most asked, mostly lies below all but a few waiting ones."""
+    n = len(levels)
+    head = n if n < _SCAN_FIRST else _SCAN_FIRST
+    for i in range(head):
+        if levels[i] >= level:
+            return i
+    lo, hi = head, n
     while lo < hi:
         mid = (lo + hi) >> 1
         if levels[mid] < level:

@@ -19,7 +19,7 @@ from typing import Final, cast
 from gpuplan.core import preemption
 from gpuplan.core.booking import booked_mem_gb
 from gpuplan.core.clock import EventClock
-from gpuplan.core.preemption import JobTerms, Preempted, PreemptionCost
+from gpuplan.core.preemption import JobTerms, Preempted, PreemptionCost, kept_by_s
 from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
@@ -53,6 +53,7 @@ class PreemptiveRun(EventClock):
         self.jobs: list[Job] = list(jobs)  # indexed at every event (a list: no generic item call)
         self.state = sched.state
         self.cost = sched.preemption_cost = cost  # the pass leases each start by the same cost
+        self.interval_s = cost.checkpoint_interval_s
         self.progress = progress
         self.t0 = min(j.submit_s for j in jobs)
         self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
@@ -133,7 +134,7 @@ class PreemptiveRun(EventClock):
         seg = now - self.seg_start_s[jid]
         progress = max(seg - self.seg_overhead_s[jid], 0.0)
         _, checkpointable, mode = self.terms.of(jid, job)
-        kept = self.cost.kept_by_s(checkpointable, mode, progress)
+        kept = kept_by_s(self.interval_s, checkpointable, mode, progress)
         self.events.append((now, _PREEMPT_EVENT.get(p.action) or f"preempt:{p.action}", job.id))
         if p.action == "suspend":
             self.in_place.add(jid)
