@@ -334,11 +334,14 @@ class PreemptiveQueue:
         if r.settled != self.sched.version or not _skip_quiet:
             return -_INF
         t = self.next_pass_s()
-        if r.changes.first_s() < t:  # a level made at an end's instant may round down, and wait 1e-6
-            t = r.changes.first_s()
         if r.wakes and r.wakes[0] - 2e-9 < t:
             t = r.wakes[0] - 2e-9
         return t
+
+    def change_near(self, t: float) -> bool:
+        """Whether a running job's level changes within `core.ranks.NEAR_S` of `t` (`Ranks.change_near`):
+        a clock does not pass over a stop there."""
+        return self._r.change_near(t)
 
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was

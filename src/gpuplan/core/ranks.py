@@ -17,7 +17,7 @@ from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 
-__all__ = ["MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
+__all__ = ["MAX_LEVELS", "NEAR_S", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
 _INF: Final = math.inf
 _NAN: Final = math.nan
@@ -34,6 +34,10 @@ running on 64 GPUs: 6 stops saved per scan)."""
 _RESORT_PER: Final = 32
 """`settle` sorts the running records again (`RankedSeq.resort`, ~40 instructions a record) rather than
 refiling each moved one (~1,000) while they are at most this many per moved record."""
+
+NEAR_S: Final = 1e-6
+"""`Ranks.change_near`'s reach: a level made at a crossing's instant may round down (`plan_change` then
+looks again 1e-6 later), so a stop within this of one is not passed over."""
 
 _SCAN_FIRST: Final = 4
 """`_first_at_least` reads this many levels in turn before it halves the rest."""
@@ -561,6 +565,22 @@ class Ranks:
             for rec in items:
                 if rec.rise_of == level:
                     rec.rise_of = _NAN
+
+    def change_near(self, t: float) -> bool:
+        """Whether a running job's level changes within `NEAR_S` of `t`: its level at `t - NEAR_S` and at
+        `t + NEAR_S` differ (a job whose queued change comes later changes nothing before it). Past
+        `_BAG_MAX` running jobs, whether the first queued change comes by then (not searched)."""
+        ch, rule = self.changes, self.rule
+        if rule is None or ch.first_s() > t + NEAR_S:
+            return False
+        if ch.ordered:
+            return True
+        for rec in ch.items:
+            if rec.due <= t + NEAR_S:
+                slot = rec.slot
+                if rule.level(slot, t - NEAR_S) != rule.level(slot, t + NEAR_S):
+                    return True
+        return False
 
     def running_due(self, now: float) -> bool:
         """Whether a running job's level change is due by `now`."""
