@@ -197,6 +197,24 @@ def test_a_settled_pass_that_preempted_gives_the_schedules_of_a_pass_at_every_ch
     assert sum(p for _, p in slow) > 100
 
 
+def test_a_quiet_change_within_the_lease_tolerance_of_a_lease_end_is_a_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A running job's quiet change 5e-13 s before a lease end (las:quantum=120): a pass there sees the
+    lease as ended (`Ranks.lease_binds` takes an end within 1e-9 of now as past), so the clock stops
+    there (`Ranks.next_loud_s`), as a pass at every change does; it stopped at the lease end, and the
+    schedules parted. The 63rd of the random traces of the check above for that policy."""
+    rng = random.Random("many las:quantum=120")
+    for k in range(63):
+        jobs = _trace(rng, rng.randint(15, 40), suspend=k % 5 == 0)
+        scale = rng.choice([0.3, 0.5, 1.0])
+    jobs = [dataclasses.replace(j, submit_s=round(j.submit_s * scale, 1)) for j in jobs]
+    fast = _schedule(jobs, "las:quantum=120")
+    monkeypatch.setattr(preemption, "_refresh_rule", _never_quiet)
+    monkeypatch.setattr(preemption, "_skip_quiet", False)
+    assert fast == _schedule(jobs, "las:quantum=120")
+
+
 def test_the_settled_shortcuts_on_a_big_crowded_cluster_give_the_schedules_of_a_pass_at_every_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -510,8 +510,9 @@ class Ranks:
             return self.loud_s
         self.catch_up()
         nxt = self.wait_changes.first_s()
-        if self.wakes and self.wakes[0] < nxt:
-            nxt = self.wakes[0]
+        wake = self.wakes[0] if self.wakes else _INF
+        if wake < nxt:
+            nxt = wake
         rule = self.rule
         if rule is None or not rule.rises or not self.waiting or len(self.running) > MAX_LOUD_SCAN:
             first = self.changes.first_s()
@@ -529,8 +530,11 @@ class Ranks:
                     bound = levels[at] if at < len(levels) else _INF  # inf: above every waiting level
                     t = rule.rise_s(rec.slot, bound) if bound < _INF else _INF
                     rec.rise_s, rec.rise_of, rec.rise_epoch = t, bound, epoch
-                if t < rec.due:
-                    t = rec.due  # (at its next change at the earliest: a crossing rounded to now waits)
+                due = rec.due
+                if t < due:
+                    t = due  # (at its next change at the earliest: a crossing rounded to now waits)
+                elif due < t and wake <= due + 1e-9:
+                    t = due  # a pass there sees the lease as ended (`lease_binds`' tolerance)
                 if t < nxt:
                     nxt = t
         self.loud_at, self.loud_for, self.loud_s = self.now, self.settled, nxt
