@@ -575,15 +575,28 @@ class Ranks:
         `t + NEAR_S` differ (a job whose queued change comes later changes nothing before it). Past
         `_BAG_MAX` running jobs, whether the first queued change comes by then (not searched)."""
         ch, rule = self.changes, self.rule
-        if rule is None or ch.first_s() > t + NEAR_S:
+        lo, hi = t - NEAR_S, t + NEAR_S
+        if rule is None or ch.first_s() > hi:
             return False
         if ch.ordered:
             return True
+        rises = rule.rises
         for rec in ch.items:
-            if rec.due <= t + NEAR_S:
-                slot = rec.slot
-                if rule.level(slot, t - NEAR_S) != rule.level(slot, t + NEAR_S):
+            if rec.due > hi:
+                continue
+            slot = rec.slot
+            if not rises:
+                if rule.level(slot, lo) != rule.level(slot, hi):
                     return True
+                continue
+            # a rule whose running levels only rise: its first change at or after `lo`, kept while later
+            # instants are asked (the clock asks in time order, mostly)
+            c = rec.near_c
+            if not rec.near_from <= lo <= c:  # (nan: none known)
+                c = rec.near_c = rule.rise_s(slot, rule.level(slot, lo))
+                rec.near_from = lo
+            if c <= hi:
+                return True
         return False
 
     def running_due(self, now: float) -> bool:
@@ -663,7 +676,8 @@ class Ranks:
             self.count_level(rec.level, 1)
         else:
             self.running.add(rec)
-            rec.rise_of = _NAN  # its run's own crossings (`next_loud_s`)
+            rec.rise_of = _NAN  # its run's own crossings (`next_loud_s`, `change_near`)
+            rec.near_from = _NAN
             if suspends:
                 self.suspend_running += 1
         self.plan_change(rec, now, policy)
