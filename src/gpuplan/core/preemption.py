@@ -240,6 +240,12 @@ class PreemptiveQueue:
         self.waiting: RankedSeq = self._r.waiting
         self.running: RankedSeq = self._r.running
         self._tally: VictimTally | None = None
+        # what a pass keeps while it walks, made once and emptied at each pass (`_pass`)
+        self._fits_failed = FitMemo()
+        self._doomed = FailedEvictions()
+        self._failed: set[int] = set()
+        self._preempted: set[int] = set()
+        self._heads: dict[object, Entry | None] = {}
 
     def fork(self, sched: PreemptingScheduler, policy: LevelRule) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -471,19 +477,22 @@ class PreemptiveQueue:
         placer, cost = sched.placer, sched.preemption_cost
         evict = _evict_rule  # the method itself unless a test swapped it (read once per pass)
         out = Decisions([], [])
-        preempted: set[int] = set()
+        preempted = self._preempted
+        preempted.clear()
         # shapes that found no GPUs (even by preempting) since the pass last freed anything: a later job
         # of the shape ranks at the same or a higher level, so its victims are among the same jobs (or
         # jobs started since on GPUs that were idle), and on an exclusive cluster a placement that
         # fails with more free fails with less: it fails alike. Suspended jobs resume by their own rule.
-        failed: set[int] = set()  # shape ids (`Ranks.shape_id`)
+        failed = self._failed  # shape ids (`Ranks.shape_id`)
+        failed.clear()
         # the same for jobs that differ only in memory the placer does not look at (`core.victims._fit_key`): while
         # no GPU holds a suspended job's memory and no running job would keep it, a job of a failed fit
         # key that no lease can bind fails alike (its victims are among those of the job that failed)
-        fits_failed = FitMemo()
+        fits_failed = self._fits_failed.reset()
         # evictions that failed since the pass last freed anything (`FailedEvictions`): a later job at
         # least as hard to place, whose victims are among theirs, fails alike
-        doomed = FailedEvictions()
+        doomed = self._doomed
+        doomed.clear()
         min_cap = state.min_cap_gb
         memo = not state.sharing
         waiting = r.waiting
@@ -492,7 +501,8 @@ class PreemptiveQueue:
         entries: Cursor = waiting.cursor()
         pending: Entry | None = None
         rank, known = -1, True  # the current entry's rank in `waiting`, while no change made it unknown
-        heads: dict[object, Entry | None] = {}  # `Ranks.next_open`'s answers, while the queue stands
+        heads = self._heads  # `Ranks.next_open`'s answers, while the queue stands
+        heads.clear()
         # the highest running level, read while the cluster is full or to look for victims (reading it
         # puts running jobs whose level changed in their places, `Ranks.settle`)
         full = _full(state)

@@ -86,15 +86,22 @@ class FitMemo:
     """The fit keys (`_fit_key_of`) of jobs that failed in a pass (`core.preemption.PreemptiveQueue`'s):
     kept as the key's fields and compared natively (a key tuple was built, boxed and hashed at every
     look-up); the keys of a rule a test put in `_fit_key`'s place go in a set. The rule is read when
-    the memo is made (once per pass)."""
+    the memo is made or reset (once per pass)."""
 
     __slots__ = ("fits", "other", "rule")
 
     def __init__(self) -> None:
         self.fits: list[FitKey] = []
         self.other: set[object] = set()
+        self.rule: Callable[[JobSlot, float], object] | None = None
+        self.reset()
+
+    def reset(self) -> FitMemo:
+        """Empty, reading the rule again (a pass keeps one memo and resets it at its start)."""
+        self.clear()
         rule = _fit_key
-        self.rule: Callable[[JobSlot, float], object] | None = None if rule is _FIT_KEY else rule
+        self.rule = None if rule is _FIT_KEY else rule
+        return self
 
     def __bool__(self) -> bool:
         return len(self.fits) > 0 or len(self.other) > 0
