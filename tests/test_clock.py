@@ -180,6 +180,19 @@ def test_the_end_heap_pops_holding_ends_in_time_then_push_order_and_keeps_stale_
     def first_holding() -> tuple[float, int, int] | None:
         return min(holds) if holds else None
 
+    def pop_and_check() -> None:
+        """The model's earliest (a stale time first while it comes before every end that holds)."""
+        top = first_holding()
+        if stale and (top is None or min(stale) < top[0]):
+            stale.remove(min(stale))
+            assert ends.pop() == -1
+            return
+        assert top is not None
+        holds.remove(top)
+        if live.get(top[2]) == top:
+            del live[top[2]]
+        assert ends.pop() == top[2]
+
     for _ in range(5000):
         roll = rng.random()
         top = first_holding()
@@ -187,15 +200,7 @@ def test_the_end_heap_pops_holding_ends_in_time_then_push_order_and_keeps_stale_
             want = min([*stale, top[0] if top else math.inf])
             assert ends.first_s() == want
             assert ends.stale_top() == (bool(stale) and (top is None or min(stale) < top[0]))
-            if stale and (top is None or min(stale) < top[0]):
-                stale.remove(min(stale))
-                assert ends.pop() == -1
-            else:
-                assert top is not None
-                holds.remove(top)
-                if live.get(top[2]) == top:
-                    del live[top[2]]
-                assert ends.pop() == top[2]
+            pop_and_check()
         elif roll < 0.5:
             jid = rng.randrange(40)
             if jid in live:
@@ -206,7 +211,7 @@ def test_the_end_heap_pops_holding_ends_in_time_then_push_order_and_keeps_stale_
         elif roll < 0.53:
             bound = rng.uniform(-5, 30)
             upto = min(bound, top[0] if top else math.inf)
-            stale = [x for x in stale if x >= upto]
+            stale[:] = [x for x in stale if x >= upto]
             while ends.stale_before_s(bound) < math.inf:
                 ends.drop_first_stale()
         else:
@@ -225,12 +230,5 @@ def test_the_end_heap_pops_holding_ends_in_time_then_push_order_and_keeps_stale_
         assert len(ends) == len(holds) + len(stale) and bool(ends) == bool(holds or stale)
         assert all(ends.entries[k].pos == k for k in range(len(ends.entries)))
     while holds or stale:
-        top = first_holding()
-        if stale and (top is None or min(stale) < top[0]):
-            stale.remove(min(stale))
-            assert ends.pop() == -1
-        else:
-            assert top is not None
-            holds.remove(top)
-            assert ends.pop() == top[2]
+        pop_and_check()
     assert ends.first_s() == math.inf and not ends
