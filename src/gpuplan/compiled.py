@@ -36,6 +36,7 @@ COMPILED_MODULES = (
     "gpuplan.sim.engine",
     "gpuplan.core.preemptive",
     "gpuplan.core.rankseq",
+    "gpuplan.core.dueheap",
     "gpuplan.core.ranks",
     "gpuplan.core.victims",
     "gpuplan.core.preemption",
