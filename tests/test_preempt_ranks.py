@@ -243,7 +243,6 @@ def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
     values: dict[str, object] = {
         "level": 2.5, "due": 99.0, "shape": 3, "overhead": 1.5, "overhead_cost": "cost",
         "start_level": 1.0, "waits": True, "hpos": 5, "rise_of": 4.0, "rise_s": 77.0, "rise_epoch": 3,
-        "near_from": 60.0, "near_c": 80.0,
     }  # fmt: skip
     for name, value in values.items():
         setattr(rec, name, value)
@@ -395,25 +394,3 @@ def test_the_due_heap_keeps_the_earliest_change_first_through_moves_and_removals
     assert all(
         twin.items[i].hpos == i and twin.items[i] is fresh[twin.items[i].jid] for i in range(len(twin))
     )
-
-
-def test_a_running_jobs_change_is_near_an_instant_only_where_its_level_changes_there() -> None:
-    """`Ranks.change_near` (the clock does not pass over an end that no longer holds there): las levels
-    of a 2-GPU job started at 0 with a quantum of 100 GPU-s change every 50 s; an instant within
-    `NEAR_S` of one of those crossings is near, even crossings past the one queued, and one between them
-    is not; with no running job, nothing is."""
-    from gpuplan.core.preemptive import Las
-    from gpuplan.core.ranks import NEAR_S
-
-    rule = Las(quantum_gpu_s=100.0).level_rule()
-    r = Ranks(ClusterState(_SPEC), endless=True)
-    r.rule = rule
-    assert not r.change_near(50.0)
-    slot = JobSlot(0, Job("j0", 0.0, 2), 2, None, 100.0, False)
-    slot.key = (0.0, 0, 0)
-    slot.start_s, slot.alloc = 0.0, (0, 1)
-    r.enter(slot, 0.0, rule, _Shapes())
-    assert r.changes.first_s() == 50.0  # its next crossing
-    assert r.change_near(50.0) and r.change_near(50.0 + NEAR_S / 2) and r.change_near(50.0 - NEAR_S / 2)
-    assert r.change_near(250.0)  # a later crossing than the one queued
-    assert not r.change_near(75.0) and not r.change_near(50.0 + 3 * NEAR_S) and not r.change_near(20.0)

@@ -64,8 +64,8 @@ class EndHeap:
     (so ties break the same way on every run), each with its job's handle and its place (`_End.pos`).
     An end that may move (`moves`) replaces the job's earlier one, and `cancel` takes it out: an end
     that no longer holds goes to a heap of its own (`stale`, same order), where the clock still stops
-    (a pass may act there) until it comes or is dropped (`drop_first_stale`). So the heap of ends that hold has
-    one per running job, not one per end ever expected (a job preempted a thousand times left a
+    (a pass may act there) until it comes or is dropped (`drop_stale`). So the heap of ends that hold
+    has one per running job, not one per end ever expected (a job preempted a thousand times left a
     thousand entries to sift past). Entries of a compiled class: a push or a pop compares two numbers
     in C."""
 
@@ -92,20 +92,15 @@ class EndHeap:
         stale = self.stale
         return len(stale) > 0 and (not self.entries or stale[0].time_s < self.entries[0].time_s)
 
-    def stale_before_s(self, before_s: float) -> float:
-        """The time of the first end that no longer holds when it comes before `before_s` and before the
-        first end that holds (inf otherwise)."""
+    def drop_stale(self, before_s: float) -> None:
+        """Drop the ends that no longer hold that come before `before_s` and before the first end that
+        holds."""
         stale = self.stale
-        if not stale:
-            return _INF
-        t = stale[0].time_s
-        if t >= before_s or (self.entries and t >= self.entries[0].time_s):
-            return _INF
-        return t
-
-    def drop_first_stale(self) -> None:
-        """Drop the first end that no longer holds (IndexError when there is none)."""
-        _pop(self.stale)
+        t = self.entries[0].time_s if self.entries else _INF
+        if before_s < t:
+            t = before_s
+        while stale and stale[0].time_s < t:
+            _pop(stale)
 
     def push(self, at_s: float, jid: int, moves: bool) -> None:
         """`jid` ends at `at_s`; an end that may move (`moves`) in place of its earlier one, which no
@@ -307,17 +302,13 @@ class EventClock:
                 self.on_start(st, t)
             if preemptive and heap.stale_top():
                 # a stop at an end that no longer holds is a pass: none while it would decide nothing
-                # (`Scheduler.quiet_before_s`) and nothing enters before, unless a running job's level
-                # changes there (`Scheduler.change_near`)
+                # (`Scheduler.quiet_before_s`) and nothing enters before
                 until = sched.quiet_before_s()
                 if arrival_s[ai] < until:
                     until = arrival_s[ai]
                 if begins and begins[0][0] < until:
                     until = begins[0][0]
-                stale_s = heap.stale_before_s(until)
-                while stale_s < _INF and not sched.change_near(stale_s):
-                    heap.drop_first_stale()
-                    stale_s = heap.stale_before_s(until)
+                heap.drop_stale(until)
             t_next = heap.first_s()  # comparisons, not min(): this is the hot path
             if arrival_s[ai] < t_next:
                 t_next = arrival_s[ai]

@@ -33,7 +33,7 @@ from mypy_extensions import mypyc_attr
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.preemptive import LevelRule
-from gpuplan.core.ranks import Entry, JobRank, Ranks
+from gpuplan.core.ranks import LEASE_TOL_S, Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.victims import FailedEvictions, FitMemo, VictimTally, follow_up_idle, left_idle, overlaps
@@ -340,14 +340,9 @@ class PreemptiveQueue:
         if r.settled != self.sched.version or not _skip_quiet:
             return -_INF
         t = self.next_pass_s()
-        if r.wakes and r.wakes[0] - 2e-9 < t:
-            t = r.wakes[0] - 2e-9
+        if r.wakes and r.wakes[0] - 2 * LEASE_TOL_S < t:
+            t = r.wakes[0] - 2 * LEASE_TOL_S  # (a margin past the refresh's reach)
         return t
-
-    def change_near(self, t: float) -> bool:
-        """Whether a running job's level changes within `core.ranks.NEAR_S` of `t` (`Ranks.change_near`):
-        a clock does not pass over a stop there."""
-        return self._r.change_near(t)
 
     def refresh(self, now: float) -> bool:
         """Rank again every job whose level may have changed by `now`. Returns whether every change was
@@ -367,7 +362,7 @@ class PreemptiveQueue:
             r.pop_wake()
             quiet = False
             r.crossed = None
-        if wakes and wakes[0] <= now + 1e-9:
+        if wakes and wakes[0] <= now + LEASE_TOL_S:
             quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
             r.crossed = None
         ch = r.wait_changes

@@ -18,7 +18,7 @@ from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 
-__all__ = ["MAX_LEVELS", "NEAR_S", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
+__all__ = ["LEASE_TOL_S", "MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
 _INF: Final = math.inf
 _NAN: Final = math.nan
@@ -36,9 +36,9 @@ _RESORT_PER: Final = 32
 """`settle` sorts the running records again (`RankedSeq.resort`, ~40 instructions a record) rather than
 refiling each moved one (~1,000) while they are at most this many per moved record."""
 
-NEAR_S: Final = 1e-6
-"""`Ranks.change_near`'s reach: a level made at a crossing's instant may round down (`plan_change` then
-looks again 1e-6 later), so a stop within this of one is not passed over."""
+LEASE_TOL_S: Final = 1e-9
+"""A lease that ends within this after now counts as ended (`Ranks.lease_binds`); what follows a lease
+end (the refresh, the first loud change, the stops passed over) uses the same reach."""
 
 _SCAN_FIRST: Final = 4
 """`_first_at_least` reads this many levels in turn before it halves the rest."""
@@ -285,7 +285,7 @@ class Ranks:
         slot = victim.slot
         start = slot.start_s if slot.start_s is not None else -_INF
         end = start + cost.lease_by_s(self.overhead(victim, cost), slot.preemptions > 0)
-        if end <= now + 1e-9:
+        if end <= now + LEASE_TOL_S:
             return False
         if end not in self.wake_set:
             heappush(self.wakes, end)
@@ -335,7 +335,7 @@ class Ranks:
                 due = rec.due
                 if t < due:
                     t = due  # (at its next change at the earliest: a crossing rounded to now waits)
-                elif due < t and wake <= due + 1e-9:
+                elif due < t and wake <= due + LEASE_TOL_S:
                     t = due  # a pass there sees the lease as ended (`lease_binds`' tolerance)
                 if t < nxt:
                     nxt = t
@@ -371,35 +371,6 @@ class Ranks:
             for rec in items:
                 if rec.rise_of == level:
                     rec.rise_of = _NAN
-
-    def change_near(self, t: float) -> bool:
-        """Whether a running job's level changes within `NEAR_S` of `t`: its level at `t - NEAR_S` and at
-        `t + NEAR_S` differ (a job whose queued change comes later changes nothing before it). Past
-        `core.dueheap.BAG_MAX` running jobs, whether the first queued change comes by then (not searched)."""
-        ch, rule = self.changes, self.rule
-        lo, hi = t - NEAR_S, t + NEAR_S
-        if rule is None or ch.first_s() > hi:
-            return False
-        if ch.ordered:
-            return True
-        rises = rule.rises
-        for rec in ch.items:
-            if rec.due > hi:
-                continue
-            slot = rec.slot
-            if not rises:
-                if rule.level(slot, lo) != rule.level(slot, hi):
-                    return True
-                continue
-            # a rule whose running levels only rise: its first change at or after `lo`, kept while later
-            # instants are asked (the clock asks in time order, mostly)
-            c = rec.near_c
-            if not rec.near_from <= lo <= c:  # (nan: none known)
-                c = rec.near_c = rule.rise_s(slot, rule.level(slot, lo))
-                rec.near_from = lo
-            if c <= hi:
-                return True
-        return False
 
     def running_due(self, now: float) -> bool:
         """Whether a running job's level change is due by `now`."""
@@ -478,8 +449,7 @@ class Ranks:
             self.count_level(rec.level, 1)
         else:
             self.running.add(rec)
-            rec.rise_of = _NAN  # its run's own crossings (`next_loud_s`, `change_near`)
-            rec.near_from = _NAN
+            rec.rise_of = _NAN  # its run's own crossings (`next_loud_s`)
             if suspends:
                 self.suspend_running += 1
         self.plan_change(rec, now, policy)

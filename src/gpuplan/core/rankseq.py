@@ -40,13 +40,11 @@ class JobRank:
         rise_of, rise_s, rise_epoch: while it runs, the lowest waiting level at or above its own (inf:
             none), when its level rises above it, and the waiting levels' epoch they hold for
             (`Ranks.next_loud_s`; nan: none known since it last entered).
-        near_from, near_c: while it runs, an instant and its first level change at or after it
-            (`Ranks.change_near`; nan: none known since it last entered).
     """
 
     __slots__ = (
-        "due", "hpos", "jid", "level", "mode", "moved", "near_c", "near_from", "order", "overhead", "overhead_cost",
-        "rise_epoch", "rise_of", "rise_s", "shape", "slot", "start_level", "waits",
+        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "rise_epoch", "rise_of",
+        "rise_s", "shape", "slot", "start_level", "waits",
     )  # fmt: skip
 
     def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
@@ -66,8 +64,6 @@ class JobRank:
         self.rise_of = _NAN
         self.rise_s = _INF
         self.rise_epoch = -1
-        self.near_from = _NAN
-        self.near_c = _INF
 
     def copy_for(self, slot: JobSlot) -> JobRank:
         """The same record for `slot` (a forked scheduler's copy of the job)."""
@@ -76,7 +72,6 @@ class JobRank:
         new.waits, new.hpos = self.waits, self.hpos
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
         new.rise_of, new.rise_s, new.rise_epoch = self.rise_of, self.rise_s, self.rise_epoch  # the same run
-        new.near_from, new.near_c = self.near_from, self.near_c
         return new
 
     def __repr__(self) -> str:

@@ -212,12 +212,6 @@ class Scheduler(PreemptingScheduler):
         -inf for a policy that does not preempt (its pass is asked at every stop)."""
         return -_INF if self._pre is None else self._pre.quiet_before_s()
 
-    def change_near(self, t: float) -> bool:
-        """Whether a running job's level changes at about `t` (`PreemptiveQueue.change_near`): a clock
-        stops at an end there that no longer holds, though a pass before `quiet_before_s` decides
-        nothing (its levels made there may round down, and their next change waits a little)."""
-        return self._pre is not None and self._pre.change_near(t)
-
     def preempt(self, jid: int, now: float, released: bool = False) -> Preempted:
         """Take a running job's GPUs (`Job.preempt_mode`): `suspend` keeps its memory on them (it resumes
         there), `checkpoint` and `requeue` free them. It waits again, keeping the GPU-service it
