@@ -24,7 +24,7 @@ from gpuplan.core.preemptive import PreemptivePolicy
 from gpuplan.core.scheduler import Scheduler
 from gpuplan.core.view import Started
 from gpuplan.errors import ScheduleError
-from gpuplan.model import Job
+from gpuplan.model import PREEMPT_MODES, Job
 from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.columns import RecordColumns
 from gpuplan.sim.metrics import compute_metrics
@@ -33,7 +33,7 @@ from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
 __all__ = ["PreemptiveRun", "simulate_preemptive"]
 
 _INF: Final = math.inf
-_PREEMPT_EVENT: Final = {a: f"preempt:{a}" for a in ("suspend", "checkpoint", "requeue")}
+_PREEMPT_EVENT: Final = {a: f"preempt:{a}" for a in PREEMPT_MODES}
 """The event's action of each preempt mode (made once, not at every preemption)."""
 
 
