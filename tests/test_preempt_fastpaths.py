@@ -124,8 +124,8 @@ def _trace(rng: random.Random, n: int, suspend: bool) -> list[Job]:
     return jobs
 
 
-def _schedule(jobs: list[Job], policy: str) -> tuple[object, ...]:
-    r = simulate(jobs, _cluster(3, 4), policy, "none")
+def _schedule(jobs: list[Job], policy: str, placer: str = "first-fit") -> tuple[object, ...]:
+    r = simulate(jobs, _cluster(3, 4), policy, "none", placer)
     return tuple(sorted((x.job_id, x.start_s, x.end_s, x.gpus) for x in r.records)), r.metrics.preemptions
 
 
@@ -169,6 +169,21 @@ def test_the_shortcuts_give_the_schedules_of_the_plain_rules(
     else:
         monkeypatch.setattr(preemption, "_shape_rule", _exact_shape)
     slow = [_schedule(jobs, policy) for jobs in traces]
+    assert fast == slow
+    assert sum(p for _, p in slow) > 30  # the traces do preempt
+
+
+@pytest.mark.parametrize("placer", ["best-fit", "spread", "fgd"])
+def test_releasing_only_the_victims_on_nodes_that_can_host_gives_the_plain_rules_schedules(
+    placer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node-local placer (`Placer.node_local`) sees only the victims on nodes that can host the job
+    released: the schedules of the plain rule (every victim released in turn), under each placer."""
+    rng = random.Random(placer)
+    traces = [_trace(rng, rng.randint(10, 40), suspend=k % 2 == 0) for k in range(12)]
+    fast = [_schedule(jobs, "las:quantum=100", placer) for jobs in traces]
+    monkeypatch.setattr(preemption, "_evict_rule", _plain_evict_for)
+    slow = [_schedule(jobs, "las:quantum=100", placer) for jobs in traces]
     assert fast == slow
     assert sum(p for _, p in slow) > 30  # the traces do preempt
 
@@ -254,11 +269,11 @@ def test_the_settled_shortcuts_on_a_big_crowded_cluster_give_the_schedules_of_a_
 
 def test_a_start_leaves_idle_the_victims_gpus_it_does_not_take() -> None:
     """`overlaps` and `left_idle` (what ends a pass's shortcut after a settled one) against sets."""
-    from gpuplan.core.preemption import new_preempted
+    from gpuplan.core.preemption import Preempted
     from gpuplan.core.victims import left_idle, overlaps
 
     assert overlaps((1, 2, 3), (3, 9)) and not overlaps((1, 2, 3), (4, 9)) and not overlaps((), (1,))
-    victims = [new_preempted(5, (0, 1), "checkpoint"), new_preempted(6, (2, 3), "checkpoint")]
+    victims = [Preempted(5, (0, 1), "checkpoint"), Preempted(6, (2, 3), "checkpoint")]
     assert not left_idle(victims, 0, [0, 1, 2, 3, 7])  # every victim GPU taken (and an idle one)
     assert left_idle(victims, 0, (0, 1, 2))  # GPU 3 left idle
     assert not left_idle(victims, 1, (2, 3))  # only the victims since index 1 count

@@ -277,6 +277,11 @@ class Placer(Configurable, ABC):
         return best_node
 
     first_wins: ClassVar[bool] = False  # the first node that fits is the best one: stop scanning there
+    node_local: ClassVar[bool] = False
+    """On an exclusive cluster, for a job on one node, its answer depends only on the nodes that have the
+    job's GPUs idle (which one, by each one's own state): the preemptive pass then releases only the
+    victims on nodes that can host the job (core/preemption.py). A subclass that ranks by anything else
+    (the whole cluster's state) sets it False."""
 
     def _best_node_shared(self, state: ClusterState, gpus: int, mem_gb: float | None) -> int:
         if self.first_wins:
@@ -338,6 +343,7 @@ class Placer(Configurable, ABC):
 @mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class FirstFit(Placer):
     description: ClassVar[str] = "lowest-numbered node and GPUs that fit"
+    node_local: ClassVar[bool] = True
     first_wins: ClassVar[bool] = True
     score_width: ClassVar[int] = 1
 
@@ -368,6 +374,7 @@ class FirstFit(Placer):
 @mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class BestFit(Placer):
     description: ClassVar[str] = "pack: the node with the fewest free GPUs that fit, the fullest GPUs first"
+    node_local: ClassVar[bool] = True
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
         best = min(((k, n) for n, k in enumerate(counts) if k >= gpus), default=None)
@@ -395,6 +402,7 @@ class BestFit(Placer):
 @mypyc_attr(allow_interpreted_subclasses=True)  # fgd, plugins and test doubles subclass it
 class Spread(Placer):
     description: ClassVar[str] = "the node with the most free GPUs, the emptiest GPUs first"
+    node_local: ClassVar[bool] = True
 
     def choose_node(self, state: ClusterState, counts: list[int], gpus: int) -> int:
         most = max(counts)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -37,7 +37,7 @@ from gpuplan.core.ranks import LEASE_TOL_S, Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.victims import FailedEvictions, FitMemo, VictimTally, follow_up_idle, left_idle, overlaps
-from gpuplan.core.view import JobSlot, SchedulerView, Started
+from gpuplan.core.view import JobSlot, Preempted, SchedulerView, Started
 from gpuplan.model import Job
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "PreemptiveQueue",
     "VictimTally",
     "kept_by_s",
-    "new_preempted",
 ]
 
 _INF: Final = math.inf
@@ -74,29 +73,6 @@ simulator/run_sim.py, models without a measured overhead)."""
 DEFAULT_CHECKPOINT_INTERVAL_S = 0.0
 """0: the job is checkpointed when it is preempted (Tiresias and Gandiva checkpoint on demand), so no
 work is lost; > 0: periodic checkpoints only, and the work since the last one is lost."""
-
-
-class Preempted(NamedTuple):  # (made by `new_preempted` on the hot path)
-    """A preemption decision: job handle, the GPUs it gave back, and how (the job's `preempt_mode`).
-
-    `action` is "suspend" (stopped in place, SIGSTOP in the agent: it keeps its GPU memory there and
-    resumes on the same GPUs with nothing lost), "checkpoint" (it saves a checkpoint and stops: the
-    agent's SIGTERM, grace, SIGKILL, Slurm `scontrol requeue` of a job that checkpoints; it resumes
-    anywhere from its checkpoint, after a restart overhead) or "requeue" (killed, it starts from
-    scratch)."""
-
-    jid: int
-    gpu_ids: tuple[int, ...]
-    action: str
-
-
-_new_tuple = tuple.__new__
-
-
-def new_preempted(jid: int, gpu_ids: tuple[int, ...], action: str) -> Preempted:
-    """`Preempted(jid, gpu_ids, action)`, made as its NamedTuple `__new__` makes it but without that
-    interpreted function's frame (one per preemption)."""
-    return _new_tuple(Preempted, (jid, gpu_ids, action))  # type: ignore[no-any-return]
 
 
 @mypyc_attr(native_class=False)  # a Python class: a frozen native one cannot be unpickled (dask, workers)
@@ -246,6 +222,8 @@ class PreemptiveQueue:
         self._failed: set[int] = set()
         self._preempted: set[int] = set()
         self._heads: dict[object, Entry | None] = {}
+        self._placer: Placer | None = None  # the placer whose `node_local` is `_node_local`
+        self._node_local = False
 
     def fork(self, sched: PreemptingScheduler, policy: LevelRule) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
@@ -693,11 +671,18 @@ class PreemptiveQueue:
         """`_evict_for` of the job whose record is `by`, with the pass's placer and cost model."""
         r, sched, state = self._r, self.sched, self.state
         slot = by.slot
-        released: list[JobRank] = []
-        applied = 0  # released[:applied] are released in `state`; the rest only counted
+        counted: list[JobRank] = []  # the victims counted, in order
+        freed: list[bool] = []  # counted[k] is released in `state` (else only counted)
+        n_freed = 0
         tally: VictimTally | None = (
             self._tally_for(slot) if not state.sharing and not state.suspended_n and slot.gpus > 0 else None
         )
+        # a placer that ranks nodes by their own state alone, for a job on one node: only the victims on
+        # a node that can then host it are released (the others cannot make a node host it, and would
+        # be put back); the placer answers as if every one were
+        if placer is not self._placer:  # (a class attribute: read once per placer, not per eviction)
+            self._placer, self._node_local = placer, placer.node_local
+        local = tally is not None and not slot.may_span and self._node_local
         lease_free = r.lease_free(by, cost)  # else `leased` comes down to `lease_binds`
         gpus: list[int] | tuple[int, ...] | None = None
         level = slot.level
@@ -705,44 +690,49 @@ class PreemptiveQueue:
             mode = victim.mode
             if mode == "never" or (not lease_free and r.lease_binds(victim, level, now, cost)):
                 continue
-            released.append(victim)
+            counted.append(victim)
+            freed.append(False)
+            hosts: list[int] | None = None
             if tally is not None and mode != "suspend":
                 if not tally.add(victim.slot.alloc):
                     continue  # the placer cannot place it yet
+                if local:
+                    hosts = tally.hosts()
                 tally.restart(state, slot)  # counts from the state once the counted ones are released
             else:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
-            while applied < len(released):
-                rv = released[applied]
-                applied += 1
-                v = rv.slot
-                state.release(v.alloc, v.mem_gb, v.need)
-                if rv.mode == "suspend":
-                    state.hold_suspended(v.alloc, v.mem_gb)
+            n_freed += _release(state, counted, freed, hosts)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
                 gpus = _find_gpus(state, placer, slot)
                 if gpus is not None:
                     break
-        if not applied:
+                if hosts is not None:
+                    n_freed += _release(state, counted, freed, None)  # every counted one: the count goes on
+        if not n_freed:
             return None  # nothing was released: nothing to undo
         taken: tuple[int, ...] = tuple(gpus) if gpus is not None else ()
         # a victim in the way stays released on an exclusive cluster (the Scheduler is told so); on a
         # sharing one every victim is undone and preempted anew (memory sums in the same order)
         keep = gpus is not None and not state.sharing
-        for k in range(applied):  # undo: every victim when nothing fits, else those not in the way
-            rv = released[k]
+        in_way: list[JobRank] = []  # (kept: the victims in the way, each found once)
+        for k in range(len(counted)):  # undo: every victim when nothing fits, else those not in the way
+            if not freed[k]:
+                continue
+            rv = counted[k]
             v = rv.slot
             if keep and overlaps(taken, v.alloc):
+                in_way.append(rv)
                 continue
             if rv.mode == "suspend":
                 state.drop_suspended(v.alloc, v.mem_gb)
             state.place(v.alloc, v.mem_gb, v.need)
         if gpus is None:
             return None
-        for rv in released:
-            if overlaps(taken, rv.slot.alloc):
-                out.append(sched.preempt(rv.jid, now, keep))
-                preempted.add(rv.jid)
+        if not keep:  # (sharing: every victim was undone; those in the way are preempted anew)
+            in_way = [rv for rv in counted if overlaps(taken, rv.slot.alloc)]
+        for rv in in_way:
+            out.append(sched.preempt(rv.jid, now, keep))
+            preempted.add(rv.jid)
         return gpus
 
 
@@ -758,6 +748,26 @@ _refresh_rule: Callable[[PreemptiveQueue, float], bool] = _REFRESH
 _shape_rule: Callable[[PreemptiveQueue, JobSlot], tuple[object, ...]] = _FITS_SHAPE
 _evict_rule: _Evict = _EVICT_FOR
 _skip_quiet: bool = True  # False: the clock stops at every level change while a job waits
+
+
+def _release(state: ClusterState, counted: list[JobRank], freed: list[bool], hosts: list[int] | None) -> int:
+    """Release the counted victims not yet released (`freed`), in order: those with a GPU on a node of
+    `hosts` when given, else every one (a victim of mode `suspend` keeps its memory there). Returns how
+    many it released."""
+    node_of = state.gpu_node
+    n = 0
+    for k in range(len(counted)):
+        if freed[k]:
+            continue
+        v = counted[k].slot
+        if hosts is not None and not any(node_of[g] in hosts for g in v.alloc):
+            continue
+        freed[k] = True
+        n += 1
+        state.release(v.alloc, v.mem_gb, v.need)
+        if counted[k].mode == "suspend":
+            state.hold_suspended(v.alloc, v.mem_gb)
+    return n
 
 
 def _full(state: ClusterState) -> bool:

@@ -110,6 +110,7 @@ class Ranks:
     def __init__(self, state: ClusterState, endless: bool) -> None:
         self.endless = endless
         self.rec: dict[int, JobRank] = {}
+        self.last: JobRank | None = None  # the record `record` last gave (asked again: no lookup)
         self.waiting = RankedSeq()  # by (level, order)
         self.running = RankedSeq()
         self.keys: SortedSeq[tuple[Any, ...]] | None = None  # built when a key falls between two
@@ -134,8 +135,8 @@ class Ranks:
         self.clean = False  # the last pass is settled though it acted
         self.moved: list[JobRank] = []
         self.loud_at, self.loud_for, self.loud_s = _NAN, -1, _INF  # `next_loud_s`'s last answer
-        self.level_counts: dict[float, int] = {}  # waiting jobs per level (`count_level`)
-        self.levels: list[float] = []  # its keys, ascending: the waiting levels
+        self.levels: list[float] = []  # the waiting levels, ascending (`count_level`)
+        self.level_counts: list[int] = []  # waiting jobs per level, by index in `levels`
         self.level_epoch = 0
         self.arrived_at = -1  # the scheduler's version once only jobs entered since a settled pass
         self.arrived: set[float] = set()  # their levels
@@ -148,6 +149,9 @@ class Ranks:
     # -- records and their orders --------------------------------------------------------------------
     def record(self, slot: JobSlot) -> JobRank:
         """The job's record, made at its first entry (with its order and preempt mode)."""
+        rec: JobRank | None = self.last
+        if rec is not None and rec.slot is slot:
+            return rec  # (a preemption, a start: the same job's record, asked two or three times)
         rec = self.rec.get(slot.jid)
         if rec is None:
             rec = JobRank(slot, self.order_of(slot.key), slot.job.preempt_mode)
@@ -156,6 +160,7 @@ class Ranks:
                 self.reorder()
         elif rec.slot is not slot:
             rec.slot = slot
+        self.last = rec
         return rec
 
     def order_of(self, key: tuple[Any, ...]) -> int:
@@ -218,6 +223,8 @@ class Ranks:
         if rec is None:
             return
         del self.rec[jid]
+        if self.last is rec:
+            self.last = None
         keys = self.keys
         if keys is not None:
             keys.remove(rec.slot.key)
@@ -241,7 +248,7 @@ class Ranks:
         new.wait_changes = self.wait_changes.mapped(fresh)
         new.now, new.rule = self.now, self.rule
         new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
-        new.level_counts, new.level_epoch = dict(self.level_counts), self.level_epoch
+        new.level_counts, new.level_epoch = list(self.level_counts), self.level_epoch
         new.levels = list(self.levels)
         new.shape_ids = dict(self.shape_ids)
         new.wakes = list(self.wakes)
@@ -255,8 +262,13 @@ class Ranks:
 
     def mode(self, slot: JobSlot) -> str:
         """The job's preempt mode (read once, at its first entry)."""
-        rec = self.rec.get(slot.jid)
-        return rec.mode if rec is not None else slot.job.preempt_mode
+        rec = self.last
+        if rec is None or rec.slot is not slot:
+            rec = self.rec.get(slot.jid)
+            if rec is None:
+                return slot.job.preempt_mode
+            self.last = rec
+        return rec.mode
 
     # -- leases -------------------------------------------------------------------------------------
     def overhead(self, rec: JobRank, cost: Cost) -> float:
@@ -347,17 +359,19 @@ class Ranks:
         bounds `next_loud_s` keeps that it moves: a running job's whose level is at most it and whose
         bound is above it (it appeared), or whose bound it was (it went); past `MAX_LOUD_SCAN` running
         jobs, every bound (`level_epoch`)."""
-        counts = self.level_counts
-        k = counts.get(level, 0) + by
-        if k:
-            counts[level] = k
-            if k == 1 and by > 0:
-                levels = self.levels
-                levels.insert(_first_at_least(levels, level), level)  # it appears
+        levels, counts = self.levels, self.level_counts  # (lists: no float hashed or boxed to count)
+        at = _first_at_least(levels, level)
+        if at < len(levels) and levels[at] == level:
+            k = counts[at] + by
+            if k:
+                counts[at] = k
+            else:
+                levels.pop(at)  # it goes
+                counts.pop(at)
         else:
-            del counts[level]
-            levels = self.levels
-            levels.pop(_first_at_least(levels, level))
+            k = by
+            levels.insert(at, level)  # it appears
+            counts.insert(at, k)
         if k and (k > 1 or by < 0):
             return  # the same levels wait
         items = self.changes.items
@@ -515,7 +529,9 @@ class Ranks:
     def leave(self, slot: JobSlot) -> None:
         """Take the job's record out of its sequences (it keeps its record until `forget`); its queued
         change no longer holds (the next `plan_change` queues one anew)."""
-        rec = self.rec[slot.jid]
+        rec = self.last
+        if rec is None or rec.slot is not slot:
+            rec = self.last = self.rec[slot.jid]
         if slot.start_s is None:
             self.waiting.remove(rec)
             self.wait_changes.remove(rec)

@@ -26,14 +26,13 @@ from gpuplan.core.preemption import (
     PreemptingScheduler,
     PreemptionCost,
     PreemptiveQueue,
-    new_preempted,
 )
 from gpuplan.core.preemptive import LevelRule, PolicyLevels
 from gpuplan.core.quotas import QuotaNeverFitsError, Quotas, QuotaUse
 from gpuplan.core.shapes import ShapeIndex
 from gpuplan.core.sortedseq import KeyedSeq, SortedSeq
 from gpuplan.core.state import ClusterState, Need, need_of
-from gpuplan.core.view import JobSlot, RunningObserver, SchedulerView, Started, WaitReason, new_started
+from gpuplan.core.view import JobSlot, RunningObserver, SchedulerView, Started, WaitReason
 from gpuplan.errors import JobNeverFitsError, ScheduleError
 from gpuplan.model import ClusterSpec, Job
 
@@ -241,7 +240,7 @@ class Scheduler(PreemptingScheduler):
             self._state.release(slot.alloc, slot.mem_gb, slot.need)
         for o in self._observers:
             o.job_stopped(slot)
-        done = new_preempted(jid, slot.alloc, mode)
+        done = Preempted(jid, slot.alloc, mode)
         if mode == "suspend":
             if not released:
                 self._state.hold_suspended(slot.alloc, slot.mem_gb)
@@ -639,7 +638,7 @@ class Scheduler(PreemptingScheduler):
         """Book a waiting job on `gpu_ids` at `now` (called by backfill modes during `schedule`)."""
         gpu_ids = tuple(gpu_ids)
         self._book(slot, gpu_ids, now, now + slot.plan_s)
-        started.append(new_started(slot.jid, gpu_ids))
+        started.append(Started(slot.jid, gpu_ids))
 
     def _book(self, slot: JobSlot, gpu_ids: tuple[int, ...], start_s: float, end_s: float) -> None:
         self._version += 1

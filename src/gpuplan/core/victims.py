@@ -6,14 +6,14 @@ preempting."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final, final
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.ranks import Ranks
 from gpuplan.core.rankseq import JobRank
 from gpuplan.core.state import ClusterState, Need
-from gpuplan.core.view import JobSlot
+from gpuplan.core.view import JobSlot, Preempted
 
 __all__ = [
     "MAX_FOLLOW_UP",
@@ -222,6 +222,12 @@ class VictimTally:
             return False
         return fits or self.spans
 
+    def hosts(self) -> list[int]:
+        """The nodes where the job fits once every counted victim is released (for a job on one node;
+        read before `restart`)."""
+        node_idle, gain, need = self.node_idle, self.gain, self.need
+        return [n for n in self.touched if node_idle[n] + gain[n] >= need]
+
 
 MAX_FOLLOW_UP: Final = 64
 """More jobs ranked before the last start that freed GPUs than this: `follow_up_idle` does not try them
@@ -293,10 +299,8 @@ def _has(gpus: tuple[int, ...], gpu: int) -> bool:
     return any(g == gpu for g in gpus)
 
 
-def left_idle(
-    preempted: Sequence[tuple[int, tuple[int, ...], str]], since: int, gpus: list[int] | tuple[int, ...]
-) -> bool:
-    """Whether a victim preempted since `preempted[since]` (`core.preemption.Preempted`: its handle, its
-    GPUs, how) holds a GPU that the start on `gpus` does not take (it is idle now)."""
+def left_idle(preempted: list[Preempted], since: int, gpus: list[int] | tuple[int, ...]) -> bool:
+    """Whether a victim preempted since `preempted[since]` holds a GPU that the start on `gpus` does not
+    take (it is idle now)."""
     taken = tuple(gpus)
-    return any(not _has(taken, g) for k in range(since, len(preempted)) for g in preempted[k][1])
+    return any(not _has(taken, g) for k in range(since, len(preempted)) for g in preempted[k].gpu_ids)

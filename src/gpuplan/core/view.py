@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, final
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.state import ClusterState, Need
@@ -18,29 +18,83 @@ from gpuplan.model import Job
 
 __all__ = [
     "JobSlot",
+    "Preempted",
     "RunningObserver",
     "SchedulerView",
     "Started",
     "WaitReason",
     "WaitingShapes",
-    "new_started",
 ]
 
 
-class Started(NamedTuple):
-    """A start decision: job handle and the GPUs it gets (a tuple: cheap on the hot path)."""
+@final
+class Started:
+    """A start decision: job handle and the GPUs it gets (a tuple: cheap on the hot path).
 
-    jid: int
-    gpu_ids: tuple[int, ...]
+    A compiled class, not a NamedTuple: made once per start and preemption, in C (a NamedTuple is
+    made through `tuple.__new__`, a generic call that cost ~10x as much). Compares, hashes, prints
+    and unpacks (`jid, gpu_ids = st`) as the NamedTuple it was."""
+
+    __slots__ = ("gpu_ids", "jid")
+    __match_args__ = ("jid", "gpu_ids")
+
+    def __init__(self, jid: int, gpu_ids: tuple[int, ...]) -> None:
+        self.jid = jid
+        self.gpu_ids = gpu_ids
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Started) and self.jid == other.jid and self.gpu_ids == other.gpu_ids
+
+    def __hash__(self) -> int:
+        return hash((self.jid, self.gpu_ids))
+
+    def __repr__(self) -> str:
+        return f"Started(jid={self.jid!r}, gpu_ids={self.gpu_ids!r})"
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.jid, self.gpu_ids))
+
+    def __reduce__(self) -> tuple[type[Started], tuple[int, tuple[int, ...]]]:
+        return (Started, (self.jid, self.gpu_ids))
 
 
-_new_tuple = tuple.__new__
+@final
+class Preempted:
+    """A preemption decision: job handle, the GPUs it gave back, and how (the job's `preempt_mode`).
 
+    `action` is "suspend" (stopped in place, SIGSTOP in the agent: it keeps its GPU memory there and
+    resumes on the same GPUs with nothing lost), "checkpoint" (it saves a checkpoint and stops: the
+    agent's SIGTERM, grace, SIGKILL, Slurm `scontrol requeue` of a job that checkpoints; it resumes
+    anywhere from its checkpoint, after a restart overhead) or "requeue" (killed, it starts from
+    scratch). A compiled class, as `Started` is (and for the same reason)."""
 
-def new_started(jid: int, gpu_ids: tuple[int, ...]) -> Started:
-    """`Started(jid, gpu_ids)`, made as its NamedTuple `__new__` makes it but without that interpreted
-    function's frame (one start per job: a million in a million-job run)."""
-    return _new_tuple(Started, (jid, gpu_ids))  # type: ignore[no-any-return]
+    __slots__ = ("action", "gpu_ids", "jid")
+    __match_args__ = ("jid", "gpu_ids", "action")
+
+    def __init__(self, jid: int, gpu_ids: tuple[int, ...], action: str) -> None:
+        self.jid = jid
+        self.gpu_ids = gpu_ids
+        self.action = action
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Preempted)
+            and self.jid == other.jid
+            and self.gpu_ids == other.gpu_ids
+            and self.action == other.action
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.jid, self.gpu_ids, self.action))
+
+    def __repr__(self) -> str:
+        return f"Preempted(jid={self.jid!r}, gpu_ids={self.gpu_ids!r}, action={self.action!r})"
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.jid, self.gpu_ids, self.action))
+
+    def __reduce__(self) -> tuple[type[Preempted], tuple[int, tuple[int, ...], str]]:
+        return (Preempted, (self.jid, self.gpu_ids, self.action))
 
 
 class WaitReason(NamedTuple):
