@@ -253,6 +253,24 @@ class PreemptiveQueue:
     def leave(self, slot: JobSlot) -> None:
         self._r.leave(slot)
 
+    def finished(self, slot: JobSlot, version: int) -> None:
+        """A running job ended and gave back its GPUs (`slot.alloc`; the scheduler's version is now
+        `version`, bumped for it): while only ends came since a settled pass, on an exclusive cluster
+        where no job keeps its memory, the next pass tries every job only while a GPU they gave back
+        is idle (`_pass`'s `freed`)."""
+        r = self._r
+        if (
+            (r.settled == version - 1 or r.ended_at == version - 1)
+            and not self.state.sharing
+            and not self.state.suspended_n
+            and not r.suspend_running
+        ):
+            r.ended_at = version
+            r.freed.extend(slot.alloc)
+        else:
+            r.ended_at = -1
+            r.freed.clear()
+
     def shape(self, slot: JobSlot) -> tuple[object, ...]:
         """What decides whether a waiting job finds GPUs in a pass (with whether it waits suspended):
         on an exclusive cluster where no job keeps its memory, memory every GPU has does not."""
@@ -413,22 +431,27 @@ class PreemptiveQueue:
         r, sched = self._r, self.sched
         settled = r.settled == sched.version
         arrived = r.arrived_at == sched.version  # only jobs entered since a settled pass
-        if (settled or arrived) and _skip_quiet and not self.state.sharing:
+        ended = r.ended_at == sched.version  # only running jobs ended since a settled pass
+        if (settled or arrived or ended) and _skip_quiet and not self.state.sharing:
             r.crossed = set(r.arrived) if arrived else set()  # and levels crossed (`Ranks.note_crossed`)
         rule = _refresh_rule  # the method itself unless a test swapped it (a direct call: no generic one)
         quiet = self.refresh(now) if rule is _REFRESH else rule(self, now)
-        if arrived and r.crossed is not None and r.running_due(now):
-            if _full(self.state):  # the pass reads running levels first: make them now, noting crossings
+        if (arrived or ended) and r.crossed is not None and r.running_due(now):
+            if ended or _full(self.state):  # the pass reads running levels: make them now, noting crossings
                 r.catch_up()
             else:  # the pass may read them late, or never (their changes are left for it)
                 r.crossed = None
         crossed, r.crossed = r.crossed, None
-        r.arrived_at = -1
+        r.arrived_at = r.ended_at = -1
         r.arrived.clear()
         if settled and quiet:
             r.settled = sched.version
             return Decisions([], [])
-        out = self._pass(now, crossed if crossed else None)
+        if ended and crossed is not None:
+            out = self._pass(now, crossed, r.freed)
+        else:
+            out = self._pass(now, crossed if crossed else None)
+        r.freed.clear()
         # settled: a pass that decided nothing, or one that only started jobs on GPUs nobody gave back
         # and walked the whole queue (`Ranks.clean`): a job it passed by before a start failed with at
         # least the GPUs it has now, a job after the last start saw the state as it is, so the same
@@ -437,12 +460,16 @@ class PreemptiveQueue:
         r.settled = -1 if (out.preempted or out.started) and not r.clean else sched.version
         return out
 
-    def _pass(self, now: float, crossed: set[float] | None = None) -> Decisions:
+    def _pass(self, now: float, crossed: set[float] | None = None, given_back: list[int] | None = None) -> Decisions:
         """The walk of `decide`. `crossed`: the pass follows a settled one, and only running jobs' level
         changes, which crossed these waiting levels, and jobs entered at these levels came since: a job
         of another level has the same victims and the same idle GPUs as in that pass, and fails as it
         did (it is passed by, counted as examined), until a start frees GPUs it does not take (a
-        resume, or a victim's GPU left idle), after which every job is tried."""
+        resume, or a victim's GPU left idle), after which every job is tried. `given_back`: besides, running
+        jobs ended since, and gave back these GPUs: every job is tried while one of them is idle (a job
+        may fit there); once starts took them all, a job of another level has the victims it had, less
+        the ended jobs (a job started in between ranks before it: no victim of it), and no idle GPU it
+        did not have, and fails as it did."""
         r, sched, state, policy = self._r, self.sched, self.state, self.policy
         r.clean = False
         if not r.waiting:
@@ -484,7 +511,8 @@ class PreemptiveQueue:
         examined = 0
         resumes = False
         free_level, free_order = -_INF, 0  # the cursor of the last start that freed GPUs
-        top_crossed = max(crossed) if crossed is not None else _INF
+        top_crossed = (max(crossed) if crossed else -_INF) if crossed is not None else _INF
+        freeing = given_back is not None  # a GPU an ended job gave back may be idle: every job is tried
         while examined < MAX_EXAMINED:
             examined += 1
             entry = pending
@@ -501,7 +529,7 @@ class PreemptiveQueue:
                 break
             if preempted and entry.jid in preempted:
                 continue
-            if crossed is not None and level not in crossed:
+            if crossed is not None and not freeing and level not in crossed:
                 if level > top_crossed:
                     break  # every job left fails as in the settled pass
                 continue  # it fails as in the settled pass
@@ -569,6 +597,8 @@ class PreemptiveQueue:
                 entries = waiting.cursor_after(level, order)
                 heads.clear()
                 known = False
+                if freeing and given_back is not None:
+                    freeing = _any_idle(state, given_back)
                 full = _full(state)
                 worst = r.worst() if full else _INF
             elif memo and not resumed and not r.lease_held:  # a lease binds this job only
@@ -768,6 +798,12 @@ def _release(state: ClusterState, counted: list[JobRank], freed: list[bool], hos
         if counted[k].mode == "suspend":
             state.hold_suspended(v.alloc, v.mem_gb)
     return n
+
+
+def _any_idle(state: ClusterState, gpus: list[int]) -> bool:
+    """Whether one of `gpus` is idle (an exclusive cluster's)."""
+    njobs = state.gpu_njobs
+    return any(njobs[g] == 0 for g in gpus)
 
 
 def _full(state: ClusterState) -> bool:

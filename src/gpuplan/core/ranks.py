@@ -105,7 +105,8 @@ class Ranks:
     right after it would decide nothing (`core.victims.follow_up_idle`); crossed: while the refresh
     after a settled pass is made, the waiting levels running jobs' changes crossed (None: not kept, or
     something else changed); arrived_at, arrived: the scheduler's version while only submitted jobs
-    entered since a settled pass (-1 otherwise), and their levels (`PreemptiveQueue.submitted`)."""
+    entered since a settled pass (-1 otherwise), and their levels (`PreemptiveQueue.submitted`); ended_at,
+    freed: the same while only running jobs ended, and the GPUs they gave back (`PreemptiveQueue.finished`)."""
 
     def __init__(self, state: ClusterState, endless: bool) -> None:
         self.endless = endless
@@ -140,6 +141,8 @@ class Ranks:
         self.level_epoch = 0
         self.arrived_at = -1  # the scheduler's version once only jobs entered since a settled pass
         self.arrived: set[float] = set()  # their levels
+        self.ended_at = -1  # the scheduler's version once only running jobs ended since a settled pass
+        self.freed: list[int] = []  # the GPUs they gave back
         self.crossed: set[float] | None = None  # waiting levels crossed since a settled pass (`note_crossed`)
         # waiting records not yet indexed by shape (`shape_of`): a job that starts at its first try in
         # a pass (most do, on a cluster with room) is never indexed

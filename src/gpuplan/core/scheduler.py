@@ -325,6 +325,8 @@ class Scheduler(PreemptingScheduler):
         for o in self._observers:
             o.job_stopped(slot)
         self._unbook_user(slot, now)
+        if self._pre is not None:
+            self._pre.finished(slot, self._version)
         return slot
 
     def _unbook_user(self, slot: JobSlot, now: float | None) -> None:
