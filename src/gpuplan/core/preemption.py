@@ -460,7 +460,9 @@ class PreemptiveQueue:
         r.settled = -1 if (out.preempted or out.started) and not r.clean else sched.version
         return out
 
-    def _pass(self, now: float, crossed: set[float] | None = None, given_back: list[int] | None = None) -> Decisions:
+    def _pass(
+        self, now: float, crossed: set[float] | None = None, given_back: list[int] | None = None
+    ) -> Decisions:
         """The walk of `decide`. `crossed`: the pass follows a settled one, and only running jobs' level
         changes, which crossed these waiting levels, and jobs entered at these levels came since: a job
         of another level has the same victims and the same idle GPUs as in that pass, and fails as it
