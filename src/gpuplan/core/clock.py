@@ -54,10 +54,6 @@ class _End:
         self.pos = -1  # its index in `EndHeap.entries`
 
 
-def _before(a: _End, b: _End) -> bool:
-    return a.time_s < b.time_s or (a.time_s == b.time_s and a.seq < b.seq)
-
-
 @final
 class EndHeap:
     """A clock's expected ends that hold: a binary heap ordered by (time, seq), seq counting the pushes
@@ -166,7 +162,7 @@ def _up(entries: list[_End], i: int, new: _End) -> int:
     while i > 0:
         parent = (i - 1) >> 1
         up = entries[parent]
-        if _before(up, new):
+        if up.time_s < new.time_s or (up.time_s == new.time_s and up.seq < new.seq):  # (earlier: time, then push order)
             break
         entries[i] = up
         up.pos = i
@@ -184,10 +180,12 @@ def _down(entries: list[_End], i: int, last: _End) -> None:
         if child >= n:
             break
         down = entries[child]
-        if child + 1 < n and _before(entries[child + 1], down):
-            child += 1
-            down = entries[child]
-        if _before(last, down):
+        if child + 1 < n:  # (the earlier child: time, then push order)
+            other = entries[child + 1]
+            if other.time_s < down.time_s or (other.time_s == down.time_s and other.seq < down.seq):
+                child += 1
+                down = other
+        if last.time_s < down.time_s or (last.time_s == down.time_s and last.seq < down.seq):
             break
         entries[i] = down
         down.pos = i

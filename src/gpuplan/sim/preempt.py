@@ -72,6 +72,7 @@ class PreemptiveRun(EventClock):
         self.preemptions = 0
         self.wasted_gpu_s = 0.0
         self.terms = JobTerms(cost)  # each job's restart overhead, checkpointing, preempt mode
+        self.ids = [j.id for j in jobs]  # (read at each event: an attribute of a Python class)
         self.in_place: set[int] = set()  # suspended in place (SIGSTOP): it resumes, it does not restart
         self.events: list[tuple[float, str, str]] = []
         """(time, action, job id) of every start, resume, preemption (`preempt:ACTION`) and finish, in
@@ -118,11 +119,14 @@ class PreemptiveRun(EventClock):
         )
 
     def on_start(self, st: Started, now: float) -> None:
-        jid, job = st.jid, self.jobs[st.jid]
+        jid = st.jid
         resumed = self.first_start_s[jid] < _INF
-        overhead = self.terms.of(jid, job)[0] if resumed else 0.0
-        self.events.append((now, "resume" if jid in self.in_place else "start", job.id))
-        self.in_place.discard(jid)
+        overhead = self.terms.of(jid, self.jobs[jid])[0] if resumed else 0.0
+        if self.in_place and jid in self.in_place:
+            self.in_place.discard(jid)
+            self.events.append((now, "resume", self.ids[jid]))
+        else:
+            self.events.append((now, "start", self.ids[jid]))
         if not resumed:
             self.first_start_s[jid] = now
         self.seg_start_s[jid], self.seg_overhead_s[jid] = now, overhead
@@ -135,19 +139,19 @@ class PreemptiveRun(EventClock):
         progress = max(seg - self.seg_overhead_s[jid], 0.0)
         _, checkpointable, mode = self.terms.of(jid, job)
         kept = kept_by_s(self.interval_s, checkpointable, mode, progress)
-        self.events.append((now, _PREEMPT_EVENT.get(p.action) or f"preempt:{p.action}", job.id))
+        self.events.append((now, _PREEMPT_EVENT.get(p.action) or f"preempt:{p.action}", self.ids[jid]))
         if p.action == "suspend":
             self.in_place.add(jid)
         self.left[jid] = self.left[jid] - kept if checkpointable else float(job.duration_s or 0.0)
-        self.wasted_gpu_s += len(p.gpu_ids) * (seg - kept)
+        self.wasted_gpu_s += float(len(p.gpu_ids)) * (seg - kept)
         self.preemptions += 1
 
     def on_end(self, jid: int, now: float) -> None:
         job = self.jobs[jid]
         slot = self.sched.finish(jid, now)
         self.forget(jid)
-        self.events.append((now, "finish", job.id))
-        self.wasted_gpu_s += len(slot.alloc) * self.seg_overhead_s[jid]
+        self.events.append((now, "finish", self.ids[jid]))
+        self.wasted_gpu_s += float(len(slot.alloc)) * self.seg_overhead_s[jid]
         self.records.append(
             JobRecord(
                 job.id,
