@@ -437,8 +437,9 @@ class PreemptiveQueue:
         rule = _refresh_rule  # the method itself unless a test swapped it (a direct call: no generic one)
         quiet = self.refresh(now) if rule is _REFRESH else rule(self, now)
         if (arrived or ended) and r.crossed is not None and r.running_due(now):
-            if ended or _full(self.state):  # the pass reads running levels: make them now, noting crossings
-                r.catch_up()
+            state = self.state
+            if _full(state) or (ended and state.idle_total <= len(r.freed)):
+                r.catch_up()  # the pass reads running levels first: make them now, noting crossings
             else:  # the pass may read them late, or never (their changes are left for it)
                 r.crossed = None
         crossed, r.crossed = r.crossed, None
