@@ -162,7 +162,9 @@ def _up(entries: list[_End], i: int, new: _End) -> int:
     while i > 0:
         parent = (i - 1) >> 1
         up = entries[parent]
-        if up.time_s < new.time_s or (up.time_s == new.time_s and up.seq < new.seq):  # (earlier: time, then push order)
+        if up.time_s < new.time_s or (
+            up.time_s == new.time_s and up.seq < new.seq
+        ):  # (earlier: time, then push order)
             break
         entries[i] = up
         up.pos = i
