@@ -36,7 +36,17 @@ from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.ranks import LEASE_TOL_S, Entry, JobRank, Ranks
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
-from gpuplan.core.victims import FailedEvictions, FitMemo, VictimTally, follow_up_idle, left_idle, overlaps
+from gpuplan.core.victims import (
+    FailedEvictions,
+    FitMemo,
+    VictimTally,
+    any_idle,
+    find_gpus,
+    follow_up_idle,
+    left_idle,
+    overlaps,
+    release_counted,
+)
 from gpuplan.core.view import JobSlot, Preempted, SchedulerView, Started
 from gpuplan.model import Job
 
@@ -564,7 +574,7 @@ class PreemptiveQueue:
                 r.settle()
                 gpus = self._resume_on(entry, now, out.preempted, preempted)
             else:
-                gpus = _find_gpus(state, placer, slot)
+                gpus = find_gpus(state, placer, slot)
                 if gpus is None:
                     if not full:
                         worst = r.worst()  # settles `running` for `_evict_for` too
@@ -601,7 +611,7 @@ class PreemptiveQueue:
                 heads.clear()
                 known = False
                 if freeing and given_back is not None:
-                    freeing = _any_idle(state, given_back)
+                    freeing = any_idle(state, given_back)
                 full = _full(state)
                 worst = r.worst() if full else _INF
             elif memo and not resumed and not r.lease_held:  # a lease binds this job only
@@ -631,7 +641,7 @@ class PreemptiveQueue:
     def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
         """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
         where it fits beside suspended jobs' memory."""
-        return _find_gpus(self.state, self.sched.placer, slot)
+        return find_gpus(self.state, self.sched.placer, slot)
 
     def _resume_on(
         self, by: JobRank, now: float, out: list[Preempted], preempted: set[int]
@@ -710,9 +720,8 @@ class PreemptiveQueue:
         tally: VictimTally | None = (
             self._tally_for(slot) if not state.sharing and not state.suspended_n and slot.gpus > 0 else None
         )
-        # a placer that ranks nodes by their own state alone, for a job on one node: only the victims on
-        # a node that can then host it are released (the others cannot make a node host it, and would
-        # be put back); the placer answers as if every one were
+        # a node-local placer, a job on one node: only victims on nodes that could then host it are
+        # released (the others would be put back); the placer answers as if every one were
         if placer is not self._placer:  # (a class attribute: read once per placer, not per eviction)
             self._placer, self._node_local = placer, placer.node_local
         local = tally is not None and not slot.may_span and self._node_local
@@ -734,13 +743,15 @@ class PreemptiveQueue:
                 tally.restart(state, slot)  # counts from the state once the counted ones are released
             else:
                 tally = None  # a victim that keeps its memory: every later one is released and tried
-            n_freed += _release(state, counted, freed, hosts)
+            n_freed += release_counted(state, counted, freed, hosts)
             if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
-                gpus = _find_gpus(state, placer, slot)
+                gpus = find_gpus(state, placer, slot)
                 if gpus is not None:
                     break
                 if hosts is not None:
-                    n_freed += _release(state, counted, freed, None)  # every counted one: the count goes on
+                    n_freed += release_counted(
+                        state, counted, freed, None
+                    )  # every counted one: the count goes on
         if not n_freed:
             return None  # nothing was released: nothing to undo
         taken: tuple[int, ...] = tuple(gpus) if gpus is not None else ()
@@ -783,49 +794,6 @@ _evict_rule: _Evict = _EVICT_FOR
 _skip_quiet: bool = True  # False: the clock stops at every level change while a job waits
 
 
-def _release(state: ClusterState, counted: list[JobRank], freed: list[bool], hosts: list[int] | None) -> int:
-    """Release the counted victims not yet released (`freed`), in order: those with a GPU on a node of
-    `hosts` when given, else every one (a victim of mode `suspend` keeps its memory there). Returns how
-    many it released."""
-    node_of = state.gpu_node
-    n = 0
-    for k in range(len(counted)):
-        if freed[k]:
-            continue
-        v = counted[k].slot
-        if hosts is not None and not any(node_of[g] in hosts for g in v.alloc):
-            continue
-        freed[k] = True
-        n += 1
-        state.release(v.alloc, v.mem_gb, v.need)
-        if counted[k].mode == "suspend":
-            state.hold_suspended(v.alloc, v.mem_gb)
-    return n
-
-
-def _any_idle(state: ClusterState, gpus: list[int]) -> bool:
-    """Whether one of `gpus` is idle (an exclusive cluster's)."""
-    njobs = state.gpu_njobs
-    return any(njobs[g] == 0 for g in gpus)
-
-
 def _full(state: ClusterState) -> bool:
     """Whether an exclusive cluster is full (no idle GPU, no suspended job)."""
     return not state.sharing and state.idle_total == 0 and not state.suspended_n
-
-
-def _find_gpus(state: ClusterState, placer: Placer, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
-    """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs where it
-    fits beside suspended jobs' memory."""
-    gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
-    if gpus is not None or slot.mem_gb is None or not state.suspended_n:
-        return gpus
-    beside = [g for g in state.suspended_n if state.fits_beside_suspended(g, slot.mem_gb)]
-    if not beside:
-        return None
-    trial = state.copy()
-    for g in beside:  # as if idle: the placer then ranks them with the idle GPUs
-        trial.suspended_n.pop(g)
-        trial.suspended_gb.pop(g)
-        trial.vacate_all(g)
-    return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span, slot.need)

@@ -1,7 +1,7 @@
 """What the preemptive pass (core/preemption.py) knows of an eviction before it releases anyone: the GPUs
 counted victims would free (`VictimTally`), the evictions that failed in the pass so far
 (`FailedEvictions`), and whether the pass after one that preempted would decide nothing
-(`follow_up_idle`). Compiled (native) classes: the pass asks them for every job it tries to place by
+(`follow_up_idle`); the eviction's steps (`find_gpus`, `release_counted`, `any_idle`). Compiled (native) classes: the pass asks them for every job it tries to place by
 preempting."""
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ __all__ = [
     "FitKey",
     "FitMemo",
     "VictimTally",
+    "any_idle",
+    "find_gpus",
     "fit_mem",
     "follow_up_idle",
     "left_idle",
     "overlaps",
+    "release_counted",
 ]
 
 
@@ -304,3 +307,48 @@ def left_idle(preempted: list[Preempted], since: int, gpus: list[int] | tuple[in
     take (it is idle now)."""
     taken = tuple(gpus)
     return any(not _has(taken, g) for k in range(since, len(preempted)) for g in preempted[k].gpu_ids)
+
+
+def release_counted(
+    state: ClusterState, counted: list[JobRank], freed: list[bool], hosts: list[int] | None
+) -> int:
+    """Release an eviction's counted victims not yet released (`freed`), in order: those with a GPU on a node of
+    `hosts` when given, else every one (a victim of mode `suspend` keeps its memory there). Returns how
+    many it released."""
+    node_of = state.gpu_node
+    n = 0
+    for k in range(len(counted)):
+        if freed[k]:
+            continue
+        v = counted[k].slot
+        if hosts is not None and not any(node_of[g] in hosts for g in v.alloc):
+            continue
+        freed[k] = True
+        n += 1
+        state.release(v.alloc, v.mem_gb, v.need)
+        if counted[k].mode == "suspend":
+            state.hold_suspended(v.alloc, v.mem_gb)
+    return n
+
+
+def any_idle(state: ClusterState, gpus: list[int]) -> bool:
+    """Whether one of `gpus` is idle (an exclusive cluster's)."""
+    njobs = state.gpu_njobs
+    return any(njobs[g] == 0 for g in gpus)
+
+
+def find_gpus(state: ClusterState, placer: Placer, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
+    """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs where it
+    fits beside suspended jobs' memory."""
+    gpus = placer.find(state, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
+    if gpus is not None or slot.mem_gb is None or not state.suspended_n:
+        return gpus
+    beside = [g for g in state.suspended_n if state.fits_beside_suspended(g, slot.mem_gb)]
+    if not beside:
+        return None
+    trial = state.copy()
+    for g in beside:  # as if idle: the placer then ranks them with the idle GPUs
+        trial.suspended_n.pop(g)
+        trial.suspended_gb.pop(g)
+        trial.vacate_all(g)
+    return placer.find(trial, slot.gpus, slot.mem_gb, slot.may_span, slot.need)
