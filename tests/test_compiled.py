@@ -127,6 +127,22 @@ def test_the_cores_records_pickle_for_sweeps_on_dask() -> None:
     assert pickle.loads(pickle.dumps(Started(3, (1, 2)))) == Started(3, (1, 2))
 
 
+def test_the_decisions_compare_hash_print_unpack_and_pickle_as_the_named_tuples_did() -> None:
+    """`Started` and `Preempted` are compiled classes (were NamedTuples): every use of them still works."""
+    from gpuplan.core.preemption import Preempted
+    from gpuplan.core.view import Started
+
+    st, p = Started(3, (1, 2)), Preempted(5, (0,), "checkpoint")
+    assert st == Started(3, (1, 2)) and st != Started(3, (1,)) and st != (3, (1, 2))
+    assert p == Preempted(5, (0,), "checkpoint") and p != Preempted(5, (0,), "requeue")
+    assert len({st, Started(3, (1, 2)), p, Preempted(5, (0,), "checkpoint")}) == 2
+    assert repr(st) == "Started(jid=3, gpu_ids=(1, 2))"
+    assert repr(p) == "Preempted(jid=5, gpu_ids=(0,), action='checkpoint')"
+    jid, gpus = st
+    assert (jid, gpus) == (3, (1, 2)) and tuple(p) == (5, (0,), "checkpoint")
+    assert pickle.loads(pickle.dumps(p)) == p and pickle.loads(pickle.dumps(st)) == st
+
+
 def test_a_copy_of_the_package_without_the_compiled_library_runs_the_source(tmp_path: Path) -> None:
     """A copy of src/gpuplan alone (the library beside it left out: how the multi-user tests once
     copied it) must run the source and say why, never fail on `import gpuplan_core__mypyc`."""

@@ -267,7 +267,7 @@ class PreemptiveQueue:
         """A running job ended and gave back its GPUs (`slot.alloc`; the scheduler's version is now
         `version`, bumped for it): while only ends came since a settled pass, on an exclusive cluster
         where no job keeps its memory, the next pass tries every job only while a GPU they gave back
-        is idle (`_pass`'s `freed`)."""
+        is idle (`_pass`'s `given_back`)."""
         r = self._r
         if (
             (r.settled == version - 1 or r.ended_at == version - 1)

@@ -111,7 +111,7 @@ class Ranks:
     def __init__(self, state: ClusterState, endless: bool) -> None:
         self.endless = endless
         self.rec: dict[int, JobRank] = {}
-        self.last: JobRank | None = None  # the record `record` last gave (asked again: no lookup)
+        self.last: JobRank | None = None  # the record `known` last gave (asked again: no lookup)
         self.waiting = RankedSeq()  # by (level, order)
         self.running = RankedSeq()
         self.keys: SortedSeq[tuple[Any, ...]] | None = None  # built when a key falls between two
@@ -152,10 +152,7 @@ class Ranks:
     # -- records and their orders --------------------------------------------------------------------
     def record(self, slot: JobSlot) -> JobRank:
         """The job's record, made at its first entry (with its order and preempt mode)."""
-        rec: JobRank | None = self.last
-        if rec is not None and rec.slot is slot:
-            return rec  # (a preemption, a start: the same job's record, asked two or three times)
-        rec = self.rec.get(slot.jid)
+        rec = self.known(slot)
         if rec is None:
             rec = JobRank(slot, self.order_of(slot.key), slot.job.preempt_mode)
             self.rec[slot.jid] = rec
@@ -164,6 +161,17 @@ class Ranks:
         elif rec.slot is not slot:
             rec.slot = slot
         self.last = rec
+        return rec
+
+    def known(self, slot: JobSlot) -> JobRank | None:
+        """The job's record, None before its first entry. The record last given is kept (a preemption
+        or a start asks for one job's two or three times in a row: no lookup by handle)."""
+        rec = self.last
+        if rec is None or rec.slot is not slot:
+            rec = self.rec.get(slot.jid)
+            if rec is None:
+                return None
+            self.last = rec
         return rec
 
     def order_of(self, key: tuple[Any, ...]) -> int:
@@ -265,13 +273,8 @@ class Ranks:
 
     def mode(self, slot: JobSlot) -> str:
         """The job's preempt mode (read once, at its first entry)."""
-        rec = self.last
-        if rec is None or rec.slot is not slot:
-            rec = self.rec.get(slot.jid)
-            if rec is None:
-                return slot.job.preempt_mode
-            self.last = rec
-        return rec.mode
+        rec = self.known(slot)
+        return rec.mode if rec is not None else slot.job.preempt_mode
 
     # -- leases -------------------------------------------------------------------------------------
     def overhead(self, rec: JobRank, cost: Cost) -> float:
@@ -532,9 +535,9 @@ class Ranks:
     def leave(self, slot: JobSlot) -> None:
         """Take the job's record out of its sequences (it keeps its record until `forget`); its queued
         change no longer holds (the next `plan_change` queues one anew)."""
-        rec = self.last
-        if rec is None or rec.slot is not slot:
-            rec = self.last = self.rec[slot.jid]
+        rec = self.known(slot)
+        if rec is None:
+            raise KeyError(slot.jid)  # (it never entered)
         if slot.start_s is None:
             self.waiting.remove(rec)
             self.wait_changes.remove(rec)

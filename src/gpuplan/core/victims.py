@@ -1,8 +1,8 @@
 """What the preemptive pass (core/preemption.py) knows of an eviction before it releases anyone: the GPUs
 counted victims would free (`VictimTally`), the evictions that failed in the pass so far
 (`FailedEvictions`), and whether the pass after one that preempted would decide nothing
-(`follow_up_idle`); the eviction's steps (`find_gpus`, `release_counted`, `any_idle`). Compiled (native) classes: the pass asks them for every job it tries to place by
-preempting."""
+(`follow_up_idle`); and the eviction's steps (`find_gpus`, `release_counted`, `any_idle`). Compiled
+(native) classes: the pass asks them for every job it tries to place by preempting."""
 
 from __future__ import annotations
 
@@ -312,9 +312,9 @@ def left_idle(preempted: list[Preempted], since: int, gpus: list[int] | tuple[in
 def release_counted(
     state: ClusterState, counted: list[JobRank], freed: list[bool], hosts: list[int] | None
 ) -> int:
-    """Release an eviction's counted victims not yet released (`freed`), in order: those with a GPU on a node of
-    `hosts` when given, else every one (a victim of mode `suspend` keeps its memory there). Returns how
-    many it released."""
+    """Release an eviction's counted victims not yet released (`freed`), in order: those with a GPU on
+    a node of `hosts` when given, else every one (a victim of mode `suspend` keeps its memory there).
+    Returns how many it released."""
     node_of = state.gpu_node
     n = 0
     for k in range(len(counted)):
