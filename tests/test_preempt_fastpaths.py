@@ -83,14 +83,15 @@ def _plain_evict_for(self, slot, now, out, preempted):  # type: ignore[no-untype
             break
         victim = sched.slot(entry.jid)
         mode = victim.job.preempt_mode
-        if mode == "never" or self._leased(victim, slot, now):
+        r = self.ranks
+        if mode == "never" or r.leased(r.record(victim), r.record(slot), now, sched.preemption_cost):
             continue
         state.release(victim.alloc, victim.mem_gb, victim.need)
         if mode == "suspend":
             state.hold_suspended(victim.alloc, victim.mem_gb)
         released.append(victim)
         if state.sharing or state.idle_total >= slot.gpus or state.suspended_n:
-            gpus = self._find(slot)
+            gpus = victims.find_gpus(state, sched.placer, slot)
             if gpus is not None:
                 break
     taken = set(gpus or ())

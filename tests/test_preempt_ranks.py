@@ -243,6 +243,7 @@ def test_a_record_copy_for_a_forked_slot_carries_every_field() -> None:
     values: dict[str, object] = {
         "level": 2.5, "due": 99.0, "shape": 3, "overhead": 1.5, "overhead_cost": "cost",
         "start_level": 1.0, "waits": True, "hpos": 5, "rise_of": 4.0, "rise_s": 77.0, "rise_epoch": 3,
+        "lease_end_s": 40.0, "lease_start_s": 30.0, "lease_resumed": True,
     }  # fmt: skip
     for name, value in values.items():
         setattr(rec, name, value)

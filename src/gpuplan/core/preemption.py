@@ -235,6 +235,11 @@ class PreemptiveQueue:
         self._placer: Placer | None = None  # the placer whose `node_local` is `_node_local`
         self._node_local = False
 
+    @property
+    def ranks(self) -> Ranks:
+        """The queue's records, ranked sequences and queued level changes."""
+        return self._r
+
     def fork(self, sched: PreemptingScheduler, policy: LevelRule) -> PreemptiveQueue:
         """A copy for a forked scheduler (`Scheduler.fork`): ranks, entries and pending level changes."""
         new = PreemptiveQueue(sched, policy)
@@ -369,7 +374,7 @@ class PreemptiveQueue:
             quiet = False
             r.crossed = None
         if wakes and wakes[0] <= now + LEASE_TOL_S:
-            quiet = False  # a lease ending within the pass's tolerance counts as ended (`_leased`)
+            quiet = False  # a lease ending within the pass's tolerance counts as ended (`Ranks.lease_binds`)
             r.crossed = None
         ch = r.wait_changes
         moved = False
@@ -413,23 +418,6 @@ class PreemptiveQueue:
                 r.move_running(rec, now, policy, self)
         policy.reranked()
         self.sched.note_change()
-
-    # -- the lease ---------------------------------------------------------------------------------
-    def lease_end_s(self, slot: JobSlot) -> float:
-        """When a running job may first be preempted (its start plus `PreemptionCost.lease_s`)."""
-        start = slot.start_s if slot.start_s is not None else -_INF
-        return start + self.sched.preemption_cost.lease_s(slot.job, resumed=slot.preemptions > 0)
-
-    def _lease_free(self, by: JobSlot) -> bool:
-        """Whether no lease can keep `by` from a victim (`_leased` is then False for every one)."""
-        return self._r.lease_free(self._r.record(by), self.sched.preemption_cost)
-
-    def _leased(self, victim: JobSlot, by: JobSlot, now: float) -> bool:
-        """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
-        restart to run, and only the victim's own service since its (re)start put it above `by` (its
-        level then was not higher). The pass asks again when the lease ends."""
-        r = self._r
-        return r.leased(r.record(victim), r.record(by), now, self.sched.preemption_cost)
 
     # -- the pass ----------------------------------------------------------------------------------
     def decide(self, now: float) -> Decisions:
@@ -637,11 +625,6 @@ class PreemptiveQueue:
             )
         )
         return out
-
-    def _find(self, slot: JobSlot) -> list[int] | tuple[int, ...] | None:
-        """GPUs for `slot` now: idle ones, else (a job that declares its memory) idle ones and GPUs
-        where it fits beside suspended jobs' memory."""
-        return find_gpus(self.state, self.sched.placer, slot)
 
     def _resume_on(
         self, by: JobRank, now: float, out: list[Preempted], preempted: set[int]

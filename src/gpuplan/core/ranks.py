@@ -92,8 +92,8 @@ class Ranks:
     records by rank; keys, lo_key, hi_key (lo_order, hi_order): the static keys in order (once one fell
     between two) and the lowest and highest key given an order (their orders: `order_of`); changes,
     wait_changes: running and waiting jobs by their next level change (`DueHeap`s); now, rule: the instant of the last refresh and the levels' rule, at which a
-    running job's change left for the first reader of running levels is made (`catch_up`); shapes, by_shape: waiting
-    jobs by level and shape id (counts), and each shape's waiting records; wakes (and wake_set, its
+    running job's change left for the first reader of running levels is made (`catch_up`); by_shape: each shape id's
+    waiting records; wakes (and wake_set, its
     members): ends of leases that held a preemption back; lease_held: a lease held a preemption back in
     this job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep
     their memory); moved: running records whose place in `running` is left for `settle`; exact_shapes:
@@ -125,7 +125,6 @@ class Ranks:
         self.rule: LevelRule | None = None
         # shapes by a small id each (`shape_id`): a pass's sets and these dicts hash an int, not a tuple
         self.shape_ids: dict[tuple[object, ...], int] = {}
-        self.shapes: dict[float, dict[int, int]] = {}  # level -> shape id -> waiting jobs
         self.by_shape: dict[int, RankedSeq] = {}  # shape id -> its waiting records
         self.wakes: list[float] = []
         self.wake_set: set[float] = set()
@@ -258,7 +257,6 @@ class Ranks:
         new.changes = self.changes.mapped(fresh)  # after the records, whose places they set
         new.wait_changes = self.wait_changes.mapped(fresh)
         new.now, new.rule = self.now, self.rule
-        new.shapes = {level: dict(shapes) for level, shapes in self.shapes.items()}
         new.level_counts, new.level_epoch = list(self.level_counts), self.level_epoch
         new.levels = list(self.levels)
         new.shape_ids = dict(self.shape_ids)
@@ -290,6 +288,9 @@ class Ranks:
         return not self.endless or not by.slot.preemptions or not self.restart_costs(by, cost)
 
     def leased(self, victim: JobRank, by: JobRank, now: float, cost: Cost) -> bool:
+        """`by` may not take the victim's GPUs now: the victim's lease has not ended, `by` pays a
+        restart to run, and only the victim's own service since its (re)start put it above `by` (its
+        level then was not higher). The pass asks again when the lease ends."""
         if not self.endless:
             return False  # its levels run out: a trade of places ends at the last one
         if not by.slot.preemptions or not self.restart_costs(by, cost):
@@ -300,9 +301,7 @@ class Ranks:
         """`leased` for a job of `level` that no first start or free restart exempts."""
         if victim.start_level > level:
             return False  # it outranked `by` when it started: its lease is not what makes it a victim
-        slot = victim.slot
-        start = slot.start_s if slot.start_s is not None else -_INF
-        end = start + cost.lease_by_s(self.overhead(victim, cost), slot.preemptions > 0)
+        end = self.lease_end_s(victim, cost)
         if end <= now + LEASE_TOL_S:
             return False
         if end not in self.wake_set:
@@ -310,6 +309,18 @@ class Ranks:
             self.wake_set.add(end)
         self.lease_held = True
         return True
+
+    def lease_end_s(self, rec: JobRank, cost: Cost) -> float:
+        """When the job's lease under `cost` ends (`PreemptiveQueue.lease_end_s`): kept for its run (a
+        resume or not) and cost, read at each eviction that counts it (no call to the cost model)."""
+        slot = rec.slot
+        start = slot.start_s if slot.start_s is not None else -_INF
+        resumed = slot.preemptions > 0
+        if rec.overhead_cost is cost and rec.lease_start_s == start and rec.lease_resumed == resumed:
+            return rec.lease_end_s
+        end = start + cost.lease_by_s(self.overhead(rec, cost), resumed)
+        rec.lease_end_s, rec.lease_start_s, rec.lease_resumed = end, start, resumed
+        return end
 
     def next_change_s(self) -> float:
         """`PreemptiveQueue.next_change_s`: the first queued change (running jobs' changes due by the
@@ -552,15 +563,6 @@ class Ranks:
             same.remove(rec)
             if not same:
                 del self.by_shape[shape]
-            level = rec.level
-            at = self.shapes[level]
-            left = at[shape] - 1
-            if left:
-                at[shape] = left
-            elif len(at) > 1:
-                del at[shape]
-            else:
-                del self.shapes[level]
         else:
             self.running.remove(rec)  # at the level it is filed under, moved or not
             self.changes.remove(rec)
@@ -572,7 +574,6 @@ class Ranks:
     # -- shapes -------------------------------------------------------------------------------------
     def keep_memory_in_shapes(self, queue: ShapeSource) -> None:
         self.exact_shapes = True
-        self.shapes.clear()
         self.by_shape.clear()
         self.unindexed.clear()
         for rec in self.waiting:
@@ -605,12 +606,8 @@ class Ranks:
         return got
 
     def index_shape(self, rec: JobRank, level: float, shape_key: tuple[object, ...]) -> None:
-        """Count a waiting job's record under its level and fits-shape (`shapes`, `by_shape`)."""
+        """File a waiting job's record under its fits-shape (`by_shape`)."""
         shape = rec.shape = self.shape_id(shape_key)
-        at = self.shapes.get(level)
-        if at is None:
-            at = self.shapes[level] = {}
-        at[shape] = at.get(shape, 0) + 1
         same = self.by_shape.get(shape)
         if same is None:
             same = self.by_shape[shape] = RankedSeq()
@@ -649,14 +646,14 @@ class Ranks:
         if nxt is not None and not (full and nxt.level >= worst) and self.shape_of(nxt) not in failed:
             return False
         self.index_all()
-        if len(self.shapes) > MAX_LEVELS:
+        if len(self.levels) > MAX_LEVELS:
             return False
-        for at, shapes in self.shapes.items():
-            if at < level or (full and at >= worst):
+        for shape, same in self.by_shape.items():
+            if shape in failed:
                 continue
-            for shape in shapes:
-                if shape not in failed:
-                    return False
+            first = same.first_at_level(level)  # its first job from `level` on: any later one ranks higher
+            if first is not None and not (full and first.level >= worst):
+                return False
         return True
 
     def waiting_in(self, lo: float, hi: float) -> bool:
@@ -668,6 +665,7 @@ class Ranks:
         return i < len(levels) and levels[i] < hi
 
     def worst(self) -> float:
-        """The highest running level (`settle`d first)."""
-        self.settle()
+        """The highest running level (`settle`d first, when a change is due or a record left behind)."""
+        if self.moved or self.changes.first_s() <= self.now:
+            self.settle()
         return self.running.last().level if self.running else -_INF

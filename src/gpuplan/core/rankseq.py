@@ -34,6 +34,8 @@ class JobRank:
         shape: the id of its fits-shape while it waits and is indexed under it (-1 otherwise).
         waits: it is filed in `waiting`.
         overhead, overhead_cost: its restart overhead under `overhead_cost` (`Ranks.overhead`).
+        lease_end_s, lease_start_s, lease_resumed: when its lease ends (`Ranks.lease_end_s`), for the run
+            that started at `lease_start_s` (nan: none known), a resume or not, under `overhead_cost`.
         start_level: its level when the pass last started it (inf: not started by the pass).
         moved: it waits in `Ranks.moved` for `settle`.
         hpos: its place in the `DueHeap` that queues its next change (-1: none queued).
@@ -43,8 +45,8 @@ class JobRank:
     """
 
     __slots__ = (
-        "due", "hpos", "jid", "level", "mode", "moved", "order", "overhead", "overhead_cost", "rise_epoch", "rise_of",
-        "rise_s", "shape", "slot", "start_level", "waits",
+        "due", "hpos", "jid", "lease_end_s", "lease_resumed", "lease_start_s", "level", "mode", "moved", "order",
+        "overhead", "overhead_cost", "rise_epoch", "rise_of", "rise_s", "shape", "slot", "start_level", "waits",
     )  # fmt: skip
 
     def __init__(self, slot: JobSlot, order: int, mode: str) -> None:
@@ -57,6 +59,9 @@ class JobRank:
         self.shape = -1
         self.overhead = 0.0
         self.overhead_cost: object = None
+        self.lease_end_s = _INF
+        self.lease_start_s = _NAN
+        self.lease_resumed = False
         self.start_level = _INF
         self.moved = False
         self.waits = False
@@ -71,6 +76,11 @@ class JobRank:
         new.level, new.due, new.shape = self.level, self.due, self.shape
         new.waits, new.hpos = self.waits, self.hpos
         new.overhead, new.overhead_cost, new.start_level = self.overhead, self.overhead_cost, self.start_level
+        new.lease_end_s, new.lease_start_s, new.lease_resumed = (
+            self.lease_end_s,
+            self.lease_start_s,
+            self.lease_resumed,
+        )
         new.rise_of, new.rise_s, new.rise_epoch = self.rise_of, self.rise_s, self.rise_epoch  # the same run
         return new
 

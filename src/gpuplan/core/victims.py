@@ -201,9 +201,10 @@ class VictimTally:
 
     def add(self, alloc: tuple[int, ...]) -> bool:
         """Count one more victim; whether the job may fit once every counted victim is released."""
-        njobs, gain, node_of, node_idle = self.njobs, self.gain, self.node_of, self.node_idle
+        njobs, gain, node_of = self.njobs, self.gain, self.node_of
         need, total = self.need, self.total
         fits = False
+        at, k = -1, 0  # the node of the GPUs counted last, and its gain so far (a job's GPUs come by node)
         for g in alloc:
             held = njobs[g]
             if held == 1:
@@ -213,17 +214,25 @@ class VictimTally:
                 d = dec[g] = dec.get(g, 0) + 1
             if held == d:  # no other occupant: idle once released
                 n = node_of[g]
-                k = gain[n] + 1
-                gain[n] = k
-                if k == 1:
-                    self.touched.append(n)
+                if n != at:
+                    if at >= 0 and self._gained(at, k):
+                        fits = True
+                    at, k = n, gain[n]
+                    if k == 0:
+                        self.touched.append(n)
+                k += 1
                 total += 1
-                if node_idle[n] + k >= need:
-                    fits = True
+        if at >= 0 and self._gained(at, k):
+            fits = True
         self.total = total
         if total < need:
             return False
         return fits or self.spans
+
+    def _gained(self, n: int, k: int) -> bool:
+        """Node `n` gains `k` GPUs in all: whether it could then host the job."""
+        self.gain[n] = k
+        return self.node_idle[n] + k >= self.need
 
     def hosts(self) -> list[int]:
         """The nodes where the job fits once every counted victim is released (for a job on one node;

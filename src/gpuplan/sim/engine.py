@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, final
 
 from gpuplan.core.backfill import Backfill
 from gpuplan.core.booking import booked_mem_gb
@@ -277,6 +277,40 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool, unknown: int 
     return out
 
 
+@final
+class Steps:
+    """A run's utilisation steps (`Timeline.add`'s), gathered in typed lists and put on the Timeline's
+    two arrays a batch at a time (one array append costs a generic method call; a million-job run has
+    two million steps). `last`: the busy GPUs of the last step."""
+
+    __slots__ = ("busy", "last", "timeline", "times_s")
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+        self.times_s: list[float] = []
+        self.busy: list[int] = []
+        self.last = timeline.busy[-1] if len(timeline) else 0
+
+    def note(self, t: float, busy: int) -> None:
+        """`busy` GPUs occupied at `t`: a step where that changed."""
+        if busy != self.last:
+            self.times_s.append(t)
+            self.busy.append(busy)
+            self.last = busy
+            if len(self.times_s) >= _STEP_BATCH:
+                self.flush()
+
+    def flush(self) -> None:
+        """The gathered steps onto the Timeline's arrays, packed as their machine values (an array's own
+        extend or append parses each number with a format string, several times the cost)."""
+        n = len(self.times_s)
+        if n:
+            self.timeline.times_s.frombytes(struct.pack(f"{n}d", *self.times_s))
+            self.timeline.busy.frombytes(struct.pack(f"{n}q", *self.busy))
+            self.times_s.clear()
+            self.busy.clear()
+
+
 class _Run(EventClock):
     """One simulation run on whole GPUs: the hooks of `EventClock` (core/clock.py) that replay each
     job's true duration and record the run (`_SharedRun` adds GPU sharing).
@@ -309,11 +343,7 @@ class _Run(EventClock):
         self.work = [float(j.duration_s or 0.0) for j in jobs]  # solo seconds of each job in all
         self.records: list[JobRecord] = []
         self.timeline = Timeline([(0.0, 0)])
-        # its steps are gathered here in typed lists and go to its two arrays a batch at a time (one
-        # array append costs a generic method call; two million steps in a million-job run)
-        self.step_times: list[float] = []
-        self.step_busy: list[int] = []
-        self.last_busy = 0
+        self.steps = Steps(self.timeline)
         self.idle_wait_gpu_s = 0.0
         self.gpu_count = len(sched.state.gpu_node)
         self.done = 0
@@ -341,7 +371,7 @@ class _Run(EventClock):
             self.start_t[jid] = start
             self._seed(jid, slot.alloc, elapsed, left)
         self.timeline[0] = (0.0, self.sched.state.busy_gpus)
-        self.last_busy = self.sched.state.busy_gpus
+        self.steps.last = self.sched.state.busy_gpus
 
     def _seed(self, jid: int, gpus: tuple[int, ...], elapsed: float, left: float) -> None:
         """A job running when the run starts, `elapsed` seconds into its work, with `left` to go."""
@@ -356,13 +386,7 @@ class _Run(EventClock):
 
     def after_pass(self, t: float, t_next: float) -> bool:
         idle = self.state.idle_total
-        busy = self.gpu_count - idle
-        if busy != self.last_busy:  # Timeline.add's step, gathered here
-            self.step_times.append(t)
-            self.step_busy.append(busy)
-            self.last_busy = busy
-            if len(self.step_times) >= _STEP_BATCH:
-                self._flush_steps()
+        self.steps.note(t, self.gpu_count - idle)
         if self.sched.waiting_count and t_next < _INF:
             self.idle_wait_gpu_s += idle * (t_next - t)
         return False
@@ -376,17 +400,7 @@ class _Run(EventClock):
         try:
             super().loop(start_s)
         finally:
-            self._flush_steps()
-
-    def _flush_steps(self) -> None:
-        """The gathered steps onto the Timeline's arrays, packed as their machine values (an array's own
-        extend or append parses each number with a format string, several times the cost)."""
-        n = len(self.step_times)
-        if n:
-            self.timeline.times_s.frombytes(struct.pack(f"{n}d", *self.step_times))
-            self.timeline.busy.frombytes(struct.pack(f"{n}q", *self.step_busy))
-            self.step_times.clear()
-            self.step_busy.clear()
+            self.steps.flush()
 
     def on_start(self, st: Started, now: float) -> None:
         jid = st.jid

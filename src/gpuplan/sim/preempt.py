@@ -27,6 +27,7 @@ from gpuplan.errors import ScheduleError
 from gpuplan.model import PREEMPT_MODES, Job
 from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.columns import RecordColumns
+from gpuplan.sim.engine import Steps
 from gpuplan.sim.metrics import compute_metrics
 from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
 
@@ -66,7 +67,7 @@ class PreemptiveRun(EventClock):
         self.first_start_s = [_INF] * len(jobs)
         self.records: list[JobRecord] = []
         self.timeline = Timeline([(0.0, 0)])
-        self.last_busy = 0  # the timeline's last step (what `after_pass` compares)
+        self.steps = Steps(self.timeline)
         self.idle_wait_gpu_s = 0.0
         self.last_pass_s = 0.0
         self.preemptions = 0
@@ -81,7 +82,10 @@ class PreemptiveRun(EventClock):
     def loop(self, start_s: float | None = None) -> None:
         """The clock from the first submit; its safety net is read at run time (a test may lower it)."""
         self.max_passes = preemption.MAX_PASSES_PER_JOB * (len(self.order) + 1)
-        super().loop(start_s)
+        try:
+            super().loop(start_s)
+        finally:
+            self.steps.flush()
 
     # -- the clock's hooks ---------------------------------------------------------------------------
     def on_arrival(self, jid: int, t: float) -> None:
@@ -90,10 +94,7 @@ class PreemptiveRun(EventClock):
 
     def after_pass(self, t: float, t_next: float) -> bool:
         state = self.state
-        busy = state.busy_gpus
-        if busy != self.last_busy:
-            self.timeline.add(t, busy)
-            self.last_busy = busy
+        self.steps.note(t, state.busy_gpus)
         if t_next < _INF and self.sched.waiting_count:
             self.idle_wait_gpu_s += state.idle_total * (t_next - t)
         self.last_pass_s = t
