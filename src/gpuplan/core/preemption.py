@@ -436,8 +436,14 @@ class PreemptiveQueue:
         quiet = self.refresh(now) if rule is _REFRESH else rule(self, now)
         if (arrived or ended) and r.crossed is not None and r.running_due(now):
             state = self.state
-            if _full(state) or (ended and state.idle_total <= len(r.freed)):
-                r.catch_up()  # the pass reads running levels first: make them now, noting crossings
+            if (
+                _full(state)
+                or (ended and state.idle_total <= len(r.freed))
+                or len(r.waiting) > len(r.arrived)
+            ):
+                # the pass reads running levels first, or jobs that waited before will wait after it
+                # (`next_pass_s` then reads them): make them now, noting crossings
+                r.catch_up()
             else:  # the pass may read them late, or never (their changes are left for it)
                 r.crossed = None
         crossed, r.crossed = r.crossed, None
