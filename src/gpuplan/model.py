@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PREEMPT_MODES", "ClusterSpec", "GpuSpec", "Job", "NodeSpec", "SharedMeta"]
+__all__ = ["DEFAULT_PREEMPT_MODE", "PREEMPT_MODES", "ClusterSpec", "GpuSpec", "Job", "NodeSpec", "SharedMeta"]
 
 PREEMPT_MODES = ("suspend", "checkpoint", "requeue", "never")
+DEFAULT_PREEMPT_MODE = "checkpoint"
+"""`Job.preempt_mode` of a job whose `meta` says nothing (a compiled reader of many jobs' modes reads
+this for a job without meta, not the property: an interpreted call per job)."""
 """How a preemptive policy may take a running job's GPUs (`Job.preempt_mode`; docs/preemption.md)."""
 
 
@@ -111,11 +114,11 @@ class Job:
         `meta["checkpointable"]` is false)."""
         meta = self.meta
         if not meta:
-            return "checkpoint"
+            return DEFAULT_PREEMPT_MODE
         mode = meta.get("preempt")
         if mode in PREEMPT_MODES:
             return str(mode)
-        return "checkpoint" if meta.get("checkpointable", True) is not False else "requeue"
+        return DEFAULT_PREEMPT_MODE if meta.get("checkpointable", True) is not False else "requeue"
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:
         """The duration a policy may use: the truth for oracle runs, else the estimate or the limit."""

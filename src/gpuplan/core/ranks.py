@@ -16,7 +16,7 @@ from gpuplan.core.rankseq import Entry, JobRank, RankedSeq, ranked_before
 from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
-from gpuplan.model import Job
+from gpuplan.model import DEFAULT_PREEMPT_MODE, Job
 
 __all__ = ["LEASE_TOL_S", "MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
@@ -153,7 +153,9 @@ class Ranks:
         """The job's record, made at its first entry (with its order and preempt mode)."""
         rec = self.known(slot)
         if rec is None:
-            rec = JobRank(slot, self.order_of(slot.key), slot.job.preempt_mode)
+            job = slot.job
+            mode = job.preempt_mode if job.meta else DEFAULT_PREEMPT_MODE  # (an interpreted property)
+            rec = JobRank(slot, self.order_of(slot.key), mode)
             self.rec[slot.jid] = rec
             if not -_ORDER_LIMIT < rec.order < _ORDER_LIMIT:
                 self.reorder()
