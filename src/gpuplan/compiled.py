@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "gpuplan.core.scheduler",
     "gpuplan.core.clock",
     "gpuplan.core.forecast",
+    "gpuplan.sim.steps",
     "gpuplan.sim.engine",
     "gpuplan.core.preemptive",
     "gpuplan.core.rankseq",

@@ -139,6 +139,12 @@ class LevelRule:
         -inf when the rule does not say (the clock stops at each change)."""
         return -_INF
 
+    def advance(self, slot: JobSlot, now: float) -> float:
+        """A running job's `level` at `now`, set on its slot, and when it next changes (`rise_s` above
+        it where `rises`, else `next_change_s`): what a catch-up asks of each running job it moves."""
+        level = slot.level = self.level(slot, now)
+        return self.rise_s(slot, level) if self.rises else self.next_change_s(slot, now)
+
     def reranks(self, slot: JobSlot) -> bool:
         """Whether what the policy learned since `reranked` may have moved the job's level (when the
         scheduler ranks its jobs again after `observe`): True unless the rule knows better."""
@@ -239,6 +245,12 @@ class _LasLevels(LevelRule):
         """The crossing of the quantum after `level`'s (a whole number of quanta: the time
         `_next_quantum_s` gives there)."""
         return _crossing_s(slot, 0.0, (level + 1.0) * self.quantum_gpu_s)
+
+    def advance(self, slot: JobSlot, now: float) -> float:
+        """`level` and `rise_s` in one call (the same functions)."""
+        q = self.quantum_gpu_s
+        level = slot.level = _quanta(slot, now, q)
+        return _crossing_s(slot, 0.0, (level + 1.0) * q)
 
 
 @register_policy

@@ -494,6 +494,10 @@ class Ranks:
         slot = rec.slot
         running = slot.start_s is not None
         t = policy.rise_s(slot, slot.level) if running and policy.rises else policy.next_change_s(slot, now)
+        self.queue_change(rec, t, now, running)
+
+    def queue_change(self, rec: JobRank, t: float, now: float, running: bool) -> None:
+        """`plan_change` of a change at `t` (inf: none)."""
         if t < _INF:
             if t <= now:
                 t = now + 1e-6  # a crossing rounded to now: look again just after it
@@ -511,13 +515,13 @@ class Ranks:
         when a pass next reads that order (`settle`). A pass reads it only to look for victims (and
         the highest level, while the cluster is full), so a change no pass looks at costs no move."""
         slot = rec.slot
-        slot.level = policy.level(slot, now)
+        t = policy.advance(slot, now)  # its level (on the slot) and its next change
         if not self.exact_shapes and (slot.suspended_on or rec.mode == "suspend"):
             self.keep_memory_in_shapes(queue)
         if not rec.moved:
             rec.moved = True
             self.moved.append(rec)
-        self.plan_change(rec, now, policy)
+        self.queue_change(rec, t, now, True)
 
     def settle(self) -> None:
         """Put every running job that `move_running` left behind in its place in `running` (what a

@@ -14,11 +14,10 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final
 
 from gpuplan.core.backfill import Backfill
 from gpuplan.core.booking import booked_mem_gb
@@ -33,6 +32,7 @@ from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.columns import RecordColumns
 from gpuplan.sim.metrics import compute_metrics
 from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
+from gpuplan.sim.steps import Steps
 
 if TYPE_CHECKING:
     from gpuplan.core.estimates import OnlineEstimator
@@ -52,7 +52,6 @@ __all__ = [
 ProgressFn = Callable[[int, int], None]  # (jobs finished, jobs in all)
 _INF: Final = math.inf
 _GPU_PHASE: Final = 2  # phases of a sharing job: 0 start-up, 1 init, 2 GPU work
-_STEP_BATCH: Final = 4096  # utilisation steps gathered before they go to the Timeline's arrays
 
 
 def simulate(
@@ -275,40 +274,6 @@ def _warnings(jobs: Sequence[Job], sched: Scheduler, oracle: bool, unknown: int 
                 "jobs behind it wait as under backfill none; fill est_duration_s or use --oracle"
             )
     return out
-
-
-@final
-class Steps:
-    """A run's utilisation steps (`Timeline.add`'s), gathered in typed lists and put on the Timeline's
-    two arrays a batch at a time (one array append costs a generic method call; a million-job run has
-    two million steps). `last`: the busy GPUs of the last step."""
-
-    __slots__ = ("busy", "last", "timeline", "times_s")
-
-    def __init__(self, timeline: Timeline) -> None:
-        self.timeline = timeline
-        self.times_s: list[float] = []
-        self.busy: list[int] = []
-        self.last = timeline.busy[-1] if len(timeline) else 0
-
-    def note(self, t: float, busy: int) -> None:
-        """`busy` GPUs occupied at `t`: a step where that changed."""
-        if busy != self.last:
-            self.times_s.append(t)
-            self.busy.append(busy)
-            self.last = busy
-            if len(self.times_s) >= _STEP_BATCH:
-                self.flush()
-
-    def flush(self) -> None:
-        """The gathered steps onto the Timeline's arrays, packed as their machine values (an array's own
-        extend or append parses each number with a format string, several times the cost)."""
-        n = len(self.times_s)
-        if n:
-            self.timeline.times_s.frombytes(struct.pack(f"{n}d", *self.times_s))
-            self.timeline.busy.frombytes(struct.pack(f"{n}q", *self.busy))
-            self.times_s.clear()
-            self.busy.clear()
 
 
 class _Run(EventClock):

@@ -27,9 +27,9 @@ from gpuplan.errors import ScheduleError
 from gpuplan.model import PREEMPT_MODES, Job
 from gpuplan.sim.bounds import lower_bound
 from gpuplan.sim.columns import RecordColumns
-from gpuplan.sim.engine import Steps
 from gpuplan.sim.metrics import compute_metrics
 from gpuplan.sim.result import EstimateUse, JobRecord, SimResult, Timeline
+from gpuplan.sim.steps import Steps
 
 __all__ = ["PreemptiveRun", "simulate_preemptive"]
 
