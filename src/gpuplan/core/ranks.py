@@ -10,6 +10,8 @@ import math
 from heapq import heappop, heappush
 from typing import Any, Final, Protocol
 
+from mypy_extensions import i64
+
 from gpuplan.core.dueheap import DueHeap
 from gpuplan.core.preemptive import LevelRule
 from gpuplan.core.rankseq import Entry, JobRank, RankedSeq, ranked_before
@@ -70,12 +72,15 @@ def _first_at_least(levels: list[float], level: float) -> int:
     """The index of the first of the ascending `levels` at or above `level` (`bisect_left`, compiled:
     the library's is a generic call with a boxed float). The first few are read in turn: a running
     job's level, the most asked, mostly lies below all but a few waiting ones."""
-    n = len(levels)
-    head = n if n < _SCAN_FIRST else _SCAN_FIRST
-    for i in range(head):
+    n: i64 = len(levels)
+    head: i64 = n if n < _SCAN_FIRST else _SCAN_FIRST
+    i: i64 = 0
+    while i < head:
         if levels[i] >= level:
             return i
-    lo, hi = head, n
+        i += 1
+    lo: i64 = head
+    hi: i64 = n
     while lo < hi:
         mid = (lo + hi) >> 1
         if levels[mid] < level:

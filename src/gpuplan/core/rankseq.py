@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Final, final
 
+from mypy_extensions import i64
+
 from gpuplan.core.view import JobSlot
 
 __all__ = ["Cursor", "Entry", "JobRank", "RankedSeq", "ranked_before"]
@@ -375,7 +377,8 @@ class Cursor:
 
 def _lower(items: list[JobRank], level: float, order: int) -> int:
     """The first index whose record is not before (`level`, `order`)."""
-    lo, hi = 0, len(items)
+    lo: i64 = 0
+    hi: i64 = len(items)  # (machine ints: no tagged arithmetic)
     while lo < hi:
         mid = (lo + hi) >> 1
         x = items[mid]
@@ -388,7 +391,8 @@ def _lower(items: list[JobRank], level: float, order: int) -> int:
 
 def _upper(items: list[JobRank], level: float, order: int) -> int:
     """The first index whose record comes after (`level`, `order`)."""
-    lo, hi = 0, len(items)
+    lo: i64 = 0
+    hi: i64 = len(items)  # (machine ints: no tagged arithmetic)
     while lo < hi:
         mid = (lo + hi) >> 1
         x = items[mid]
@@ -401,7 +405,8 @@ def _upper(items: list[JobRank], level: float, order: int) -> int:
 
 def _at_level(items: list[JobRank], level: float) -> int:
     """The first index whose record's level is >= `level`."""
-    lo, hi = 0, len(items)
+    lo: i64 = 0
+    hi: i64 = len(items)  # (machine ints: no tagged arithmetic)
     while lo < hi:
         mid = (lo + hi) >> 1
         if items[mid].level < level:

@@ -353,7 +353,8 @@ def _split_chunk(lists: list[list[Any]], pos: int) -> None:
 
 def _lower(keys: list[float], handles: list[int], key: float, handle: int) -> int:
     """The first index whose (key, handle) is not below (`key`, `handle`) (keys ascending)."""
-    lo, hi = 0, len(keys)
+    lo: i64 = 0
+    hi: i64 = len(keys)  # (machine ints: no tagged arithmetic)
     while lo < hi:
         mid = (lo + hi) >> 1
         k = keys[mid]

@@ -264,24 +264,33 @@ class ClusterState:
     def _take_whole(self, gpus: tuple[int, ...]) -> None:
         """`place` on an exclusive cluster (a tuple: the compiled loop indexes it, no iterator)."""
         node_idle, njobs, node_of = self.node_idle, self.gpu_njobs, self.gpu_node
+        taken = 0  # GPUs that were idle
         for g in gpus:
-            if njobs[g] == 0:
+            k = njobs[g]
+            if k == 0:
                 at = node_of[g]
                 node_idle[at] = node_idle[at] - 1
-                self.idle_total -= 1
-            njobs[g] = njobs[g] + 1
+                taken += 1
+            njobs[g] = k + 1
+        if taken:
+            self.idle_total -= taken
 
     def _give_whole(self, gpus: tuple[int, ...]) -> None:
         """`release` on an exclusive cluster."""
         node_idle, njobs, node_of, hint = self.node_idle, self.gpu_njobs, self.gpu_node, self.ff_hint
+        freed = 0  # GPUs now idle
         for g in gpus:
-            njobs[g] = njobs[g] - 1
-            if njobs[g] == 0:
+            k = njobs[g] - 1
+            njobs[g] = k
+            if k == 0:
                 n = node_of[g]
-                node_idle[n] = node_idle[n] + 1
-                self.idle_total += 1
-                if hint[node_idle[n]] > n:
-                    hint[node_idle[n]] = n
+                m = node_idle[n] + 1
+                node_idle[n] = m
+                freed += 1
+                if hint[m] > n:
+                    hint[m] = n
+        if freed:
+            self.idle_total += freed
 
     def release(
         self, gpus: list[int] | tuple[int, ...], mem_gb: float | None, need: Need | None = None
