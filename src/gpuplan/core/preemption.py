@@ -404,7 +404,9 @@ class PreemptiveQueue:
         stands (`Ranks.plan_change`); the others move (a running one's place when a pass reads the
         running order, `Ranks.settle`, as at any level change)."""
         r, policy = self._r, self.policy
-        r.catch_up()  # running levels as of the last pass first (as a move at each change left them)
+        # (running jobs' changes due by the last pass are left for the first reader of running levels,
+        # `Ranks.catch_up`, as at any time: a level is a function of the instant, so a job ranked again
+        # here comes out at `now` as if moved at each change first; the others as they would have)
         todo = [rec for rec in r.waiting if policy.reranks(rec.slot)]
         todo.extend([rec for rec in r.running if policy.reranks(rec.slot)])
         for rec in todo:
