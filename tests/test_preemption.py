@@ -190,3 +190,27 @@ def test_a_preemptive_run_makes_no_cyclic_collection_and_leaves_the_collector_on
     assert gc.isenabled()
     assert preemptions > 100
     assert made <= plain + 1
+
+
+@pytest.mark.parametrize(
+    ("meta", "mode", "checkpointable"),
+    [
+        ({}, "checkpoint", True),
+        ({"preempt": "suspend"}, "suspend", True),
+        ({"preempt": "requeue"}, "requeue", False),
+        ({"preempt": "never", "checkpointable": False}, "never", False),
+        ({"checkpointable": False}, "requeue", False),
+        ({"preempt": "sometimes"}, "checkpoint", True),  # not a mode: the default
+        ({"class": "fine-tune"}, "checkpoint", True),
+    ],
+)
+def test_a_jobs_preempt_mode_and_checkpointing_come_from_its_meta(
+    meta: dict[str, object], mode: str, checkpointable: bool
+) -> None:
+    """`Job.preempt_mode` and `Job.checkpointable` are the rule the preemptive clocks read per job
+    (gpuplan/preempt_modes.py, compiled): the same answers for the same meta."""
+    from gpuplan.preempt_modes import checkpointable_of, preempt_mode_of
+
+    job = Job("j", 0.0, 1, meta=dict(meta))
+    assert (job.preempt_mode, job.checkpointable) == (mode, checkpointable)
+    assert (preempt_mode_of(job.meta), checkpointable_of(job.meta)) == (mode, checkpointable)

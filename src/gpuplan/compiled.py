@@ -23,6 +23,7 @@ from types import ModuleType
 __all__ = ["COMPILED_MODULES", "compiled_modules", "install_source_finder", "source_reason"]
 
 COMPILED_MODULES = (
+    "gpuplan.preempt_modes",
     "gpuplan.core.sortedseq",
     "gpuplan.core.state",
     "gpuplan.core.view",

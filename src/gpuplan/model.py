@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_PREEMPT_MODE", "PREEMPT_MODES", "ClusterSpec", "GpuSpec", "Job", "NodeSpec", "SharedMeta"]
+from gpuplan.preempt_modes import PREEMPT_MODES, checkpointable_of, preempt_mode_of
 
-PREEMPT_MODES = ("suspend", "checkpoint", "requeue", "never")
-DEFAULT_PREEMPT_MODE = "checkpoint"
-"""`Job.preempt_mode` of a job whose `meta` says nothing (a compiled reader of many jobs' modes reads
-this for a job without meta, not the property: an interpreted call per job)."""
-"""How a preemptive policy may take a running job's GPUs (`Job.preempt_mode`; docs/preemption.md)."""
+__all__ = ["PREEMPT_MODES", "ClusterSpec", "GpuSpec", "Job", "NodeSpec", "SharedMeta"]
+# PREEMPT_MODES: how a preemptive policy may take a running job's GPUs (`Job.preempt_mode`;
+# docs/preemption.md), defined with the rule that reads them (gpuplan/preempt_modes.py)
 
 
 class SharedMeta(dict[str, Any]):
@@ -100,10 +98,7 @@ class Job:
     @property
     def checkpointable(self) -> bool:
         """Whether a preempted run resumes from a checkpoint (default) or restarts from scratch."""
-        meta = self.meta
-        if not meta:  # the defaults (read per job by every preemptive clock: kept short)
-            return True
-        return meta.get("checkpointable", True) is not False and self.preempt_mode != "requeue"
+        return checkpointable_of(self.meta)
 
     @property
     def preempt_mode(self) -> str:
@@ -112,13 +107,7 @@ class Job:
         its GPUs freed; it resumes anywhere after a restart overhead), `requeue` (killed, restarts from
         scratch) or `never`. Default: `meta["preempt"]`, else checkpoint (requeue when
         `meta["checkpointable"]` is false)."""
-        meta = self.meta
-        if not meta:
-            return DEFAULT_PREEMPT_MODE
-        mode = meta.get("preempt")
-        if mode in PREEMPT_MODES:
-            return str(mode)
-        return DEFAULT_PREEMPT_MODE if meta.get("checkpointable", True) is not False else "requeue"
+        return preempt_mode_of(self.meta)
 
     def planning_duration_s(self, oracle: bool = False) -> float | None:
         """The duration a policy may use: the truth for oracle runs, else the estimate or the limit."""

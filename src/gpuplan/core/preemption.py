@@ -49,6 +49,7 @@ from gpuplan.core.victims import (
 )
 from gpuplan.core.view import JobSlot, Preempted, SchedulerView, Started
 from gpuplan.model import Job
+from gpuplan.preempt_modes import checkpointable_of, preempt_mode_of
 
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
@@ -104,7 +105,8 @@ class PreemptionCost:
     def overhead_s(self, job: Job) -> float:
         """Seconds of a resumed run before progress resumes (0 for a job that restarts from scratch:
         its start-up is part of its own duration; 0 for one suspended in place: SIGCONT is instant)."""
-        if not job.checkpointable or job.preempt_mode == "suspend":
+        meta = job.meta  # (`Job.checkpointable` and `Job.preempt_mode`'s rules, without the properties)
+        if not checkpointable_of(meta) or preempt_mode_of(meta) == "suspend":
             return 0.0
         if self.restart_overhead_s is not None:
             return self.restart_overhead_s
@@ -159,7 +161,12 @@ class JobTerms:
         """(restart overhead in seconds, checkpointable, preempt mode) of `job`, known as `jid`."""
         got = self.by_jid.get(jid)
         if got is None:
-            got = self.by_jid[jid] = (self.cost.overhead_s(job), job.checkpointable, job.preempt_mode)
+            meta = job.meta
+            got = self.by_jid[jid] = (
+                self.cost.overhead_s(job),
+                checkpointable_of(meta),
+                preempt_mode_of(meta),
+            )
         return got
 
 

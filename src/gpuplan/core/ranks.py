@@ -18,7 +18,8 @@ from gpuplan.core.rankseq import Entry, JobRank, RankedSeq, ranked_before
 from gpuplan.core.sortedseq import SortedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.view import JobSlot
-from gpuplan.model import DEFAULT_PREEMPT_MODE, Job
+from gpuplan.model import Job
+from gpuplan.preempt_modes import preempt_mode_of
 
 __all__ = ["LEASE_TOL_S", "MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
 
@@ -158,8 +159,7 @@ class Ranks:
         """The job's record, made at its first entry (with its order and preempt mode)."""
         rec = self.known(slot)
         if rec is None:
-            job = slot.job
-            mode = job.preempt_mode if job.meta else DEFAULT_PREEMPT_MODE  # (an interpreted property)
+            mode = preempt_mode_of(slot.job.meta)  # (`Job.preempt_mode`'s rule, without the property)
             rec = JobRank(slot, self.order_of(slot.key), mode)
             self.rec[slot.jid] = rec
             if not -_ORDER_LIMIT < rec.order < _ORDER_LIMIT:
