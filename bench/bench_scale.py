@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 _BIN = Path(sys.executable).with_name("gpuplan")
-_REPEAT = 3
+_REPEAT = 5
 """scale-ratios times each run this many times and keeps the least CPU time (printed as `repeat`)."""
 _CACHE = Path(tempfile.gettempdir()) / "gpuplan-bench"
 _CLUSTER_TOML = """name = "128x8xA100-80GB"
