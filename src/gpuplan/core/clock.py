@@ -59,8 +59,8 @@ class EndHeap:
     """A clock's expected ends that hold: a binary heap ordered by (time, seq), seq counting the pushes
     (so ties break the same way on every run), each with its job's handle and its place (`_End.pos`).
     An end that may move (`moves`) replaces the job's earlier one, and `cancel` takes it out: an end
-    that no longer holds goes to a heap of its own (`stale`, same order), where the clock still stops
-    (a pass may act there) until it comes or is dropped (`drop_stale`). So the heap of ends that hold
+    that no longer holds goes to a heap of its own (`stale`: its time only, a stop that is nobody's end),
+    where the clock still stops (a pass may act there) until it comes or is dropped (`drop_stale`). So the heap of ends that hold
     has one per running job, not one per end ever expected (a job preempted a thousand times left a
     thousand entries to sift past). Entries of a compiled class: a push or a pop compares two numbers
     in C."""
@@ -68,7 +68,7 @@ class EndHeap:
     def __init__(self) -> None:
         self.entries: list[_End] = []
         self.live: dict[int, _End] = {}  # each job's end that may move, in `entries`
-        self.stale: list[_End] = []  # ends that no longer hold
+        self.stale: list[float] = []  # the times of ends that no longer hold (a heap of floats)
         self.next_seq = 0
 
     def __len__(self) -> int:
@@ -81,12 +81,12 @@ class EndHeap:
         """The earliest time, of an end that holds or not (inf when empty)."""
         t = self.entries[0].time_s if self.entries else _INF
         stale = self.stale
-        return stale[0].time_s if stale and stale[0].time_s < t else t
+        return stale[0] if stale and stale[0] < t else t
 
     def stale_top(self) -> bool:
         """Whether the earliest time is only that of ends that no longer hold."""
         stale = self.stale
-        return len(stale) > 0 and (not self.entries or stale[0].time_s < self.entries[0].time_s)
+        return len(stale) > 0 and (not self.entries or stale[0] < self.entries[0].time_s)
 
     def drop_stale(self, before_s: float) -> None:
         """Drop the ends that no longer hold that come before `before_s` and before the first end that
@@ -95,8 +95,8 @@ class EndHeap:
         t = self.entries[0].time_s if self.entries else _INF
         if before_s < t:
             t = before_s
-        while stale and stale[0].time_s < t:
-            _pop(stale)
+        while stale and stale[0] < t:
+            heappop(stale)
 
     def push(self, at_s: float, jid: int, moves: bool) -> None:
         """`jid` ends at `at_s`; an end that may move (`moves`) in place of its earlier one, which no
@@ -124,7 +124,7 @@ class EndHeap:
         i = old.pos
         if i < len(entries):
             _down(entries, _up(entries, i, last), last)
-        _push(self.stale, old)
+        heappush(self.stale, old.time_s)
 
     def pop(self) -> int:
         """Take out the earliest: the job of an end that holds, or -1 for an end that no longer holds
@@ -134,8 +134,8 @@ class EndHeap:
             IndexError: the heap is empty.
         """
         entries, stale = self.entries, self.stale
-        if stale and (not entries or stale[0].time_s < entries[0].time_s):
-            _pop(stale)
+        if stale and (not entries or stale[0] < entries[0].time_s):
+            heappop(stale)
             return -1
         first = _pop(entries)
         if first.moves:
