@@ -33,7 +33,7 @@ from mypy_extensions import mypyc_attr
 
 from gpuplan.core.placement import Placer
 from gpuplan.core.preemptive import LevelRule
-from gpuplan.core.ranks import LEASE_TOL_S, Entry, JobRank, Ranks
+from gpuplan.core.ranks import LEASE_TOL_S, Entry, JobRank, Ranks, highest
 from gpuplan.core.rankseq import Cursor, RankedSeq
 from gpuplan.core.state import ClusterState
 from gpuplan.core.victims import (
@@ -527,7 +527,7 @@ class PreemptiveQueue:
         examined = 0
         resumes = False
         free_level, free_order = -_INF, 0  # the cursor of the last start that freed GPUs
-        top_crossed = (max(crossed) if crossed else -_INF) if crossed is not None else _INF
+        top_crossed = highest(crossed) if crossed is not None else _INF  # (-inf: none)
         freeing = given_back is not None  # a GPU an ended job gave back may be idle: every job is tried
         while examined < MAX_EXAMINED:
             examined += 1

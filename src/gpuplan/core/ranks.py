@@ -21,7 +21,17 @@ from gpuplan.core.view import JobSlot
 from gpuplan.model import Job
 from gpuplan.preempt_modes import preempt_mode_of
 
-__all__ = ["LEASE_TOL_S", "MAX_LEVELS", "Cost", "DueHeap", "Entry", "JobRank", "Ranks", "ShapeSource"]
+__all__ = [
+    "LEASE_TOL_S",
+    "MAX_LEVELS",
+    "Cost",
+    "DueHeap",
+    "Entry",
+    "JobRank",
+    "Ranks",
+    "ShapeSource",
+    "highest",
+]
 
 _INF: Final = math.inf
 _NAN: Final = math.nan
@@ -67,6 +77,15 @@ class Cost(Protocol):
     def overhead_s(self, job: Job) -> float: ...
 
     def lease_by_s(self, overhead_s: float, resumed: bool) -> float: ...
+
+
+def highest(levels: set[float]) -> float:
+    """The highest of `levels`, -inf for none (`max` is a generic call that compares objects)."""
+    top = -_INF
+    for level in levels:
+        if level > top:
+            top = level
+    return top
 
 
 def _first_at_least(levels: list[float], level: float) -> int:
