@@ -117,9 +117,8 @@ class Ranks:
     records by rank; keys, lo_key, hi_key (lo_order, hi_order): the static keys in order (once one fell
     between two) and the lowest and highest key given an order (their orders: `order_of`); changes,
     wait_changes: running and waiting jobs by their next level change (`DueHeap`s); now, rule: the instant of the last refresh and the levels' rule, at which a
-    running job's change left for the first reader of running levels is made (`catch_up`); by_shape: each shape id's
-    waiting records; wakes (and wake_set, its
-    members): ends of leases that held a preemption back; lease_held: a lease held a preemption back in
+    running job's change left for the first reader of running levels is made (`catch_up`); by_shape:
+    each shape id's waiting records; wakes (and wake_set, its members): ends of leases that held a preemption back; lease_held: a lease held a preemption back in
     this job's try (no shape memo); suspend_running: running jobs of preempt mode `suspend` (they keep
     their memory); moved: running records whose place in `running` is left for `settle`; exact_shapes:
     shapes keep memory that every GPU has once a job that keeps its memory when preempted (mode
@@ -337,8 +336,9 @@ class Ranks:
         return True
 
     def lease_end_s(self, rec: JobRank, cost: Cost) -> float:
-        """When the job's lease under `cost` ends (`PreemptiveQueue.lease_end_s`): kept for its run (a
-        resume or not) and cost, read at each eviction that counts it (no call to the cost model)."""
+        """When the running job may first be preempted under `cost` (its start plus
+        `PreemptionCost.lease_s`): kept for its run (a resume or not) and cost, read at each eviction that
+        counts it (no call to the cost model)."""
         slot = rec.slot
         start = slot.start_s if slot.start_s is not None else -_INF
         resumed = slot.preemptions > 0
