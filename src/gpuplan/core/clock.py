@@ -59,11 +59,11 @@ class EndHeap:
     """A clock's expected ends that hold: a binary heap ordered by (time, seq), seq counting the pushes
     (so ties break the same way on every run), each with its job's handle and its place (`_End.pos`).
     An end that may move (`moves`) replaces the job's earlier one, and `cancel` takes it out: an end
-    that no longer holds goes to a heap of its own (`stale`: its time only, a stop that is nobody's end),
-    where the clock still stops (a pass may act there) until it comes or is dropped (`drop_stale`). So the heap of ends that hold
-    has one per running job, not one per end ever expected (a job preempted a thousand times left a
-    thousand entries to sift past). Entries of a compiled class: a push or a pop compares two numbers
-    in C."""
+    that no longer holds goes to a heap of its own (`stale`: its time only, a stop that is nobody's
+    end), where the clock still stops (a pass may act there) until it comes or is dropped
+    (`drop_stale`). So the heap of ends that hold has one per running job, not one per end ever
+    expected (a job preempted a thousand times left a thousand entries to sift past). Entries of a
+    compiled class: a push or a pop compares two numbers in C."""
 
     def __init__(self) -> None:
         self.entries: list[_End] = []
